@@ -1,0 +1,59 @@
+# edgelet — build, run and test. `make run` and `make test` are the two set-up commands (see README).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STATE := .state
+# OS packages the agent's local run and the tests need (Debian/Ubuntu names).
+OS_PACKAGES := containerd runc containernetworking-plugins busybox-static umoci skopeo \
+	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv
+PYTHON_BUILD_DEPS := cython setuptools wheel
+
+.PHONY: all deps venv build run stop test test-unit test-integration test-package bench proto package clean
+
+all: build
+
+# Installs what is missing; needs root (the only step that does).
+deps:
+	@missing=$$(for p in $(OS_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing OS packages:" $$missing; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip $(PYTHON_BUILD_DEPS)
+	$(PY) -m pip install -q --no-build-isolation -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# A failed Cython compile fails here (set EDGELET_NO_EXTENSIONS=1 to run the pure twin instead).
+build: venv
+	$(PY) setup.py -q build_ext --inplace
+
+# Starts a private containerd under .state/ and runs edgelet in the foreground on examples/.
+run: deps build
+	hack/local-containerd.sh start $(STATE)/containerd
+	hack/run-config.sh $(STATE) > $(STATE)/edgelet.toml
+	$(VENV)/bin/edgelet run --config $(STATE)/edgelet.toml
+
+# Stops the private containerd of `make run` and everything it runs.
+stop:
+	hack/local-containerd.sh stop $(STATE)/containerd
+
+test: deps build
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration
+
+test-unit: build
+	$(PY) -m pytest -q tests/unit
+
+test-integration: deps build
+	$(PY) -m pytest -q tests/integration
+
+proto: venv
+	hack/gen-proto.sh
+
+clean:
+	rm -rf build dist *.egg-info edgelet/*.so edgelet/_core.c

@@ -1,0 +1,116 @@
+"""Builds the CRI ContainerConfig of one container (pure): command, env, mounts, resources, kubelet labels."""
+
+from __future__ import annotations
+
+import orjson
+
+from .. import podutil
+from ..cri import runtime_v1_pb2 as pb
+from ..podutil import Pod
+from . import labels
+
+_PROPAGATION = {"None": 0, "HostToContainer": 1, "Bidirectional": 2}
+
+
+def container_log_path(container_name: str, restart_count: int) -> str:
+    """Relative to the sandbox's log directory, as the kubelet lays it out."""
+    return f"{container_name}/{restart_count}.log"
+
+
+def container_labels(pod: Pod, container_name: str) -> dict[str, str]:
+    return {
+        labels.POD_NAME: podutil.name(pod),
+        labels.POD_NAMESPACE: podutil.namespace(pod),
+        labels.POD_UID: podutil.uid(pod),
+        labels.CONTAINER_NAME: container_name,
+        labels.MANAGED_BY: "edgelet",
+    }
+
+
+def container_annotations(pod: Pod, container: dict, *, container_hash: str, restart_count: int) -> dict[str, str]:
+    result = {
+        labels.CONTAINER_HASH: container_hash,
+        labels.CONTAINER_RESTART_COUNT: str(restart_count),
+        labels.TERMINATION_GRACE_PERIOD: str(podutil.grace_period_seconds(pod)),
+        labels.CONTAINER_TERMINATION_MESSAGE_PATH: container.get("terminationMessagePath")
+        or "/dev/termination-log",
+    }
+    ports = container.get("ports")
+    if ports:
+        result[labels.CONTAINER_PORTS] = orjson.dumps(ports).decode()
+    pre_stop = (container.get("lifecycle") or {}).get("preStop")
+    if pre_stop:
+        result[labels.CONTAINER_PRESTOP_HANDLER] = orjson.dumps(pre_stop).decode()
+    return result
+
+
+def security_context(pod: Pod, container: dict) -> pb.LinuxContainerSecurityContext:
+    pod_sc = podutil.spec(pod).get("securityContext") or {}
+    sc = container.get("securityContext") or {}
+    result = pb.LinuxContainerSecurityContext(
+        privileged=bool(sc.get("privileged")),
+        readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
+        no_new_privs=sc.get("allowPrivilegeEscalation") is False,
+        supplemental_groups=[int(g) for g in pod_sc.get("supplementalGroups") or []],
+    )
+    run_as_user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+    if run_as_user is not None:
+        result.run_as_user.value = int(run_as_user)
+    run_as_group = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
+    if run_as_group is not None:
+        result.run_as_group.value = int(run_as_group)
+    caps = sc.get("capabilities") or {}
+    if caps:
+        result.capabilities.add_capabilities.extend(caps.get("add") or [])
+        result.capabilities.drop_capabilities.extend(caps.get("drop") or [])
+    spec = podutil.spec(pod)
+    result.namespace_options.network = 2 if podutil.host_network(pod) else 0
+    result.namespace_options.pid = 2 if spec.get("hostPID") else 0 if spec.get("shareProcessNamespace") else 1
+    result.namespace_options.ipc = 2 if spec.get("hostIPC") else 0
+    return result
+
+
+def make_container_config(
+    pod: Pod,
+    container: dict,
+    *,
+    image_ref: str,
+    restart_count: int,
+    container_hash: str,
+    env: list[tuple[str, str]],
+    command: list[str],
+    args: list[str],
+    mounts: list[dict],
+    resources: dict | None = None,
+) -> pb.ContainerConfig:
+    name = container["name"]
+    config = pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name=name, attempt=restart_count),
+        image=pb.ImageSpec(image=image_ref, user_specified_image=container.get("image", "")),
+        command=command,
+        args=args,
+        working_dir=container.get("workingDir") or "",
+        envs=[pb.KeyValue(key=k, value=v) for k, v in env],
+        mounts=[
+            pb.Mount(
+                container_path=m["container_path"],
+                host_path=m["host_path"],
+                readonly=bool(m.get("readonly")),
+                propagation=_PROPAGATION.get(m.get("propagation") or "None", 0)
+                if isinstance(m.get("propagation"), str) or m.get("propagation") is None
+                else int(m["propagation"]),
+            )
+            for m in mounts
+        ],
+        labels=container_labels(pod, name),
+        annotations=container_annotations(pod, container, container_hash=container_hash,
+                                          restart_count=restart_count),
+        log_path=container_log_path(name, restart_count),
+        stdin=bool(container.get("stdin")),
+        stdin_once=bool(container.get("stdinOnce")),
+        tty=bool(container.get("tty")),
+        linux=pb.LinuxContainerConfig(security_context=security_context(pod, container)),
+    )
+    if resources:
+        config.linux.resources.CopyFrom(pb.LinuxContainerResources(**resources))
+    return config

@@ -1,0 +1,318 @@
+"""Carries out a pod's sync over CRI: the kubelet's SyncPod, KillPod and sandbox clean-up, in numbered steps.
+
+The decision is `compute_pod_actions` (pure); this module only executes it and reports what a user
+must see (waiting reasons such as CrashLoopBackOff or ErrImagePull) back to the status manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Collection
+
+from .. import metrics, podutil
+from ..backoff import Backoff
+from ..cri import runtime_v1_pb2 as pb
+from ..cri.client import RuntimeClient
+from ..errors import EdgeletError
+from ..podutil import Pod
+from .actions import PodActions, compute_pod_actions
+from .container import make_container_config
+from .sandbox import make_sandbox_config, pod_log_dir
+from .types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
+
+log = logging.getLogger(__name__)
+
+# The kubelet never gives a container less than this to stop (minimumGracePeriodInSeconds).
+MINIMUM_GRACE_SECONDS = 2
+
+
+class ContainerConfigError(EdgeletError):
+    """The container cannot be configured (missing ConfigMap key, bad volume, ...): CreateContainerConfigError."""
+
+
+@dataclass(slots=True)
+class SyncResult:
+    """What a sync left for the status: waiting reasons per container and when to look again."""
+
+    waiting_reasons: dict[str, tuple[str, str]] = field(default_factory=dict)
+    requeue_after: float | None = None
+    started: list[str] = field(default_factory=list)
+
+    def requeue(self, delay: float) -> None:
+        self.requeue_after = delay if self.requeue_after is None else min(self.requeue_after, delay)
+
+
+@dataclass(slots=True)
+class Collaborators:
+    """What the manager needs from the other managers; each is optional for a bare node."""
+
+    images: object  # edgelet.images.manager.ImageManager
+    volumes: object | None = None  # edgelet.volumes.VolumeManager
+    store: object | None = None  # edgelet.objectstore.ObjectStore
+    hooks: object | None = None  # edgelet.prober lifecycle hook runner
+
+
+class RuntimeManager:
+    def __init__(
+        self,
+        runtime: RuntimeClient,
+        collaborators: Collaborators,
+        *,
+        logs_root: str,
+        crash_backoff: Backoff,
+        cluster_dns: list[str] = (),
+        cluster_domain: str = "cluster.local",
+        runtime_handler: str = "",
+        node_ip: Callable[[], str] = lambda: "",
+        hasher: Callable[[str, str], str] | None = None,
+    ):
+        self._runtime = runtime
+        self._images = collaborators.images
+        self._volumes = collaborators.volumes
+        self._store = collaborators.store
+        self._hooks = collaborators.hooks
+        self._logs_root = logs_root
+        self._backoff = crash_backoff
+        self._cluster_dns = list(cluster_dns)
+        self._cluster_domain = cluster_domain
+        self._runtime_handler = runtime_handler
+        self._node_ip = node_ip
+        if hasher is None:
+            from ..core import container_hash as hasher
+        self._hash = hasher
+
+    # -- SyncPod ------------------------------------------------------------------------------
+
+    async def sync_pod(
+        self,
+        pod: Pod,
+        status: PodRuntimeStatus,
+        *,
+        liveness_failed: Collection[str] = (),
+        startup_failed: Collection[str] = (),
+    ) -> SyncResult:
+        result = SyncResult()
+        actions = compute_pod_actions(
+            pod, status, liveness_failed=liveness_failed, startup_failed=startup_failed, hasher=self._hash
+        )
+        if actions.no_change():
+            return result
+        log.debug("pod %s actions: %s", podutil.full_name(pod), actions)
+
+        # Step 1: kill the pod if its sandbox changed, else kill the containers that must go.
+        if actions.kill_pod:
+            await self.kill_pod(pod, status, None)
+            if actions.create_sandbox:
+                await self._purge_init_containers(pod, status)
+        else:
+            await asyncio.gather(*(
+                self._stop_container(kill.container_id, kill.name, podutil.grace_period_seconds(pod),
+                                     pod, f"{kill.reason}: {kill.message}")
+                for kill in actions.containers_to_kill.values()
+            ))
+
+        # Step 2: volumes are ready before any sandbox or container needs them.
+        volume_paths = await self._setup_volumes(pod, result)
+        if volume_paths is None:
+            return result
+
+        # Step 3: a new sandbox when needed.
+        sandbox_id = actions.sandbox_id
+        sandbox_config = make_sandbox_config(
+            pod, actions.attempt, logs_root=self._logs_root,
+            cluster_dns=self._cluster_dns, cluster_domain=self._cluster_domain,
+        )
+        if actions.create_sandbox:
+            if not self._needs_sandbox(actions):
+                return result
+            os.makedirs(sandbox_config.log_directory, mode=0o755, exist_ok=True)
+            sandbox_id = await self._runtime.run_pod_sandbox(sandbox_config, self._runtime_handler)
+            log.info("pod %s: started sandbox %s (attempt %d)", podutil.full_name(pod), sandbox_id[:13],
+                     actions.attempt)
+            status = PodRuntimeStatus(uid=status.uid)  # a fresh sandbox starts from no containers
+
+        pod_ip = await self._pod_ip(sandbox_id, pod)
+
+        # Step 4: the next init container, one at a time.
+        if actions.next_init_container is not None:
+            await self._start_container(pod, actions.next_init_container, status, sandbox_id,
+                                        sandbox_config, volume_paths, pod_ip, result, "init")
+            return result
+
+        # Step 5: the app containers, in parallel like the kubelet's goroutines per pod start.
+        specs = podutil.containers(pod)
+        await asyncio.gather(*(
+            self._start_container(pod, specs[i], status, sandbox_id, sandbox_config, volume_paths,
+                                  pod_ip, result, "regular")
+            for i in actions.containers_to_start
+        ))
+        return result
+
+    @staticmethod
+    def _needs_sandbox(actions: PodActions) -> bool:
+        return bool(actions.next_init_container is not None or actions.containers_to_start)
+
+    async def _setup_volumes(self, pod: Pod, result: SyncResult) -> dict[str, str] | None:
+        if self._volumes is None:
+            return {}
+        try:
+            return await self._volumes.setup_pod(pod)
+        except EdgeletError as exc:
+            for container in podutil.all_containers(pod):
+                result.waiting_reasons[container["name"]] = ("CreateContainerConfigError", str(exc))
+            result.requeue(10.0)
+            log.warning("pod %s: volumes: %s", podutil.full_name(pod), exc)
+            return None
+
+    async def _pod_ip(self, sandbox_id: str, pod: Pod) -> str:
+        if podutil.host_network(pod):
+            return self._node_ip()
+        try:
+            reply = await self._runtime.pod_sandbox_status(sandbox_id)
+        except EdgeletError:
+            return ""
+        return reply.status.network.ip
+
+    async def _purge_init_containers(self, pod: Pod, status: PodRuntimeStatus) -> None:
+        init_names = {c["name"] for c in podutil.init_containers(pod)}
+        for container in status.containers:
+            if container.name in init_names and container.state != ContainerState.RUNNING:
+                await self._runtime.remove_container(container.id)
+
+    # -- starting a container ---------------------------------------------------------------
+
+    def backoff_key(self, pod: Pod, container: dict) -> str:
+        return f"{podutil.uid(pod)}_{container['name']}_{self._hash(container['name'], container.get('image', ''))}"
+
+    async def _start_container(
+        self,
+        pod: Pod,
+        container: dict,
+        status: PodRuntimeStatus,
+        sandbox_id: str,
+        sandbox_config: pb.PodSandboxConfig,
+        volume_paths: dict[str, str],
+        pod_ip: str,
+        result: SyncResult,
+        container_type: str,
+    ) -> None:
+        name = container["name"]
+        previous = status.latest_container(name)
+        # Restart back-off (CrashLoopBackOff) applies to containers that ran and ended before.
+        if previous is not None and previous.state == ContainerState.EXITED:
+            key = self.backoff_key(pod, container)
+            if self._backoff.in_backoff(key):
+                remaining = self._backoff.remaining(key)
+                result.waiting_reasons[name] = (
+                    "CrashLoopBackOff",
+                    f"back-off {self._backoff.current(key):.0f}s restarting failed container={name} "
+                    f"pod={podutil.full_name(pod)}({podutil.uid(pod)})",
+                )
+                result.requeue(remaining)
+                return
+            self._backoff.next(key)
+        restart_count = previous.restart_count + 1 if previous is not None else 0
+        try:
+            image_ref = await self._images.ensure_image(pod, container, self._pull_secrets(pod))
+        except EdgeletError as exc:
+            reason = getattr(exc, "reason", "ErrImagePull")
+            result.waiting_reasons[name] = (reason, getattr(exc, "message", str(exc)))
+            result.requeue(getattr(exc, "retry_after", None) or 1.0)
+            metrics.started_containers_errors.labels(container_type, reason).inc()
+            return
+        try:
+            config = self._container_config(pod, container, image_ref, restart_count, volume_paths, pod_ip)
+        except EdgeletError as exc:
+            result.waiting_reasons[name] = ("CreateContainerConfigError", str(exc))
+            result.requeue(10.0)
+            metrics.started_containers_errors.labels(container_type, "CreateContainerConfigError").inc()
+            return
+        os.makedirs(os.path.join(sandbox_config.log_directory, name), mode=0o755, exist_ok=True)
+        try:
+            container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
+        except EdgeletError as exc:
+            result.waiting_reasons[name] = ("CreateContainerError", str(exc))
+            result.requeue(1.0)
+            metrics.started_containers_errors.labels(container_type, "CreateContainerError").inc()
+            return
+        try:
+            await self._runtime.start_container(container_id)
+        except EdgeletError as exc:
+            result.waiting_reasons[name] = ("RunContainerError", str(exc))
+            result.requeue(1.0)
+            metrics.started_containers_errors.labels(container_type, "RunContainerError").inc()
+            return
+        metrics.started_containers.labels(container_type).inc()
+        result.started.append(name)
+        log.info("pod %s: started container %s (%s, restart %d)", podutil.full_name(pod), name,
+                 container_id[:13], restart_count)
+        if self._hooks is not None:
+            await self._hooks.post_start(pod, container, container_id, self)
+
+    def _pull_secrets(self, pod: Pod) -> list[dict]:
+        if self._store is None:
+            return []
+        secrets = []
+        for ref in podutil.spec(pod).get("imagePullSecrets") or []:
+            secret = self._store.get_secret(podutil.namespace(pod), ref.get("name", ""))
+            if secret is not None:
+                secrets.append(secret)
+        return secrets
+
+    def _container_config(self, pod: Pod, container: dict, image_ref: str, restart_count: int,
+                          volume_paths: dict[str, str], pod_ip: str) -> pb.ContainerConfig:
+        from .env import expand_command, resolve_env
+        from .resources import linux_resources
+
+        env = resolve_env(pod, container, store=self._store, node_ip=self._node_ip(), pod_ip=pod_ip)
+        command, args = expand_command(container, env)
+        mounts = (self._volumes.mounts_for(pod, container, volume_paths)
+                  if self._volumes is not None else [])
+        return make_container_config(
+            pod, container,
+            image_ref=image_ref,
+            restart_count=restart_count,
+            container_hash=self._hash(container["name"], container.get("image", "")),
+            env=env, command=command, args=args, mounts=mounts,
+            resources=linux_resources(pod, container),
+        )
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    async def kill_pod(self, pod: Pod | None, status: PodRuntimeStatus, grace_override: int | None) -> None:
+        """Stops every running container (in parallel, each within the grace period), then the sandboxes."""
+        grace = grace_override
+        if grace is None:
+            grace = podutil.grace_period_seconds(pod) if pod is not None else 30
+        await asyncio.gather(*(
+            self._stop_container(c.id, c.name, grace, pod, "pod is being killed")
+            for c in status.containers if c.state in (ContainerState.RUNNING, ContainerState.CREATED,
+                                                      ContainerState.UNKNOWN)
+        ))
+        for sandbox in status.sandboxes:
+            if sandbox.state == SandboxState.READY:
+                await self._runtime.stop_pod_sandbox(sandbox.id)
+
+    async def _stop_container(self, container_id: str, name: str, grace: int, pod: Pod | None,
+                              why: str) -> None:
+        grace = max(grace, MINIMUM_GRACE_SECONDS) if grace > 0 else 0
+        label = podutil.full_name(pod) if pod is not None else "orphan"
+        log.info("pod %s: stopping container %s (%s) with %ds grace: %s", label, name,
+                 container_id[:13], grace, why)
+        if self._hooks is not None and pod is not None:
+            grace = await self._hooks.pre_stop(pod, name, container_id, grace, self)
+        await self._runtime.stop_container(container_id, grace)
+
+    async def remove_pod(self, status: PodRuntimeStatus) -> None:
+        """Removes the pod's sandboxes and with them its containers (after kill_pod)."""
+        for container in status.containers:
+            await self._runtime.remove_container(container.id)
+        for sandbox in status.sandboxes:
+            await self._runtime.stop_pod_sandbox(sandbox.id)
+            await self._runtime.remove_pod_sandbox(sandbox.id)
+
+    def pod_log_dir(self, pod: Pod) -> str:
+        return pod_log_dir(self._logs_root, pod)

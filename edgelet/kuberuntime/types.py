@@ -1,0 +1,82 @@
+"""Typed runtime state of pods as CRI reports it: what the PLEG caches and the sync decisions read."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class ContainerState(enum.IntEnum):
+    """CRI `runtime.v1.ContainerState` values."""
+
+    CREATED = 0
+    RUNNING = 1
+    EXITED = 2
+    UNKNOWN = 3
+
+
+class SandboxState(enum.IntEnum):
+    """CRI `runtime.v1.PodSandboxState` values."""
+
+    READY = 0
+    NOTREADY = 1
+
+
+@dataclass(slots=True)
+class SandboxStatus:
+    id: str
+    name: str
+    namespace: str
+    uid: str
+    attempt: int
+    state: SandboxState
+    created_at: int  # nanoseconds since the epoch, as CRI reports it
+    ip: str = ""
+    host_network: bool = False
+
+
+@dataclass(slots=True)
+class ContainerStatus:
+    id: str
+    name: str
+    sandbox_id: str
+    state: ContainerState
+    created_at: int  # nanoseconds since the epoch
+    started_at: int = 0
+    finished_at: int = 0
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+    image: str = ""
+    image_ref: str = ""
+    image_id: str = ""
+    hash: str = ""  # io.kubernetes.container.hash
+    restart_count: int = 0  # io.kubernetes.container.restartCount
+    attempt: int = 0
+    log_path: str = ""
+
+
+@dataclass(slots=True)
+class PodRuntimeStatus:
+    """Everything the runtime knows of one pod; sandboxes and containers newest first."""
+
+    uid: str
+    name: str = ""
+    namespace: str = ""
+    sandboxes: list[SandboxStatus] = field(default_factory=list)
+    containers: list[ContainerStatus] = field(default_factory=list)
+    timestamp: float = 0.0  # when this was inspected (time.time())
+
+    @property
+    def ip(self) -> str:
+        return self.sandboxes[0].ip if self.sandboxes else ""
+
+    def latest_container(self, name: str) -> ContainerStatus | None:
+        """The newest container with this name (list is newest first)."""
+        for status in self.containers:
+            if status.name == name:
+                return status
+        return None
+
+    def running_containers(self) -> list[ContainerStatus]:
+        return [c for c in self.containers if c.state == ContainerState.RUNNING]

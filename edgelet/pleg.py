@@ -1,0 +1,274 @@
+"""The pod lifecycle event generator: relists the runtime, turns differences into events, and caches pod state.
+
+The relist itself (wire bytes -> snapshot -> events) runs in `edgelet.core`; this module does the I/O
+around it: the two List calls, the inspection of pods that changed, and the health verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from . import core, metrics
+from .cri import runtime_v1_pb2 as pb
+from .cri.client import RuntimeClient
+from .errors import EdgeletError
+from .kuberuntime.types import (
+    ContainerState,
+    ContainerStatus,
+    PodRuntimeStatus,
+    SandboxState,
+    SandboxStatus,
+)
+from .kuberuntime import labels
+
+log = logging.getLogger(__name__)
+
+EVENT_NAMES = {
+    core.CONTAINER_STARTED: "ContainerStarted",
+    core.CONTAINER_DIED: "ContainerDied",
+    core.CONTAINER_REMOVED: "ContainerRemoved",
+    core.POD_SYNC: "PodSync",
+    core.CONTAINER_CHANGED: "ContainerChanged",
+}
+
+NAMESPACE_MODE_NODE = 2  # runtime.v1.NamespaceMode.NODE
+
+
+@dataclass(frozen=True, slots=True)
+class PodLifecycleEvent:
+    pod_uid: str
+    type: int
+    data: str  # container or sandbox id
+
+    @property
+    def type_name(self) -> str:
+        return EVENT_NAMES.get(self.type, str(self.type))
+
+    def is_sync_worthy(self) -> bool:
+        """The kubelet does not sync a pod for the removal of a container it already saw die."""
+        return self.type != core.CONTAINER_REMOVED
+
+
+class GenericPLEG:
+    """Relists sandboxes and containers every `relist_period` and keeps the runtime cache fresh."""
+
+    def __init__(
+        self,
+        runtime: RuntimeClient,
+        *,
+        relist_period: float = 1.0,
+        relist_threshold: float = 180.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._runtime = runtime
+        self._period = relist_period
+        self._threshold = relist_threshold
+        self._clock = clock
+        self.events: asyncio.Queue[PodLifecycleEvent] = asyncio.Queue()
+        self._snapshot: core.Snapshot | None = None
+        self._cache: dict[str, PodRuntimeStatus] = {}
+        self._reinspect: set[str] = set()
+        # Inspection results reused while a container's state and creation time are unchanged.
+        self._inspected: dict[str, ContainerStatus] = {}
+        self._sandbox_inspected: dict[str, SandboxStatus] = {}
+        self._last_relist: float | None = None
+        self._started = clock()
+        self._first_relist = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self.last_error: str = ""
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            started = self._clock()
+            try:
+                await self.relist()
+            except EdgeletError as exc:
+                self._note_failure(str(exc))
+            except Exception as exc:  # a bug here must not stop relisting, but must be seen
+                log.exception("relist failed")
+                self._note_failure(f"relist failed: {exc!r}")
+            elapsed = self._clock() - started
+            await asyncio.sleep(max(self._period - elapsed, 0.0))
+
+    def _note_failure(self, message: str) -> None:
+        if message != self.last_error:
+            log.warning("PLEG: %s", message)
+        self.last_error = message
+
+    async def relist(self) -> list[PodLifecycleEvent]:
+        """One relist: list, diff, inspect changed pods, publish events. Returns the events."""
+        async with self._lock:
+            started = time.perf_counter()
+            sandboxes_wire = await self._runtime.list_pod_sandbox_raw()
+            containers_wire = await self._runtime.list_containers_raw()
+            snapshot, raw_events = core.relist(self._snapshot, sandboxes_wire, containers_wire)
+            self._snapshot = snapshot
+
+            changed = {uid for uid, _, _ in raw_events} | self._reinspect
+            self._reinspect = set()
+            for uid in changed:
+                await self._inspect_into_cache(uid, snapshot)
+            for uid in list(self._cache):
+                if uid not in changed and uid not in snapshot.pod_uids():
+                    del self._cache[uid]
+            self._forget_gone(snapshot)
+
+            events = [PodLifecycleEvent(uid, kind, cid) for uid, kind, cid in raw_events]
+            for event in events:
+                self.events.put_nowait(event)
+
+            self._last_relist = self._clock()
+            self.last_error = ""
+            metrics.pleg_relist_duration_seconds.observe(time.perf_counter() - started)
+            metrics.pleg_last_seen_seconds.set(time.time())
+            self._first_relist.set()
+            return events
+
+    async def _inspect_into_cache(self, uid: str, snapshot: core.Snapshot) -> None:
+        try:
+            self._cache[uid] = await self._inspect(uid, snapshot)
+        except EdgeletError as exc:
+            # The kubelet retries a failed inspection at the next relist; so do we.
+            log.info("PLEG: inspecting pod %s failed, retrying next relist: %s", uid, exc)
+            self._reinspect.add(uid)
+
+    def _forget_gone(self, snapshot: core.Snapshot) -> None:
+        for cid in [cid for cid in self._inspected if cid not in snapshot.containers]:
+            del self._inspected[cid]
+        for sid in [sid for sid in self._sandbox_inspected if sid not in snapshot.sandboxes]:
+            del self._sandbox_inspected[sid]
+
+    # -- inspection -------------------------------------------------------------------------
+
+    async def inspect_now(self, uid: str) -> PodRuntimeStatus:
+        """Fresh state of one pod, straight from the runtime (used right after a worker acted).
+
+        Lists only this pod's objects (filtered by uid label) so it costs two small calls plus
+        the status calls of what changed; the cache is updated too.
+        """
+        selector = {labels.POD_UID: uid}
+        sandboxes = await self._runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector))
+        containers = await self._runtime.list_containers(pb.ContainerFilter(label_selector=selector))
+        status = PodRuntimeStatus(uid=uid, timestamp=time.time())
+        for sandbox in sorted(sandboxes, key=lambda s: s.created_at, reverse=True):
+            status.sandboxes.append(
+                await self._sandbox_status(sandbox.id, sandbox.state, sandbox.created_at)
+            )
+        for container in sorted(containers, key=lambda c: c.created_at, reverse=True):
+            status.containers.append(
+                await self._container_status(
+                    container.id, container.pod_sandbox_id, container.state, container.created_at
+                )
+            )
+        self._fill_names(status)
+        self._cache[uid] = status
+        return status
+
+    async def _inspect(self, uid: str, snapshot: core.Snapshot) -> PodRuntimeStatus:
+        status = PodRuntimeStatus(uid=uid, timestamp=time.time())
+        for record in snapshot.sandboxes_of(uid):
+            sid, _uid, _name, _ns, state, created_at, _attempt = record
+            status.sandboxes.append(await self._sandbox_status(sid, state, created_at))
+        for record in snapshot.containers_of(uid):
+            cid, _uid, sandbox_id, _name, state, created_at = record[:6]
+            status.containers.append(
+                await self._container_status(cid, sandbox_id, state, created_at)
+            )
+        self._fill_names(status)
+        return status
+
+    @staticmethod
+    def _fill_names(status: PodRuntimeStatus) -> None:
+        if status.sandboxes:
+            status.name = status.sandboxes[0].name
+            status.namespace = status.sandboxes[0].namespace
+
+    async def _sandbox_status(self, sid: str, state: int, created_at: int) -> SandboxStatus:
+        cached = self._sandbox_inspected.get(sid)
+        if cached is not None and cached.state == state:
+            return cached
+        reply = await self._runtime.pod_sandbox_status(sid)
+        st = reply.status
+        host_network = st.linux.namespaces.options.network == NAMESPACE_MODE_NODE
+        result = SandboxStatus(
+            id=sid,
+            name=st.metadata.name,
+            namespace=st.metadata.namespace,
+            uid=st.metadata.uid,
+            attempt=st.metadata.attempt,
+            state=SandboxState(st.state),
+            created_at=st.created_at,
+            ip=st.network.ip,
+            host_network=host_network,
+        )
+        self._sandbox_inspected[sid] = result
+        return result
+
+    async def _container_status(
+        self, cid: str, sandbox_id: str, state: int, created_at: int
+    ) -> ContainerStatus:
+        cached = self._inspected.get(cid)
+        if cached is not None and cached.state == state and cached.created_at == created_at:
+            return cached
+        st = await self._runtime.container_status(cid)
+        annotations = st.annotations
+        try:
+            restart_count = int(annotations.get(labels.CONTAINER_RESTART_COUNT, "0"))
+        except ValueError:
+            restart_count = 0
+        result = ContainerStatus(
+            id=cid,
+            name=st.metadata.name,
+            sandbox_id=sandbox_id,
+            state=ContainerState(st.state),
+            created_at=st.created_at,
+            started_at=st.started_at,
+            finished_at=st.finished_at,
+            exit_code=st.exit_code,
+            reason=st.reason,
+            message=st.message,
+            image=st.image.image,
+            image_ref=st.image_ref,
+            hash=annotations.get(labels.CONTAINER_HASH, ""),
+            restart_count=restart_count,
+            attempt=st.metadata.attempt,
+            log_path=st.log_path,
+        )
+        self._inspected[cid] = result
+        return result
+
+    # -- what others read -------------------------------------------------------------------
+
+    def get_status(self, uid: str) -> PodRuntimeStatus:
+        return self._cache.get(uid) or PodRuntimeStatus(uid=uid)
+
+    def runtime_pod_uids(self) -> set[str]:
+        return self._snapshot.pod_uids() if self._snapshot is not None else set()
+
+    def snapshot(self) -> core.Snapshot | None:
+        return self._snapshot
+
+    async def wait_first_relist(self) -> None:
+        await self._first_relist.wait()
+
+    @property
+    def has_relisted(self) -> bool:
+        return self._first_relist.is_set()
+
+    def healthy(self) -> tuple[bool, str]:
+        """Kubelet semantics: unhealthy when no relist succeeded within the threshold."""
+        reference = self._last_relist if self._last_relist is not None else self._started
+        since = self._clock() - reference
+        if since > self._threshold:
+            detail = f"; last error: {self.last_error}" if self.last_error else ""
+            return False, (
+                f"PLEG is not healthy: pleg was last seen active {since:.0f}s ago; "
+                f"threshold is {self._threshold:.0f}s{detail}"
+            )
+        return True, "ok"

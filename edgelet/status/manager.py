@@ -1,0 +1,118 @@
+"""The status manager: the last status of every pod, versioned, written to disk only when its hash changes.
+
+`edgelet pods` reads the same files, so it answers whether or not the agent is running. When a
+cluster is configured, a syncer registered with `add_listener` pushes changed statuses to the API.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import orjson
+
+from .. import core, podutil
+from ..checkpoint import CheckpointStore
+from ..podutil import Pod
+
+log = logging.getLogger(__name__)
+
+STATUS_KIND = "pod-status"
+
+
+@dataclass(slots=True)
+class PodStatusEntry:
+    pod: Pod  # metadata + spec as last accepted, with `status` set to the latest status
+    status_hash: int
+    version: int
+
+
+Listener = Callable[[Pod, int], None]
+
+
+def _stored_pod(pod: Pod, status: dict[str, Any]) -> Pod:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": pod.get("metadata") or {},
+        "spec": pod.get("spec") or {},
+        "status": status,
+    }
+
+
+class StatusManager:
+    def __init__(self, directory: str):
+        self._store = CheckpointStore(directory, kind=STATUS_KIND, mode=0o600)
+        self._entries: dict[str, PodStatusEntry] = {}
+        self._listeners: list[Listener] = []
+        self.disk_writes = 0
+
+    def load(self) -> None:
+        """Takes the statuses the previous run left, so transition and start times carry over."""
+        for key, payload in self._store.load_all().items():
+            try:
+                pod = orjson.loads(payload)
+                uid = podutil.uid(pod)
+            except (orjson.JSONDecodeError, AttributeError, TypeError):
+                log.warning("ignoring unreadable pod status %s", key)
+                continue
+            if uid:
+                self._entries[uid] = PodStatusEntry(pod, core.status_hash(pod.get("status") or {}), 0)
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def get_status(self, uid: str) -> dict[str, Any] | None:
+        entry = self._entries.get(uid)
+        return entry.pod.get("status") if entry is not None else None
+
+    def get_entry(self, uid: str) -> PodStatusEntry | None:
+        return self._entries.get(uid)
+
+    def set_pod_status(self, pod: Pod, status: dict[str, Any]) -> bool:
+        """Records a status; returns whether it differed from the last one (and so was written)."""
+        uid = podutil.uid(pod)
+        digest = core.status_hash(status)
+        entry = self._entries.get(uid)
+        same_pod = entry is not None and entry.pod.get("metadata") == pod.get("metadata")
+        if entry is not None and entry.status_hash == digest and same_pod:
+            return False
+        version = entry.version + 1 if entry is not None else 1
+        stored = _stored_pod(pod, status)
+        self._entries[uid] = PodStatusEntry(stored, digest, version)
+        self._store.write(uid, orjson.dumps(stored))
+        self.disk_writes += 1
+        for listener in self._listeners:
+            listener(stored, version)
+        return True
+
+    def remove(self, uid: str) -> None:
+        if self._entries.pop(uid, None) is not None:
+            self._store.delete(uid)
+
+    def known_uids(self) -> set[str]:
+        return set(self._entries)
+
+    def pods(self) -> list[Pod]:
+        return [entry.pod for entry in self._entries.values()]
+
+    def pod_list_json(self) -> bytes:
+        return orjson.dumps(pod_list(self.pods()))
+
+
+def pod_list(pods: list[Pod]) -> dict[str, Any]:
+    ordered = sorted(pods, key=lambda p: (podutil.namespace(p), podutil.name(p)))
+    return {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": ordered}
+
+
+def read_pod_list(directory: str) -> dict[str, Any]:
+    """The PodList as the agent last wrote it, read straight from disk (the agent may be down)."""
+    store = CheckpointStore(directory, kind=STATUS_KIND, mode=0o600)
+    pods = []
+    for payload in store.load_all().values():
+        try:
+            pods.append(orjson.loads(payload))
+        except orjson.JSONDecodeError:
+            continue
+    return pod_list(pods)
