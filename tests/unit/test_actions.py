@@ -1,0 +1,349 @@
+"""compute_pod_actions and its helpers against the kubelet's computePodActions semantics, as tables."""
+
+import hashlib
+import itertools
+
+import pytest
+
+from edgelet.kuberuntime.actions import (
+    REASON_CHANGED,
+    REASON_NOT_IN_SPEC,
+    REASON_UNHEALTHY,
+    REASON_UNKNOWN_STATE,
+    ContainerToKill,
+    PodActions,
+    compute_pod_actions,
+    next_init_container,
+    pod_sandbox_changed,
+    should_restart,
+)
+from edgelet.kuberuntime.types import (
+    ContainerState,
+    ContainerStatus,
+    PodRuntimeStatus,
+    SandboxState,
+    SandboxStatus,
+)
+
+RUNNING, EXITED, CREATED, UNKNOWN = (
+    ContainerState.RUNNING, ContainerState.EXITED, ContainerState.CREATED, ContainerState.UNKNOWN)
+READY, NOTREADY = SandboxState.READY, SandboxState.NOTREADY
+
+
+def fake_hash(name, image):
+    return hashlib.sha256(f"{name}\0{image}".encode()).hexdigest()[:16]
+
+
+def make_pod(containers=("app",), init=(), policy=None, host_network=False, deleted=False, static=False):
+    spec = {"containers": [{"name": n, "image": f"img-{n}"} for n in containers]}
+    if init:
+        spec["initContainers"] = [{"name": n, "image": f"img-{n}"} for n in init]
+    if policy:
+        spec["restartPolicy"] = policy
+    if host_network:
+        spec["hostNetwork"] = True
+    meta = {"name": "web", "namespace": "default", "uid": "uid-1"}
+    if deleted:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if static:
+        meta["annotations"] = {"kubernetes.io/config.source": "file"}
+    return {"metadata": meta, "spec": spec}
+
+
+def sandbox(id="sb1", state=READY, attempt=0, host_network=False):
+    return SandboxStatus(id=id, name="web", namespace="default", uid="uid-1", attempt=attempt, state=state,
+                         created_at=attempt + 1, ip="" if host_network else "10.0.0.5", host_network=host_network)
+
+
+_ids = itertools.count()
+
+
+def ctr(name, state=RUNNING, exit_code=0, id=None, hash=None, reason="", sandbox_id="sb1"):
+    return ContainerStatus(
+        id=id or f"{name}-{next(_ids)}", name=name, sandbox_id=sandbox_id, state=state, created_at=0,
+        exit_code=exit_code, reason=reason, image=f"img-{name}",
+        hash=fake_hash(name, f"img-{name}") if hash is None else hash,
+    )
+
+
+def runtime(*containers, sandboxes=None):
+    return PodRuntimeStatus(uid="uid-1", name="web", namespace="default",
+                            sandboxes=[sandbox()] if sandboxes is None else sandboxes,
+                            containers=list(containers))
+
+
+def actions_for(pod, status, **kwargs):
+    return compute_pod_actions(pod, status, hasher=fake_hash, **kwargs)
+
+
+# --- should_restart: every restart policy x last state x exit code -----------------------------
+
+POLICIES = ("Always", "OnFailure", "Never")
+SHOULD_RESTART = [
+    # last instance,              Always, OnFailure, Never
+    (None,                        (True, True, True)),
+    ((RUNNING, 0),                (False, False, False)),
+    ((CREATED, 0),                (True, True, True)),
+    ((UNKNOWN, 0),                (True, True, True)),
+    ((EXITED, 0),                 (True, False, False)),
+    ((EXITED, 1),                 (True, True, False)),
+    ((EXITED, 137),               (True, True, False)),
+]
+
+
+@pytest.mark.parametrize(
+    ("latest", "policy", "expected"),
+    [(latest, policy, row[i]) for latest, row in SHOULD_RESTART for i, policy in enumerate(POLICIES)],
+)
+def test_should_restart(latest, policy, expected):
+    pod = make_pod(policy=policy)
+    status = None if latest is None else ctr("app", latest[0], latest[1])
+    assert should_restart(pod, pod["spec"]["containers"][0], status) is expected
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("latest", [None, (EXITED, 1), (CREATED, 0), (UNKNOWN, 0)])
+def test_should_restart_never_once_deleted(policy, latest):
+    pod = make_pod(policy=policy, deleted=True)
+    status = None if latest is None else ctr("app", *latest)
+    assert should_restart(pod, pod["spec"]["containers"][0], status) is False
+
+
+def test_restart_policy_defaults_to_always():
+    pod = make_pod()
+    assert should_restart(pod, pod["spec"]["containers"][0], ctr("app", EXITED, 0)) is True
+
+
+# --- sandbox changes ---------------------------------------------------------------------------
+
+SANDBOX_CASES = [
+    ("none", [], False, (True, 0, "")),
+    ("ready", [sandbox("a", READY, 2)], False, (False, 2, "a")),
+    ("not ready", [sandbox("a", NOTREADY, 2)], False, (True, 3, "")),
+    ("newest not ready, older ready", [sandbox("b", NOTREADY, 3), sandbox("a", READY, 2)], False, (True, 4, "")),
+    ("two ready", [sandbox("b", READY, 1), sandbox("a", READY, 4)], False, (True, 5, "b")),
+    ("ready, older dead", [sandbox("b", READY, 1), sandbox("a", NOTREADY, 0)], False, (False, 1, "b")),
+    ("became host network", [sandbox("a", READY, 0)], True, (True, 1, "a")),
+    ("left host network", [sandbox("a", READY, 0, host_network=True)], False, (True, 1, "a")),
+    ("host network unchanged", [sandbox("a", READY, 0, host_network=True)], True, (False, 0, "a")),
+]
+
+
+@pytest.mark.parametrize(("name", "sandboxes", "host_network", "expected"), SANDBOX_CASES,
+                         ids=[c[0] for c in SANDBOX_CASES])
+def test_pod_sandbox_changed(name, sandboxes, host_network, expected):
+    pod = make_pod(host_network=host_network)
+    assert pod_sandbox_changed(pod, runtime(sandboxes=sandboxes)) == expected
+
+
+# --- compute_pod_actions: whole plans ----------------------------------------------------------
+
+def plan(kill_pod=False, create_sandbox=False, sandbox_id="sb1", attempt=0, next_init=None, init_failed=False,
+         start=(), kill=()):
+    """The expected PodActions; `kill` holds (container id, reason) pairs."""
+    return (kill_pod, create_sandbox, sandbox_id, attempt, next_init, init_failed, list(start),
+            sorted(kill))
+
+
+def summary(actions: PodActions):
+    next_init = actions.next_init_container["name"] if actions.next_init_container else None
+    return (actions.kill_pod, actions.create_sandbox, actions.sandbox_id, actions.attempt, next_init,
+            actions.init_failed, actions.containers_to_start,
+            sorted((cid, k.reason) for cid, k in actions.containers_to_kill.items()))
+
+
+DEAD = [sandbox("sb1", NOTREADY, 1)]
+
+PLANS = [
+    # --- a new pod and sandbox changes
+    ("new pod", make_pod(("a", "b")), runtime(sandboxes=[]),
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="", attempt=0, start=[0, 1])),
+    ("new pod with init containers", make_pod(("a",), init=("i1", "i2")), runtime(sandboxes=[]),
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="", next_init="i1")),
+    ("sandbox died, Always", make_pod(("a", "b")),
+     runtime(ctr("a", EXITED, 0, id="a1"), ctr("b", EXITED, 1, id="b1"), sandboxes=DEAD),
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="", attempt=2, start=[0, 1])),
+    ("sandbox died, Never: just stop", make_pod(("a",), policy="Never"),
+     runtime(ctr("a", EXITED, 1), sandboxes=DEAD),
+     plan(kill_pod=True, sandbox_id="", attempt=2)),
+    ("sandbox died before any container, Never: retry", make_pod(("a",), policy="Never"),
+     runtime(sandboxes=DEAD),
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="", attempt=2, start=[0])),
+    ("sandbox died, OnFailure all succeeded: done", make_pod(("a", "b"), policy="OnFailure"),
+     runtime(ctr("a", EXITED, 0), ctr("b", EXITED, 0), sandboxes=DEAD),
+     plan(kill_pod=True, sandbox_id="", attempt=2)),
+    ("sandbox died, OnFailure: restart only the failed", make_pod(("a", "b"), policy="OnFailure"),
+     runtime(ctr("a", EXITED, 0), ctr("b", EXITED, 2), sandboxes=DEAD),
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="", attempt=2, start=[1])),
+    ("sandbox died, OnFailure done, init containers rerun first", make_pod(("a",), init=("i1",),
+                                                                            policy="OnFailure"),
+     runtime(ctr("i1", EXITED, 0), ctr("a", EXITED, 3), sandboxes=DEAD),
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="", attempt=2, next_init="i1")),
+    ("two ready sandboxes", make_pod(("a",)),
+     runtime(ctr("a"), sandboxes=[sandbox("new", READY, 2), sandbox("old", READY, 1)]),
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="new", attempt=3, start=[0])),
+    ("network mode changed", make_pod(("a",), host_network=True), runtime(ctr("a")),
+     plan(kill_pod=True, create_sandbox=True, attempt=1, start=[0])),
+    # --- steady state and app containers
+    ("all running: nothing to do", make_pod(("a", "b")), runtime(ctr("a"), ctr("b")), plan()),
+    ("one exited, Always: restart it", make_pod(("a", "b")), runtime(ctr("a"), ctr("b", EXITED, 0)),
+     plan(start=[1])),
+    ("one succeeded, OnFailure: keep the other", make_pod(("a", "b"), policy="OnFailure"),
+     runtime(ctr("a"), ctr("b", EXITED, 0)), plan()),
+    ("one failed, OnFailure: restart it", make_pod(("a", "b"), policy="OnFailure"),
+     runtime(ctr("a"), ctr("b", EXITED, 1)), plan(start=[1])),
+    ("one failed, Never: leave it", make_pod(("a", "b"), policy="Never"),
+     runtime(ctr("a"), ctr("b", EXITED, 1)), plan()),
+    ("all finished, Never: stop the pod", make_pod(("a", "b"), policy="Never"),
+     runtime(ctr("a", EXITED, 0), ctr("b", EXITED, 1)), plan(kill_pod=True)),
+    ("all succeeded, OnFailure: stop the pod", make_pod(("a",), policy="OnFailure"),
+     runtime(ctr("a", EXITED, 0)), plan(kill_pod=True)),
+    ("missing container is started", make_pod(("a", "b")), runtime(ctr("a")), plan(start=[1])),
+    ("created but never started: start again", make_pod(("a",)), runtime(ctr("a", CREATED)), plan(start=[0])),
+    ("unknown state: kill before restart", make_pod(("a",), policy="Never"),
+     runtime(ctr("a", UNKNOWN, id="a1")), plan(start=[0], kill=[("a1", REASON_UNKNOWN_STATE)])),
+    # --- changed definitions
+    ("hash changed: restart", make_pod(("a", "b")), runtime(ctr("a", id="a1", hash="0000"), ctr("b")),
+     plan(start=[0], kill=[("a1", REASON_CHANGED)])),
+    ("hash changed under Never: restart anyway", make_pod(("a",), policy="Never"),
+     runtime(ctr("a", id="a1", hash="0000")), plan(start=[0], kill=[("a1", REASON_CHANGED)])),
+    ("empty recorded hash counts as changed", make_pod(("a",)), runtime(ctr("a", id="a1", hash="")),
+     plan(start=[0], kill=[("a1", REASON_CHANGED)])),
+    ("exited container with an old hash is not killed", make_pod(("a",), policy="Never"),
+     runtime(ctr("a", EXITED, 0, hash="0000")), plan(kill_pod=True)),
+    # --- containers that are not in the spec
+    ("stray running container", make_pod(("a",)), runtime(ctr("a"), ctr("gone", id="g1")),
+     plan(kill=[("g1", REASON_NOT_IN_SPEC)])),
+    ("stray exited container is left to GC", make_pod(("a",)), runtime(ctr("a"), ctr("gone", EXITED, 0)),
+     plan()),
+    ("stray next to an unfinished init", make_pod(("a",), init=("i1",)),
+     runtime(ctr("i1"), ctr("gone", UNKNOWN, id="g1")), plan(kill=[("g1", REASON_NOT_IN_SPEC)])),
+    # --- init containers, one at a time
+    ("first init container running", make_pod(("a",), init=("i1", "i2")), runtime(ctr("i1")), plan()),
+    ("first init done: start the second", make_pod(("a",), init=("i1", "i2")),
+     runtime(ctr("i1", EXITED, 0)), plan(next_init="i2")),
+    ("second init only created: start it again", make_pod(("a",), init=("i1", "i2")),
+     runtime(ctr("i2", CREATED), ctr("i1", EXITED, 0)), plan(next_init="i2")),
+    ("all init done: start the app", make_pod(("a", "b"), init=("i1", "i2")),
+     runtime(ctr("i2", EXITED, 0), ctr("i1", EXITED, 0)), plan(start=[0, 1])),
+    ("init failed, Always: retry it", make_pod(("a",), init=("i1", "i2")),
+     runtime(ctr("i2", EXITED, 1), ctr("i1", EXITED, 0)), plan(next_init="i2")),
+    ("init failed, OnFailure: retry it", make_pod(("a",), init=("i1",), policy="OnFailure"),
+     runtime(ctr("i1", EXITED, 2)), plan(next_init="i1")),
+    ("init failed, Never: the pod fails", make_pod(("a",), init=("i1", "i2"), policy="Never"),
+     runtime(ctr("i1", EXITED, 1)), plan(kill_pod=True, init_failed=True)),
+    ("init OOMKilled with exit 0 is a failure", make_pod(("a",), init=("i1",), policy="Never"),
+     runtime(ctr("i1", EXITED, 0, reason="OOMKilled")), plan(kill_pod=True, init_failed=True)),
+    ("init in unknown state: kill and retry", make_pod(("a",), init=("i1",)),
+     runtime(ctr("i1", UNKNOWN, id="i1x")), plan(next_init="i1", kill=[("i1x", REASON_UNKNOWN_STATE)])),
+    ("init gone but app running: initialized", make_pod(("a",), init=("i1",)), runtime(ctr("a")), plan()),
+    ("app keeps running, restarted app after init", make_pod(("a", "b"), init=("i1",)),
+     runtime(ctr("a"), ctr("b", EXITED, 1), ctr("i1", EXITED, 0)), plan(start=[1])),
+    # --- deletion
+    ("deleted: stop everything", make_pod(("a",), deleted=True), runtime(ctr("a")),
+     plan(kill_pod=True)),
+    ("deleted before it ever ran: no sandbox", make_pod(("a",), deleted=True), runtime(sandboxes=[]),
+     plan(kill_pod=True, sandbox_id="")),
+]
+
+
+@pytest.mark.parametrize(("name", "pod", "status", "expected"), PLANS, ids=[p[0] for p in PLANS])
+def test_compute_pod_actions(name, pod, status, expected):
+    assert summary(actions_for(pod, status)) == expected
+
+
+# --- probes ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("policy", "probe", "expected"),
+    [
+        ("Always", "liveness", plan(start=[0], kill=[("a1", REASON_UNHEALTHY)])),
+        ("OnFailure", "liveness", plan(start=[0], kill=[("a1", REASON_UNHEALTHY)])),
+        ("Never", "liveness", plan(kill_pod=True, kill=[("a1", REASON_UNHEALTHY)])),
+        ("Always", "startup", plan(start=[0], kill=[("a1", REASON_UNHEALTHY)])),
+        ("Never", "startup", plan(kill_pod=True, kill=[("a1", REASON_UNHEALTHY)])),
+    ],
+)
+def test_probe_failure_kills_and_restarts_per_policy(policy, probe, expected):
+    actions = actions_for(make_pod(("a",), policy=policy), runtime(ctr("a", id="a1")),
+                          **{f"{probe}_failed": {"a1"}})
+    assert summary(actions) == expected
+    kill = actions.containers_to_kill["a1"]
+    restarts = policy != "Never"
+    assert kill == ContainerToKill("a1", "a", REASON_UNHEALTHY,
+                                   f"Container a failed {probe} probe" + (", will be restarted" if restarts else ""))
+
+
+def test_probe_results_belong_to_one_container_instance():
+    # A failure of the previous instance must not kill the new one.
+    actions = actions_for(make_pod(("a",)), runtime(ctr("a", id="new")), liveness_failed={"old"})
+    assert actions.no_change()
+
+
+def test_changed_definition_wins_over_probe_failure():
+    actions = actions_for(make_pod(("a",)), runtime(ctr("a", id="a1", hash="0")), liveness_failed={"a1"})
+    assert actions.containers_to_kill["a1"].reason == REASON_CHANGED
+    assert actions.containers_to_kill["a1"].message == "Container a definition changed, will be restarted"
+
+
+def test_liveness_failure_keeps_the_healthy_sibling_running():
+    actions = actions_for(make_pod(("a", "b"), policy="Never"), runtime(ctr("a", id="a1"), ctr("b", id="b1")),
+                          liveness_failed=["a1"])
+    assert (actions.kill_pod, list(actions.containers_to_kill), actions.containers_to_start) == (False, ["a1"], [])
+
+
+# --- next_init_container directly --------------------------------------------------------------
+
+def test_next_init_container_reports_the_failed_instance():
+    failed = ctr("i2", EXITED, 1)
+    pod = make_pod(("a",), init=("i1", "i2"))
+    assert next_init_container(pod, runtime(failed, ctr("i1", EXITED, 0))) == (failed, pod["spec"]["initContainers"][1],
+                                                                              False)
+
+
+def test_next_init_container_without_init_containers_is_done():
+    assert next_init_container(make_pod(("a",)), runtime()) == (None, None, True)
+
+
+def test_newest_instance_decides():
+    # i1 failed once, then succeeded: the newest (first in the list) is what counts.
+    pod = make_pod(("a",), init=("i1",))
+    status = runtime(ctr("i1", EXITED, 0), ctr("i1", EXITED, 1))
+    assert next_init_container(pod, status) == (None, None, True)
+    assert actions_for(pod, status).containers_to_start == [0]
+
+
+# --- PodActions --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, True),
+        ({"kill_pod": True}, False),
+        ({"create_sandbox": True}, False),
+        ({"next_init_container": {"name": "i"}}, False),
+        ({"containers_to_start": [0]}, False),
+        ({"containers_to_kill": {"x": ContainerToKill("x", "n", "r", "m")}}, False),
+        ({"attempt": 3, "sandbox_id": "sb"}, True),
+    ],
+)
+def test_no_change(changes, expected):
+    base = {"kill_pod": False, "create_sandbox": False, "sandbox_id": "", "attempt": 0}
+    assert PodActions(**{**base, **changes}).no_change() is expected
+
+
+def test_inputs_are_not_modified():
+    pod = make_pod(("a", "b"), init=("i1",))
+    status = runtime(ctr("a", id="a1", hash="0"), ctr("i1", EXITED, 0))
+    before = (repr(pod), repr(status))
+    actions_for(pod, status, liveness_failed={"a1"})
+    assert (repr(pod), repr(status)) == before
+
+
+def test_default_hasher_is_the_agent_container_hash():
+    core = pytest.importorskip("edgelet.core")
+    pod = make_pod(("a",))
+    good = ctr("a", id="a1", hash=core.container_hash("a", "img-a"))
+    assert compute_pod_actions(pod, runtime(good)).no_change()
+    stale = ctr("a", id="a1", hash=fake_hash("a", "img-a"))
+    assert compute_pod_actions(pod, runtime(stale)).containers_to_kill["a1"].reason == REASON_CHANGED
