@@ -1,0 +1,43 @@
+"""CRI v1 for edgelet: the protocol subset (runtime_v1.proto and its stubs), the client, and its errors.
+
+The errors live here, free of grpc imports, so callers can catch them without loading the client.
+"""
+
+from edgelet.errors import EdgeletError, PermanentError, TemporaryError
+
+
+class RuntimeCallError(EdgeletError):
+    """A failed CRI call: the operation, the gRPC status code name (e.g. "NOT_FOUND") and the runtime's words."""
+
+    def __init__(self, message: str, operation: str, code: str, details: str):
+        super().__init__(message)
+        self.operation = operation
+        self.code = code
+        self.details = details
+
+
+class RuntimeUnavailable(RuntimeCallError, TemporaryError):
+    """The runtime did not answer in time or cannot be reached at its endpoint; worth retrying."""
+
+    def __init__(self, endpoint: str, operation: str, code: str, details: str):
+        super().__init__(
+            f"container runtime at {endpoint} unavailable ({operation}: {code}): {details}", operation, code, details
+        )
+        self.endpoint = endpoint
+
+
+class NotFound(RuntimeCallError, PermanentError):
+    """The sandbox, container or image named in the call does not exist (any more)."""
+
+    def __init__(self, operation: str, code: str, details: str):
+        super().__init__(f"{operation}: not found: {details}", operation, code, details)
+
+
+class CRIError(RuntimeCallError, PermanentError):
+    """The runtime refused or failed the call; `code` and `details` say how."""
+
+    def __init__(self, operation: str, code: str, details: str):
+        super().__init__(f"{operation} failed ({code}): {details}", operation, code, details)
+
+
+__all__ = ["CRIError", "NotFound", "RuntimeCallError", "RuntimeUnavailable"]

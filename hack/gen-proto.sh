@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Regenerates the CRI Python modules from edgelet/cri/runtime_v1.proto.
+#
+# Usage: hack/gen-proto.sh [--check]
+#   --check   generate into a temporary directory and fail if the committed files differ.
+#
+# The generator is pinned (GRPC_TOOLS_VERSION) and installed into a throwaway venv, so the output
+# does not depend on whichever grpcio-tools a developer happens to have. grpcio-tools 1.63 emits
+# protobuf 5.26 gencode, which runs on every protobuf runtime from 5.26 up (a newer generator would
+# demand a runtime at least as new as itself). Needs python3 with venv and access to PyPI.
+set -euo pipefail
+
+GRPC_TOOLS_VERSION="${GRPC_TOOLS_VERSION:-1.63.2}"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cri="$repo/edgelet/cri"
+mode="${1:-write}"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install --quiet --disable-pip-version-check "grpcio-tools==$GRPC_TOOLS_VERSION"
+
+out="$work/out"
+mkdir -p "$out"
+"$work/venv/bin/python" -m grpc_tools.protoc -I"$cri" \
+    --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
+    "$cri/runtime_v1.proto"
+
+# protoc writes a top-level import; inside the package the stub must import its sibling.
+sed -i 's/^import runtime_v1_pb2 as /from . import runtime_v1_pb2 as /' "$out/runtime_v1_pb2_grpc.py"
+grep -q '^from \. import runtime_v1_pb2 as ' "$out/runtime_v1_pb2_grpc.py" || {
+    echo "gen-proto: could not rewrite the pb2 import in runtime_v1_pb2_grpc.py" >&2
+    exit 1
+}
+
+status=0
+for f in runtime_v1_pb2.py runtime_v1_pb2.pyi runtime_v1_pb2_grpc.py; do
+    if [[ "$mode" == "--check" ]]; then
+        if ! cmp -s "$out/$f" "$cri/$f"; then
+            echo "gen-proto: edgelet/cri/$f is stale; run hack/gen-proto.sh" >&2
+            status=1
+        fi
+    else
+        cp "$out/$f" "$cri/$f"
+    fi
+done
+[[ "$mode" == "--check" && $status -eq 0 ]] && echo "gen-proto: generated files are up to date"
+exit $status

@@ -1,0 +1,126 @@
+"""Session-wide test fixtures: the private containerd that integration tests run against.
+
+`containerd` starts one instance per test session through hack/local-containerd.sh in a temporary
+directory and stops it at the end, failing the session if anything (process, mount) outlives it.
+Without root or the needed tools the fixture skips, except under CI=true, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCAL_CONTAINERD = REPO_ROOT / "hack" / "local-containerd.sh"
+BUSYBOX_IMAGE = "docker.io/library/busybox:local"
+PAUSE_IMAGE = "edgelet.local/pause:1"
+REQUIRED_TOOLS = ("containerd", "ctr", "runc", "containerd-shim-runc-v2", "umoci", "busybox", "python3", "ip")
+READY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Containerd:
+    """A running private containerd: its CRI endpoint, its state directory and the images it holds."""
+
+    endpoint: str
+    state_dir: Path
+    image: str = BUSYBOX_IMAGE
+    pause_image: str = PAUSE_IMAGE
+
+    @property
+    def socket(self) -> str:
+        return self.endpoint.removeprefix("unix://")
+
+    @property
+    def pod_subnet(self) -> str:
+        """The CNI bridge subnet pods on the pod network get their addresses from."""
+        for line in (self.state_dir / "instance.env").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key == "SUBNET":
+                return value
+        raise LookupError(f"{self.state_dir / 'instance.env'}: no SUBNET")
+
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Runs `ctr` against this instance in the CRI namespace (k8s.io)."""
+        return subprocess.run(
+            ["ctr", "--address", self.socket, "--namespace", "k8s.io", *args],
+            check=check,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+
+def _cannot_run(reason: str) -> None:
+    """Integration tests must not silently vanish in CI: there a missing prerequisite is a failure."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"containerd integration tests cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _local_containerd(action: str, state_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(LOCAL_CONTAINERD), action, str(state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _wait_until_ready(endpoint: str, images: tuple[str, ...]) -> None:
+    """Waits until the CRI reports RuntimeReady and NetworkReady and has indexed the imported images."""
+    from edgelet.cri import runtime_v1_pb2 as pb
+    from edgelet.cri import runtime_v1_pb2_grpc as pb_grpc
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last = "no answer"
+    with grpc.insecure_channel(endpoint) as channel:
+        runtime = pb_grpc.RuntimeServiceStub(channel)
+        image_service = pb_grpc.ImageServiceStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                conditions = runtime.Status(pb.StatusRequest(), timeout=5).status.conditions
+                not_ready = [c.type for c in conditions if not c.status]
+                missing = [
+                    ref
+                    for ref in images
+                    if not image_service.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=ref)), timeout=5).image.id
+                ]
+                if not not_ready and not missing:
+                    return
+                last = f"not ready: {not_ready}, images missing: {missing}"
+            except grpc.RpcError as err:
+                last = f"{err.code().name}: {err.details()}"
+            time.sleep(0.1)
+    pytest.fail(f"containerd at {endpoint} not ready within {READY_TIMEOUT_S:.0f} s ({last})", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def containerd(tmp_path_factory: pytest.TempPathFactory):
+    """A private containerd for the whole session; see hack/local-containerd.sh for what it sets up."""
+    if os.geteuid() != 0:
+        _cannot_run("needs root to run containerd")
+    missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
+    if missing:
+        _cannot_run(f"missing tools: {', '.join(missing)}")
+
+    state_dir = tmp_path_factory.mktemp("containerd")
+    started = _local_containerd("start", state_dir)
+    if started.returncode != 0:
+        _local_containerd("stop", state_dir)
+        pytest.fail(f"hack/local-containerd.sh start failed:\n{started.stderr}", pytrace=False)
+    instance = Containerd(endpoint=started.stdout.strip().splitlines()[-1], state_dir=state_dir)
+    try:
+        _wait_until_ready(instance.endpoint, (instance.image, instance.pause_image))
+        yield instance
+    finally:
+        stopped = _local_containerd("stop", state_dir)
+    if stopped.returncode != 0:
+        pytest.fail(f"hack/local-containerd.sh stop left things behind:\n{stopped.stderr}", pytrace=False)

@@ -1,0 +1,36 @@
+"""Fixtures for tests against the session's private containerd: a connected CRI client and a clean runtime.
+
+Opt a module into a runtime emptied before and after each test with
+`pytestmark = pytest.mark.usefixtures("clean_runtime")`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from edgelet.cri.client import RuntimeClient
+
+
+async def remove_everything(client: RuntimeClient) -> None:
+    """Stops and removes every sandbox and container the runtime has (removal kills what still runs)."""
+    for container in await client.list_containers():
+        await client.remove_container(container.id)
+    for sandbox in await client.list_pod_sandbox():
+        await client.stop_pod_sandbox(sandbox.id)
+        await client.remove_pod_sandbox(sandbox.id)
+
+
+@pytest.fixture
+async def cri(containerd):
+    """A RuntimeClient connected to the session's containerd, closed after the test."""
+    async with RuntimeClient(containerd.endpoint, timeout=60.0) as client:
+        yield client
+
+
+@pytest.fixture
+async def clean_runtime(cri):
+    """An empty runtime for the test, emptied again afterwards whatever the test left."""
+    await remove_everything(cri)
+    yield
+    await remove_everything(cri)
+    assert not await cri.list_pod_sandbox(), "sandboxes survived the cleanup"

@@ -1,0 +1,263 @@
+"""RuntimeClient against a real private containerd: lifecycle, listing (decoded and raw), exec, images, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import statistics
+import time
+import uuid
+
+import pytest
+
+from edgelet import metrics
+from edgelet.cri import CRIError, NotFound, RuntimeUnavailable
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.cri.client import RuntimeClient
+
+pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+
+def sandbox_config(containerd, *, host_network: bool = True, labels: dict[str, str] | None = None):
+    name = f"pod-{uuid.uuid4().hex[:8]}"
+    uid = str(uuid.uuid4())
+    return pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default"),
+        # A pod sharing the host's network shares its UTS namespace too: no hostname of its own.
+        hostname="" if host_network else name,
+        log_directory=str(containerd.state_dir / "pods" / f"default_{name}_{uid}"),
+        labels={"io.kubernetes.pod.name": name, "io.kubernetes.pod.uid": uid, **(labels or {})},
+        linux=pb.LinuxPodSandboxConfig(
+            security_context=pb.LinuxSandboxSecurityContext(
+                namespace_options=pb.NamespaceOption(network=pb.NODE if host_network else pb.POD)
+            )
+        ),
+    )
+
+
+def container_config(containerd, name: str = "main", command=("sleep", "3600")):
+    return pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name=name),
+        image=pb.ImageSpec(image=containerd.image),
+        command=list(command),
+        log_path=f"{name}/0.log",
+        labels={"io.kubernetes.container.name": name},
+        annotations={"io.kubernetes.container.restartCount": "0"},
+    )
+
+
+async def start_pod(cri, containerd, **sandbox_kwargs) -> tuple[str, str, pb.PodSandboxConfig]:
+    config = sandbox_config(containerd, **sandbox_kwargs)
+    sandbox_id = await cri.run_pod_sandbox(config)
+    container_id = await cri.create_container(sandbox_id, container_config(containerd), config)
+    await cri.start_container(container_id)
+    return sandbox_id, container_id, config
+
+
+def sample(name: str, operation: str) -> float:
+    return metrics.REGISTRY.get_sample_value(name, {"operation_type": operation}) or 0.0
+
+
+async def test_version_and_status(cri):
+    version = await cri.version()
+    assert version.runtime_name == "containerd"
+    assert version.runtime_api_version == "v1"
+
+    conditions = {c.type: c.status for c in (await cri.status()).status.conditions}
+    assert conditions == {"RuntimeReady": True, "NetworkReady": True}
+
+
+async def test_host_network_pod_lifecycle(cri, containerd):
+    sandbox_id, container_id, config = await start_pod(cri, containerd)
+
+    sandbox = (await cri.pod_sandbox_status(sandbox_id)).status
+    assert sandbox.state == pb.SANDBOX_READY
+    assert sandbox.metadata == config.metadata
+    assert sandbox.linux.namespaces.options.network == pb.NODE
+
+    status = await cri.container_status(container_id)
+    assert status.state == pb.CONTAINER_RUNNING
+    assert status.metadata.name == "main"
+    assert status.started_at > 0 and status.finished_at == 0
+    assert status.image.image and status.image_ref
+    assert status.labels["io.kubernetes.container.name"] == "main"
+    assert status.annotations["io.kubernetes.container.restartCount"] == "0"
+    assert status.log_path == f"{config.log_directory}/main/0.log"
+
+    [listed] = await cri.list_containers(pb.ContainerFilter(pod_sandbox_id=sandbox_id))
+    assert (listed.id, listed.state, listed.pod_sandbox_id) == (container_id, pb.CONTAINER_RUNNING, sandbox_id)
+
+    await cri.stop_container(container_id, 0)
+    stopped = await cri.container_status(container_id)
+    assert stopped.state == pb.CONTAINER_EXITED
+    assert stopped.finished_at >= stopped.started_at
+    assert stopped.exit_code == 137  # sleep as PID 1 ignores SIGTERM; timeout 0 means SIGKILL at once
+
+    await cri.remove_container(container_id)
+    await cri.stop_pod_sandbox(sandbox_id)
+    assert (await cri.pod_sandbox_status(sandbox_id)).status.state == pb.SANDBOX_NOTREADY
+    await cri.remove_pod_sandbox(sandbox_id)
+    assert await cri.list_pod_sandbox() == []
+    assert await cri.list_containers() == []
+
+
+async def test_exited_container_reports_exit_code_and_log(cri, containerd):
+    config = sandbox_config(containerd)
+    sandbox_id = await cri.run_pod_sandbox(config)
+    command = ("sh", "-c", "echo hello; echo oops >&2; exit 3")
+    container_id = await cri.create_container(sandbox_id, container_config(containerd, "job", command), config)
+    await cri.start_container(container_id)
+
+    for _ in range(100):
+        status = await cri.container_status(container_id)
+        if status.state == pb.CONTAINER_EXITED:
+            break
+        await asyncio.sleep(0.05)
+    assert status.state == pb.CONTAINER_EXITED
+    assert status.exit_code == 3
+    assert status.reason == "Error"
+
+    # CRI log format: <RFC3339Nano> <stream> <F|P> <text>
+    lines = [line.split(" ", 3) for line in open(status.log_path).read().splitlines()]
+    assert sorted((stream, tag, text) for _, stream, tag, text in lines) == [
+        ("stderr", "F", "oops"),
+        ("stdout", "F", "hello"),
+    ]
+
+
+async def test_list_raw_bytes_decode_to_the_same_lists(cri, containerd):
+    pods = [await start_pod(cri, containerd, labels={"suite": "raw"}) for _ in range(3)]
+
+    sandboxes = await cri.list_pod_sandbox()
+    raw_sandboxes = pb.ListPodSandboxResponse.FromString(await cri.list_pod_sandbox_raw()).items
+    assert sorted(sandboxes, key=lambda s: s.id) == sorted(raw_sandboxes, key=lambda s: s.id)
+    assert {s.id for s in sandboxes} == {sandbox_id for sandbox_id, _, _ in pods}
+
+    containers = await cri.list_containers()
+    raw_containers = pb.ListContainersResponse.FromString(await cri.list_containers_raw()).containers
+    assert sorted(containers, key=lambda c: c.id) == sorted(raw_containers, key=lambda c: c.id)
+    assert {c.id for c in containers} == {container_id for _, container_id, _ in pods}
+
+    running = pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))
+    raw_running = await cri.list_containers_raw(running)
+    assert len(pb.ListContainersResponse.FromString(raw_running).containers) == 3
+
+    [selected] = await cri.list_pod_sandbox(
+        pb.PodSandboxFilter(label_selector={"io.kubernetes.pod.uid": pods[1][2].metadata.uid})
+    )
+    assert selected.id == pods[1][0]
+
+
+async def test_exec_sync(cri, containerd):
+    _, container_id, _ = await start_pod(cri, containerd)
+    exit_code, stdout, stderr = await cri.exec_sync(container_id, ["sh", "-c", "echo out; echo err >&2; exit 7"], 5)
+    assert (exit_code, stdout, stderr) == (7, b"out\n", b"err\n")
+
+
+async def test_update_resources_and_reopen_log(cri, containerd):
+    _, container_id, _ = await start_pod(cri, containerd)
+    limit = 64 * 1024 * 1024
+    await cri.update_container_resources(container_id, pb.LinuxContainerResources(memory_limit_in_bytes=limit))
+    files = "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+    exit_code, stdout, _ = await cri.exec_sync(container_id, ["sh", "-c", files], 5)
+    assert (exit_code, int(stdout)) == (0, limit)
+
+    await cri.reopen_container_log(container_id)
+
+
+async def test_pod_network_sandbox_gets_an_address_on_the_bridge(cri, containerd):
+    sandbox_id, container_id, _ = await start_pod(cri, containerd, host_network=False)
+    network = (await cri.pod_sandbox_status(sandbox_id)).status.network
+    address = ipaddress.ip_address(network.ip)
+    assert address in ipaddress.ip_network(containerd.pod_subnet)
+
+    exit_code, stdout, _ = await cri.exec_sync(container_id, ["ip", "-4", "-o", "addr", "show", "eth0"], 5)
+    assert exit_code == 0 and f"inet {address}/" in stdout.decode()
+
+
+async def test_deletes_are_idempotent(cri, containerd):
+    sandbox_id, container_id, _ = await start_pod(cri, containerd)
+    for _ in range(2):
+        await cri.stop_container(container_id, 0)
+        await cri.remove_container(container_id)
+        await cri.stop_pod_sandbox(sandbox_id)
+        await cri.remove_pod_sandbox(sandbox_id)
+    gone = "0" * 64
+    await cri.stop_container(gone, 0)
+    await cri.remove_container(gone)
+    await cri.stop_pod_sandbox(gone)
+    await cri.remove_pod_sandbox(gone)
+    await cri.remove_image("docker.io/library/never-pulled:1")
+
+
+async def test_images(cri, containerd):
+    image = await cri.image_status(containerd.image)
+    assert image is not None
+    assert containerd.image in image.repo_tags
+    assert image.size > 0
+
+    assert await cri.image_status("docker.io/library/never-pulled:1") is None
+
+    tags = {tag for listed in await cri.list_images() for tag in listed.repo_tags}
+    assert {containerd.image, containerd.pause_image} <= tags
+
+    info = await cri.image_fs_info()
+    [filesystem] = info.image_filesystems
+    assert filesystem.fs_id.mountpoint.startswith(str(containerd.state_dir))
+    # containerd samples usage in the background; right after start the numbers may still be zero.
+    assert filesystem.HasField("used_bytes") and filesystem.HasField("inodes_used")
+
+
+async def test_missing_objects_raise_not_found_and_count_errors(cri):
+    errors_before = sample("kubelet_runtime_operations_errors_total", "container_status")
+    calls_before = sample("kubelet_runtime_operations_duration_seconds_count", "container_status")
+    with pytest.raises(NotFound) as caught:
+        await cri.container_status("0" * 64)
+    assert caught.value.code == "NOT_FOUND"
+    assert sample("kubelet_runtime_operations_errors_total", "container_status") == errors_before + 1
+    assert sample("kubelet_runtime_operations_duration_seconds_count", "container_status") == calls_before + 1
+
+    with pytest.raises(NotFound):
+        await cri.pod_sandbox_status("0" * 64)
+
+
+async def test_refused_call_raises_cri_error_with_code_and_details(cri, containerd):
+    config = sandbox_config(containerd)
+    config.hostname = "not-allowed-with-host-network"
+    with pytest.raises(CRIError) as caught:
+        await cri.run_pod_sandbox(config)
+    assert caught.value.operation == "run_podsandbox"
+    assert caught.value.code == "UNKNOWN"
+    assert "hostname" in caught.value.details
+
+
+async def test_pull_from_unreachable_registry_fails_permanently(cri):
+    # Port 1 on loopback: nothing listens, the connection is refused at once.
+    with pytest.raises(CRIError) as caught:
+        await cri.pull_image("127.0.0.1:1/nothing:1")
+    assert "127.0.0.1:1" in caught.value.details
+
+
+async def test_unreachable_endpoint_raises_runtime_unavailable_at_once(tmp_path):
+    endpoint = f"unix://{tmp_path}/no-such.sock"
+    async with RuntimeClient(endpoint, timeout=3600.0) as client:
+        # Fail fast, not after the call deadline: a wait of the full hour would hit this bound.
+        with pytest.raises(RuntimeUnavailable) as caught:
+            await asyncio.wait_for(client.version(), 30)
+    assert caught.value.endpoint == endpoint
+    assert endpoint in str(caught.value)
+
+
+async def test_raw_cri_pod_start_time(cri, containerd, record_property):
+    """Measures RunPodSandbox + CreateContainer + StartContainer (host network): the floor for an agent."""
+    durations = []
+    for _ in range(10):
+        started = time.perf_counter()
+        sandbox_id, _, _ = await start_pod(cri, containerd)
+        durations.append(time.perf_counter() - started)
+        await cri.stop_pod_sandbox(sandbox_id)
+        await cri.remove_pod_sandbox(sandbox_id)
+    median_ms = statistics.median(durations) * 1000
+    record_property("raw_cri_pod_start_median_ms", round(median_ms, 1))
+    print(f"\nraw CRI pod start (host network), median of {len(durations)}: {median_ms:.0f} ms")
+    assert await cri.list_pod_sandbox() == []
