@@ -1,0 +1,1 @@
+"""The Node object of this machine: registration, NodeStatus updates and the Lease heartbeat."""

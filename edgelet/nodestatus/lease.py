@@ -1,0 +1,146 @@
+"""The node Lease heartbeat: `kube-node-lease/<node>` renewed every `renew_interval`, as the kubelet does.
+
+A conflicting update re-reads the Lease and retries; an unreachable API server is retried with
+jittered backoff (capped at the renew interval) so the heartbeat resumes as soon as it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import random
+import time
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable, Iterator
+
+from edgelet.backoff import jittered_delays
+from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound
+
+log = logging.getLogger(__name__)
+
+LEASE_NAMESPACE = "kube-node-lease"
+_MAX_UPDATE_RETRIES = 5
+# The kubelet's renew loop jitters each period by up to 4 %.
+_RENEW_JITTER = 0.04
+
+
+def micro_time(now: float) -> str:
+    """The API's MicroTime: RFC 3339 with microseconds, e.g. 2026-01-01T00:00:00.000000Z."""
+    return datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def renewed_lease(base: dict[str, Any] | None, node_name: str, duration: int, now: float, node_uid: str) -> dict[str, Any]:
+    """`base` (or a new Lease) held by this node with renewTime `now` and, once the Node's uid is
+    known, owned by the Node so that deleting the Node deletes its Lease."""
+    lease = copy.deepcopy(base) if base else {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": node_name, "namespace": LEASE_NAMESPACE},
+    }
+    spec = lease.setdefault("spec", {})
+    spec["holderIdentity"] = node_name
+    spec["leaseDurationSeconds"] = duration
+    spec["renewTime"] = micro_time(now)
+    meta = lease.setdefault("metadata", {})
+    if node_uid and not meta.get("ownerReferences"):
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}]
+    return lease
+
+
+class LeaseController:
+    def __init__(
+        self,
+        client: ApiClient,
+        node_name: str,
+        *,
+        duration: float = 40,
+        renew_interval: float = 10,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 7.0,
+    ):
+        self.client = client
+        self.node_name = node_name
+        self.duration = int(duration)
+        self.renew_interval = renew_interval
+        self.renewals = 0
+        self.last_renew = 0.0  # clock() of the last successful renewal
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._lease: dict[str, Any] | None = None
+        self._node_uid = ""
+
+    @property
+    def path(self) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{self.node_name}"
+
+    async def run(self) -> None:
+        delays: Iterator[float] | None = None
+        while True:
+            try:
+                await self.renew()
+                if delays is not None:
+                    log.info("node lease renewed again after an outage")
+                delays = None
+                wait = self.renew_interval * (1 + self._rng.uniform(0, _RENEW_JITTER))
+            except ApiError as e:
+                if delays is None:
+                    log.warning("renewing the node lease failed: %s; retrying with backoff", e)
+                    cap = max(min(self._backoff_max, self.renew_interval), self._backoff_initial)
+                    delays = jittered_delays(self._backoff_initial, cap, rng=self._rng)
+                else:
+                    log.debug("renewing the node lease failed again: %s", e)
+                wait = next(delays)
+            await self._sleep(wait)
+
+    async def renew(self) -> None:
+        """One renewal: create the Lease if missing, else PUT it with its resourceVersion; a
+        409 re-reads it and tries again (a few times, then the caller backs off)."""
+        if not self._node_uid:
+            await self._learn_node_uid()
+        for _ in range(_MAX_UPDATE_RETRIES):
+            if self._lease is None:
+                self._lease = await self._get()
+            if self._lease is None:
+                fresh = renewed_lease(None, self.node_name, self.duration, self._clock(), self._node_uid)
+                try:
+                    self._lease = await self.client.create(self.path.rsplit("/", 1)[0], fresh)
+                except AlreadyExists:
+                    continue  # created by someone else meanwhile: read it next round
+                self._record()
+                return
+            lease = renewed_lease(self._lease, self.node_name, self.duration, self._clock(), self._node_uid)
+            try:
+                self._lease = await self.client.replace(self.path, lease)
+            except (Conflict, NotFound):
+                self._lease = None  # changed or deleted by someone else: re-read and retry
+                continue
+            self._record()
+            return
+        raise Conflict(409, "Conflict", f"the lease kept changing during {_MAX_UPDATE_RETRIES} attempts", method="PUT", path=self.path)
+
+    async def _get(self) -> dict[str, Any] | None:
+        try:
+            return await self.client.get(self.path)
+        except NotFound:
+            return None
+
+    def _record(self) -> None:
+        self.renewals += 1
+        self.last_renew = self._clock()
+
+    async def _learn_node_uid(self) -> None:
+        try:
+            node = await self.client.get(f"/api/v1/nodes/{self.node_name}")
+        except ApiError as e:
+            # Not registered yet (or not readable): the Lease gets its owner on a later renewal.
+            log.debug("node %s not readable for the lease owner reference: %s", self.node_name, e)
+            return
+        self._node_uid = (node.get("metadata") or {}).get("uid", "")

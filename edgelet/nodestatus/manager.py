@@ -1,0 +1,195 @@
+"""Registers this machine's Node and keeps its status current, as the kubelet's node status loop does.
+
+Status is computed every `update_frequency` and written (strategic-merge PATCH of `nodes/<name>/status`)
+only when it changed materially (heartbeat times ignored) or `report_frequency` has passed; the Lease
+is the liveness heartbeat. API outages are retried with jittered backoff; nothing here ends the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+import time
+from typing import Any, Awaitable, Callable, Iterator, Mapping
+
+from edgelet.backoff import jittered_delays
+from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import AlreadyExists, ApiError, NotFound
+from edgelet.nodestatus.setters import (
+    Health,
+    NodeInfo,
+    PressureThresholds,
+    StatusInputs,
+    compute_status,
+    initial_node,
+    material_view,
+    missing_labels,
+)
+
+log = logging.getLogger(__name__)
+
+NODES_PATH = "/api/v1/nodes"
+
+
+async def _resolve(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class NodeStatusManager:
+    def __init__(
+        self,
+        client: ApiClient,
+        node_name: str,
+        *,
+        facts_provider: Callable[[], NodeInfo | Awaitable[NodeInfo]],
+        health_provider: Callable[[], Health],
+        runtime_version_provider: Callable[[], str | Awaitable[str]] = lambda: "",
+        pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
+        node_labels: Mapping[str, str] | None = None,
+        update_frequency: float = 10.0,
+        report_frequency: float = 300.0,
+        max_pods: int = 110,
+        daemon_port: int = 0,
+        thresholds: PressureThresholds = PressureThresholds(),
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        backoff_initial: float = 0.8,
+        register_backoff_max: float = 7.0,
+    ):
+        self.client = client
+        self.node_name = node_name
+        self.update_frequency = update_frequency
+        self.report_frequency = report_frequency
+        self.registered = asyncio.Event()
+        self.node_uid = ""
+        self.status_writes = 0
+        self.last_write = 0.0  # clock() of the last successful status write
+        self._facts_provider = facts_provider
+        self._health_provider = health_provider
+        self._runtime_version_provider = runtime_version_provider
+        self._pressure_provider = pressure_provider
+        self._node_labels = dict(node_labels or {})
+        self._max_pods = max_pods
+        self._daemon_port = daemon_port
+        self._thresholds = thresholds
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._backoff_initial = backoff_initial
+        self._register_backoff_max = register_backoff_max
+        self._runtime_version = ""
+        self._last_status: dict[str, Any] | None = None  # what we computed and wrote last
+        self._last_write_at: float | None = None  # None: write at the next sync whatever it holds
+
+    @property
+    def path(self) -> str:
+        return f"{NODES_PATH}/{self.node_name}"
+
+    async def run(self) -> None:
+        await self.register()
+        delays: Iterator[float] | None = None
+        while True:
+            try:
+                await self.sync_once()
+                if delays is not None:
+                    log.info("node status: API server reachable again")
+                delays = None
+                wait = self.update_frequency
+            except NotFound:
+                log.warning("node %s is gone from the API server; registering it again", self.node_name)
+                self.registered.clear()
+                await self.register()
+                continue
+            except (ApiError, _InputsUnavailable) as e:
+                if delays is None:
+                    log.warning("node status update failed: %s; retrying with backoff", e)
+                    delays = jittered_delays(self._backoff_initial, max(self.update_frequency, self._backoff_initial), rng=self._rng)
+                else:
+                    log.debug("node status update failed again: %s", e)
+                wait = next(delays)
+            await self._sleep(wait)
+
+    async def register(self) -> None:
+        """Create the Node, or adopt the existing one (adding the labels it lacks); retries forever."""
+        delays = jittered_delays(self._backoff_initial, max(self._register_backoff_max, self._backoff_initial), rng=self._rng)
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                inputs = await self._inputs()
+                try:
+                    node = await self.client.create(NODES_PATH, initial_node(self.node_name, inputs))
+                    self._last_status = compute_status(None, inputs)
+                    self._last_write_at = self._clock()
+                    if (node.get("status") or {}).get("conditions") is None:
+                        self._last_write_at = None  # the server dropped the status: write it
+                    log.info("registered node %s with the API server", self.node_name)
+                except AlreadyExists:
+                    node = await self.client.get(self.path)
+                    labels = missing_labels(node, inputs)
+                    if labels:
+                        node = await self.client.patch(self.path, {"metadata": {"labels": labels}})
+                        log.info("node %s was already registered; set labels %s", self.node_name, sorted(labels))
+                    else:
+                        log.info("node %s was already registered", self.node_name)
+                    self._last_status = node.get("status") if isinstance(node.get("status"), dict) else None
+                    self._last_write_at = None
+                self.node_uid = (node.get("metadata") or {}).get("uid", "")
+                self.registered.set()
+                return
+            except (ApiError, _InputsUnavailable) as e:
+                delay = next(delays)
+                level = logging.WARNING if attempts == 1 else logging.DEBUG
+                log.log(level, "registering node %s failed: %s; retrying in %.1fs", self.node_name, e, delay)
+                await self._sleep(delay)
+
+    async def sync_once(self) -> bool:
+        """Compute the status and write it if needed; True when it was written."""
+        inputs = await self._inputs()
+        status = compute_status(self._last_status, inputs)
+        now = self._clock()
+        changed = material_view(status) != material_view(self._last_status)
+        due = self._last_write_at is None or now - self._last_write_at >= self.report_frequency
+        if not changed and not due:
+            return False
+        body = dict(status)
+        # Addresses merge by type in a strategic patch; a vanished address must go, so replace the list.
+        body["addresses"] = [*status.get("addresses", []), {"$patch": "replace"}]
+        await self.client.patch(f"{self.path}/status", {"status": body})
+        self._last_status = status
+        self._last_write_at = now
+        self.last_write = now
+        self.status_writes += 1
+        if changed:
+            log.debug("node status written (changed)")
+        return True
+
+    async def _inputs(self) -> StatusInputs:
+        try:
+            facts = await _resolve(self._facts_provider())
+            health = dict(self._health_provider())
+            pressure = dict(self._pressure_provider()) if self._pressure_provider else None
+        except Exception as e:  # a provider's failure must cost one update, never the loop
+            raise _InputsUnavailable(f"cannot gather node facts: {e}") from e
+        try:
+            self._runtime_version = await _resolve(self._runtime_version_provider()) or self._runtime_version
+        except Exception as e:  # runtime down: keep reporting the last version it told us
+            log.debug("runtime version unavailable: %s", e)
+        return StatusInputs(
+            facts=facts,
+            now=self._clock(),
+            health=health,
+            runtime_version=self._runtime_version,
+            node_labels=self._node_labels,
+            max_pods=self._max_pods,
+            thresholds=self._thresholds,
+            pressure=pressure,
+            daemon_port=self._daemon_port,
+        )
+
+
+class _InputsUnavailable(Exception):
+    """A facts/health provider failed; the update is skipped and retried."""

@@ -1,0 +1,262 @@
+"""The API server pod source: list + watch the pods bound to this node and hand the full set to the merger.
+
+Like the kubelet's reflector: list with `fieldSelector=spec.nodeName=<node>`, watch from the list's
+resourceVersion with bookmarks, list again on 410 Gone, resume the watch after a broken stream, and
+reconnect with full-jitter backoff (0.8 s doubling to 30 s) so a fleet does not return in a storm.
+Pods already known are kept while the API server is unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from typing import Any, Awaitable, Callable, Iterator
+
+from edgelet.backoff import jittered_delays
+from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import ApiError, Gone, Unauthorized, WatchStreamError
+from edgelet.podconfig.config import SourceHandle
+
+log = logging.getLogger(__name__)
+
+PODS_PATH = "/api/v1/pods"
+Pod = dict[str, Any]
+
+# Rejected credentials are not fixed by hammering the server: their schedule starts this much higher.
+_AUTH_BACKOFF_FACTOR = 10
+# A watch that ends this quickly without events counts as a failure, so a server that accepts and
+# closes at once cannot make us spin.
+_MIN_HEALTHY_WATCH_SECONDS = 1.0
+
+
+def pod_problem(obj: Any, node_name: str) -> str | None:
+    """Why an object from the API cannot be handed to the agent as a pod (None: it can)."""
+    if not isinstance(obj, dict):
+        return "is not a JSON object"
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return "has no metadata object"
+    for field in ("name", "namespace", "uid"):
+        if not isinstance(meta.get(field), str) or not meta[field]:
+            return f"has no metadata.{field}"
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return "has no spec object"
+    if spec.get("nodeName") != node_name:
+        return f"is bound to node {spec.get('nodeName')!r}, not {node_name!r}"
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        return "has no spec.containers list"
+    for index, container in enumerate(containers):
+        if not isinstance(container, dict) or not isinstance(container.get("name"), str):
+            return f"spec.containers[{index}] has no name"
+    if "status" in obj and not isinstance(obj["status"], dict):
+        return "has a status that is not an object"
+    return None
+
+
+def object_key(obj: Any) -> str | None:
+    """`namespace/name`, or None when the object does not even have those."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        return None
+    return f"{meta.get('namespace') or 'default'}/{meta['name']}"
+
+
+def resource_version(obj: Any) -> str | None:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return rv if isinstance(rv, str) and rv else None
+
+
+class ApiServerSource:
+    """Keeps the merger's "api" source equal to the pods the API server binds to `node_name`."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        node_name: str,
+        handle: SourceHandle,
+        *,
+        rng: random.Random | None = None,
+        backoff_initial: float = 0.8,
+        backoff_max: float = 30.0,
+        debounce: float = 0.05,
+        watch_timeout: tuple[float, float] = (300.0, 600.0),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.client = client
+        self.node_name = node_name
+        self.handle = handle
+        self.connected = False
+        self.last_sync = 0.0  # clock() of the last list or watch event (bookmarks included)
+        self.resource_version = ""
+        self._rng = rng or random.Random()
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._debounce = debounce
+        self._watch_timeout = watch_timeout
+        self._sleep = sleep
+        self._clock = clock
+        self._pods: dict[str, Pod] = {}
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._failures = 0
+        self._delays: Iterator[float] | None = None
+        self._auth_delays: Iterator[float] | None = None
+        self._auth_reported = False  # refused credentials are logged once per failure streak
+
+    @property
+    def pods(self) -> list[Pod]:
+        return list(self._pods.values())
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return {"fieldSelector": f"spec.nodeName={self.node_name}"}
+
+    async def run(self) -> None:
+        relist = True
+        try:
+            while True:
+                try:
+                    if relist:
+                        await self._list()
+                        relist = False
+                    healthy = await self._watch()
+                    if healthy:
+                        self._recovered()
+                        continue
+                    delay = self._next_delay(None)
+                except Gone as e:
+                    log.info("API pod watch: resourceVersion %s expired (%s); listing again", self.resource_version, e.message)
+                    relist = True
+                    continue
+                except WatchStreamError as e:
+                    relist = True
+                    delay = self._failed(e)
+                except ApiError as e:
+                    delay = self._failed(e)
+                await self._sleep(delay)
+        finally:
+            self.connected = False
+            self._cancel_flush()
+
+    async def _list(self) -> None:
+        result = await self.client.list(PODS_PATH, self.selector)
+        pods: dict[str, Pod] = {}
+        for obj in result.get("items") or []:
+            key = object_key(obj)
+            problem = pod_problem(obj, self.node_name)
+            if problem is not None:
+                log.warning("API pod source: skipping pod %s: it %s", key or "<unnamed>", problem)
+                continue
+            assert key is not None
+            pods[key] = obj
+        self._pods = pods
+        self.resource_version = resource_version(result) or ""
+        self.connected = True
+        self.last_sync = self._clock()
+        self._recovered()
+        self._flush_now()
+        self.handle.mark_ready()
+
+    async def _watch(self) -> bool:
+        """Follow the watch until the server ends it; True when it was a healthy stream."""
+        params = dict(self.selector)
+        params["resourceVersion"] = self.resource_version
+        params["allowWatchBookmarks"] = "true"
+        params["timeoutSeconds"] = str(int(self._rng.uniform(*self._watch_timeout)))
+        started = time.monotonic()
+        events = 0
+        async with contextlib.aclosing(self.client.watch(PODS_PATH, params)) as stream:
+            async for event_type, obj in stream:
+                events += 1
+                self.connected = True
+                self.last_sync = self._clock()
+                self._apply(event_type, obj)
+                if events == 1:
+                    self._recovered()
+        return events > 0 or time.monotonic() - started >= _MIN_HEALTHY_WATCH_SECONDS
+
+    def _apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        rv = resource_version(obj)
+        if event_type == "BOOKMARK":
+            if rv:
+                self.resource_version = rv
+            return
+        key = object_key(obj)
+        if rv:
+            self.resource_version = rv
+        if key is None:
+            log.warning("API pod source: skipping a %s event for an object without metadata.name", event_type)
+            return
+        if event_type == "DELETED":
+            if self._pods.pop(key, None) is not None:
+                self._schedule_flush()
+            return
+        problem = pod_problem(obj, self.node_name)
+        if problem is not None:
+            # Keep the last good version (if any): a bad update must not stop a running pod.
+            log.warning("API pod source: skipping %s of pod %s: it %s", event_type, key, problem)
+            return
+        self._pods[key] = obj
+        self._schedule_flush()
+
+    # -- handing the set to the merger; bursts of events become one set ----------------------------
+
+    def _schedule_flush(self) -> None:
+        if self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(self._debounce, self._flush_now)
+
+    def _cancel_flush(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+
+    def _flush_now(self) -> None:
+        self._cancel_flush()
+        try:
+            self.handle.set(list(self._pods.values()))
+        except Exception:
+            log.exception("API pod source: the pod config merger failed on %d pods", len(self._pods))
+
+    # -- reconnecting ----------------------------------------------------------------------------
+
+    def _failed(self, error: ApiError) -> float:
+        self.connected = False
+        self._failures += 1
+        delay = self._next_delay(error)
+        if isinstance(error, Unauthorized):
+            if self._auth_reported:
+                log.debug("API pod source: still refused (%s); next try in %.1fs", error.status, delay)
+            else:
+                self._auth_reported = True
+                log.error(
+                    "API server refused edgelet's credentials (%s %s: %s); check the kubeconfig user. "
+                    "Retrying with backoff, next try in %.1fs", error.status, error.reason, error.message, delay)
+        elif self._failures == 1:
+            log.warning("API pod source: %s; keeping %d known pods, retrying in %.1fs", error, len(self._pods), delay)
+        else:
+            log.debug("API pod source: still failing (%s); next try in %.1fs", error, delay)
+        return delay
+
+    def _next_delay(self, error: ApiError | None) -> float:
+        if isinstance(error, Unauthorized):
+            if self._auth_delays is None:
+                initial = min(self._backoff_initial * _AUTH_BACKOFF_FACTOR, self._backoff_max)
+                self._auth_delays = jittered_delays(initial, self._backoff_max, rng=self._rng)
+            return next(self._auth_delays)
+        if self._delays is None:
+            self._delays = jittered_delays(self._backoff_initial, self._backoff_max, rng=self._rng)
+        return next(self._delays)
+
+    def _recovered(self) -> None:
+        if self._failures:
+            log.info("API pod source: connected again after %d failed attempts", self._failures)
+        self._failures = 0
+        self._delays = None
+        self._auth_delays = None
+        self._auth_reported = False

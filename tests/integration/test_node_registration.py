@@ -1,0 +1,240 @@
+"""Node registration, NodeStatus updates and the Lease heartbeat against the API server double."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+from dataclasses import replace
+from typing import Any, AsyncIterator, Iterator
+
+import pytest
+
+from edgelet.kubeapi import ApiClient
+from edgelet.nodestatus.lease import LeaseController
+from edgelet.nodestatus.manager import NodeStatusManager
+from edgelet.nodestatus.setters import KUBELET_VERSION, NodeInfo
+from tests.kubeapi_double import ApiServerDouble, eventually
+
+NODE = "edge-1"
+NODE_PATH = f"/api/v1/nodes/{NODE}"
+STATUS_PATH = f"{NODE_PATH}/status"
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}"
+FACTS = NodeInfo(hostname=NODE, architecture="arm64", kernel_version="6.1.0", os_image="Debian GNU/Linux 12 (bookworm)",
+                 cpu_count=4, memory_bytes=4 << 30, memory_available_bytes=3 << 30, fs_capacity_bytes=64 << 30,
+                 fs_available_bytes=32 << 30, pid_max=32768, pids_in_use=200, boot_id="boot-1", machine_id="m-1",
+                 addresses=(("InternalIP", "192.168.1.20"),))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_767_225_600.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Machine:
+    """What the providers report; tests change it while the manager runs."""
+
+    def __init__(self) -> None:
+        self.facts = FACTS
+        self.health: dict[str, tuple[bool, str]] = {"runtime": (True, ""), "pleg": (True, "")}
+        self.polls = 0
+
+    def get_facts(self) -> NodeInfo:
+        self.polls += 1
+        return self.facts
+
+    def get_health(self) -> dict[str, tuple[bool, str]]:
+        return dict(self.health)
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServerDouble]:
+    with ApiServerDouble() as double:
+        yield double
+
+
+@pytest.fixture
+async def client(api: ApiServerDouble) -> AsyncIterator[ApiClient]:
+    async with ApiClient(api.url, timeout=1.0) as c:
+        yield c
+
+
+@pytest.fixture
+async def tasks() -> AsyncIterator[list[asyncio.Task]]:
+    running: list[asyncio.Task] = []
+    yield running
+    for task in running:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def manager(client: ApiClient, machine: Machine, clock: Clock, **options: Any) -> NodeStatusManager:
+    async def runtime_version() -> str:
+        return "containerd://1.6.20"
+
+    options = {"update_frequency": 0.01, "report_frequency": 300.0, "backoff_initial": 0.01, **options}
+    return NodeStatusManager(client, NODE, facts_provider=machine.get_facts, health_provider=machine.get_health,
+                             runtime_version_provider=runtime_version, node_labels={"site": "plant-7"}, clock=clock,
+                             rng=random.Random(0), **options)
+
+
+def condition(node: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in node["status"]["conditions"] if c["type"] == kind)
+
+
+async def test_registration_creates_the_node_with_labels_and_node_info(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    m = manager(client, Machine(), Clock())
+    tasks.append(asyncio.create_task(m.run()))
+    await asyncio.wait_for(m.registered.wait(), 5)
+    node = api.get("nodes", NODE)
+    assert m.node_uid == node["metadata"]["uid"]
+    assert node["metadata"]["labels"] == {"site": "plant-7", "kubernetes.io/hostname": NODE,
+                                          "kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64"}
+    info = node["status"]["nodeInfo"]
+    assert info["containerRuntimeVersion"] == "containerd://1.6.20"
+    assert info["kubeletVersion"] == KUBELET_VERSION and info["bootID"] == "boot-1" and info["architecture"] == "arm64"
+    assert node["status"]["capacity"]["cpu"] == "4"
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"}, {"type": "Hostname", "address": NODE}]
+    assert condition(node, "Ready")["status"] == "True"
+
+
+async def test_an_existing_node_is_adopted_and_reconciled(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    api.create("nodes", {"metadata": {"name": NODE, "labels": {"kubernetes.io/arch": "amd64", "owner": "ops"}},
+                         "status": {"addresses": [{"type": "InternalIP", "address": "10.9.9.9"}],
+                                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2025-06-01T00:00:00Z"},
+                                                   {"type": "NetworkUnavailable", "status": "False"}]}})
+    uid = api.get("nodes", NODE)["metadata"]["uid"]
+    m = manager(client, Machine(), Clock())
+    tasks.append(asyncio.create_task(m.run()))
+    await eventually(lambda: m.status_writes == 1)
+    node = api.get("nodes", NODE)
+    assert m.node_uid == uid
+    assert node["metadata"]["labels"]["kubernetes.io/arch"] == "arm64"
+    assert node["metadata"]["labels"]["owner"] == "ops"  # labels are added, never removed
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"}, {"type": "Hostname", "address": NODE}]
+    assert condition(node, "Ready")["lastTransitionTime"] == "2025-06-01T00:00:00Z"  # Ready all along
+    assert condition(node, "NetworkUnavailable")["status"] == "False"  # others' conditions survive
+    assert api.write_count("POST", "/api/v1/nodes") == 1 and api.write_count("PATCH", NODE_PATH) == 1
+
+
+async def test_status_is_written_only_on_change_or_report_frequency(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    machine, clock = Machine(), Clock()
+    m = manager(client, machine, clock, report_frequency=60.0)
+    tasks.append(asyncio.create_task(m.run()))
+    await asyncio.wait_for(m.registered.wait(), 5)
+    polls = machine.polls
+    await eventually(lambda: machine.polls >= polls + 20)  # 20 status computations
+    clock.now += 30  # heartbeat times move; nothing material does
+    await eventually(lambda: machine.polls >= polls + 40)
+    assert api.write_count("PATCH", STATUS_PATH) == 0
+
+    machine.health["pleg"] = (False, "pleg was last seen active 3m0s ago; threshold is 3m0s")
+    await eventually(lambda: api.write_count("PATCH", STATUS_PATH) == 1)
+    ready = condition(api.get("nodes", NODE), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "KubeletNotReady")
+    assert ready["message"] == "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s"
+    polls = machine.polls
+    await eventually(lambda: machine.polls >= polls + 20)
+    assert api.write_count("PATCH", STATUS_PATH) == 1
+
+    clock.now += 61  # report_frequency passed: written although unchanged
+    await eventually(lambda: api.write_count("PATCH", STATUS_PATH) == 2)
+    assert condition(api.get("nodes", NODE), "Ready")["lastHeartbeatTime"] == "2026-01-01T00:01:31Z"
+
+    machine.health["runtime"] = (False, "")
+    await eventually(lambda: api.write_count("PATCH", STATUS_PATH) == 3)
+    assert condition(api.get("nodes", NODE), "Ready")["message"].startswith("container runtime is down")
+
+    machine.facts = replace(FACTS, addresses=(("InternalIP", "192.168.1.99"),))
+    await eventually(lambda: api.write_count("PATCH", STATUS_PATH) == 4)
+    assert api.get("nodes", NODE)["status"]["addresses"][0] == {"type": "InternalIP", "address": "192.168.1.99"}
+    assert len(api.get("nodes", NODE)["status"]["addresses"]) == 2  # the old address is gone
+
+
+async def test_registration_and_updates_survive_an_outage(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    machine = Machine()
+    api.go_down()
+    m = manager(client, machine, Clock())
+    task = asyncio.create_task(m.run())
+    tasks.append(task)
+    await asyncio.sleep(0.2)
+    assert not m.registered.is_set() and not task.done()
+    api.come_up()
+    await asyncio.wait_for(m.registered.wait(), 5)
+    api.go_down()
+    machine.health["runtime"] = (False, "connection refused")
+    await asyncio.sleep(0.2)
+    assert not task.done()
+    api.fail_next(3, 500, path_prefix=STATUS_PATH)
+    api.come_up()
+    await eventually(lambda: m.status_writes == 1)
+    assert condition(api.get("nodes", NODE), "Ready")["message"] == "container runtime is down: connection refused"
+    assert api.write_count("PATCH", STATUS_PATH) == 4  # three refused, then written
+
+
+async def test_a_deleted_node_is_registered_again(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    machine = Machine()
+    m = manager(client, machine, Clock())
+    tasks.append(asyncio.create_task(m.run()))
+    await asyncio.wait_for(m.registered.wait(), 5)
+    first_uid = m.node_uid
+    api.delete("nodes", NODE)
+    machine.health["runtime"] = (False, "")  # forces a write, which finds the node gone
+    await eventually(lambda: api.write_count("POST", "/api/v1/nodes") == 2 and m.registered.is_set())
+    assert api.get("nodes", NODE)["metadata"]["uid"] == m.node_uid != first_uid
+
+
+# -- the Lease --------------------------------------------------------------------------------------
+
+
+async def test_lease_is_created_owned_by_the_node_and_renewed(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    node = api.create("nodes", {"metadata": {"name": NODE}})
+    lease = LeaseController(client, NODE, duration=40, renew_interval=0.02, rng=random.Random(0))
+    tasks.append(asyncio.create_task(lease.run()))
+    await eventually(lambda: lease.renewals >= 10)
+    stored = api.get("leases", NODE, "kube-node-lease")
+    assert stored["spec"]["holderIdentity"] == NODE and stored["spec"]["leaseDurationSeconds"] == 40
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stored["spec"]["renewTime"])
+    assert stored["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["metadata"]["uid"]}]
+    assert api.write_count("POST", LEASE_PATH.rsplit("/", 1)[0]) == 1
+    assert api.write_count("PUT", LEASE_PATH) >= 9
+
+
+async def test_lease_conflicts_are_resolved_by_rereading(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    lease = LeaseController(client, NODE, renew_interval=0.02, rng=random.Random(0))
+    task = asyncio.create_task(lease.run())
+    tasks.append(task)
+    await eventually(lambda: lease.renewals >= 2)
+    for _ in range(5):  # someone else writes the Lease between our renewals
+        other = api.get("leases", NODE, "kube-node-lease")
+        other["metadata"].setdefault("annotations", {})["touched"] = str(api.resource_version)
+        api.replace("leases", other, "kube-node-lease")
+        await asyncio.sleep(0.01)
+    renewals = lease.renewals
+    await eventually(lambda: lease.renewals >= renewals + 5)
+    assert not task.done()
+    assert "touched" in api.get("leases", NODE, "kube-node-lease")["metadata"]["annotations"]
+    rereads = sum(1 for r in api.requests if r.method == "GET" and r.path == LEASE_PATH)
+    assert rereads >= 2  # the first read, then at least one after a 409
+
+
+async def test_lease_resumes_after_an_outage(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    clock = Clock()
+    lease = LeaseController(client, NODE, renew_interval=0.02, rng=random.Random(0), clock=clock, backoff_initial=0.01)
+    task = asyncio.create_task(lease.run())
+    tasks.append(task)
+    await eventually(lambda: lease.renewals >= 3)
+    api.go_down()
+    await asyncio.sleep(0.1)
+    renewals_during_outage = lease.renewals
+    await asyncio.sleep(0.2)
+    assert lease.renewals == renewals_during_outage and not task.done()
+    clock.now += 100
+    api.come_up()
+    await eventually(lambda: lease.renewals >= renewals_during_outage + 3)
+    assert api.get("leases", NODE, "kube-node-lease")["spec"]["renewTime"].startswith("2026-01-01T00:01:40.")
