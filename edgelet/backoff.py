@@ -1,0 +1,90 @@
+"""Retry delays: per-key exponential backoff like the kubelet's flowcontrol.Backoff, and full-jitter schedules."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class _Entry:
+    delay: float
+    last_update: float
+
+
+class Backoff:
+    """Per-key doubling delays (initial, 2x, 4x ... capped at `maximum`).
+
+    A key idle for more than 2 x `maximum` since its last failure starts over at `initial`, as in the kubelet
+    (CrashLoopBackOff: 10 s doubling to 5 min, forgotten after 10 min of good behaviour). Pure apart from the
+    injectable clock; not thread-safe (use it from the event loop).
+    """
+
+    def __init__(self, initial: float, maximum: float, *, clock: Callable[[], float] = time.monotonic):
+        if initial <= 0 or maximum < initial:
+            raise ValueError(f"need 0 < initial <= maximum, got initial={initial} maximum={maximum}")
+        self.initial = initial
+        self.maximum = maximum
+        self._clock = clock
+        self._entries: dict[Hashable, _Entry] = {}
+
+    def _expired(self, entry: _Entry, now: float) -> bool:
+        return now - entry.last_update > 2 * self.maximum
+
+    def next(self, key: Hashable, *, now: float | None = None) -> float:
+        """Record a failure of `key` and return the delay to wait before its next attempt."""
+        now = self._clock() if now is None else now
+        entry = self._entries.get(key)
+        if entry is None or self._expired(entry, now):
+            entry = self._entries[key] = _Entry(self.initial, now)
+        else:
+            entry.delay = min(entry.delay * 2, self.maximum)
+            entry.last_update = now
+        return entry.delay
+
+    def delay(self, key: Hashable) -> float:
+        """The current delay of `key` (0 when it has none)."""
+        entry = self._entries.get(key)
+        return entry.delay if entry is not None else 0.0
+
+    def in_backoff(self, key: Hashable, *, since: float | None = None) -> bool:
+        """Whether `key` must still wait. `since` is when the event happened (default: now); the kubelet passes
+        the container's finish time so that a slow sync does not extend the wait."""
+        return self.remaining(key, since=since) > 0
+
+    def remaining(self, key: Hashable, *, since: float | None = None) -> float:
+        """Seconds until `key` may be retried; 0 when it is not backing off."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return 0.0
+        now = self._clock() if since is None else since
+        if self._expired(entry, now):
+            return 0.0
+        return max(0.0, entry.last_update + entry.delay - now)
+
+    def reset(self, key: Hashable) -> None:
+        self._entries.pop(key, None)
+
+    def gc(self) -> None:
+        """Forget every key that has been quiet long enough to start over anyway."""
+        now = self._clock()
+        for key in [key for key, entry in self._entries.items() if self._expired(entry, now)]:
+            del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def jittered_delays(initial: float = 0.8, maximum: float = 30.0, *,
+                    rng: random.Random | None = None) -> Iterator[float]:
+    """An endless schedule of reconnect delays with full jitter: the n-th is uniform in
+    [0, min(maximum, initial * 2**n)], so a fleet that lost its API server together does not return together."""
+    if initial <= 0 or maximum < initial:
+        raise ValueError(f"need 0 < initial <= maximum, got initial={initial} maximum={maximum}")
+    uniform = (rng or random.Random()).uniform
+    ceiling = initial
+    while True:
+        yield uniform(0.0, ceiling)
+        ceiling = min(ceiling * 2, maximum)

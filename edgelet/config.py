@@ -1,0 +1,537 @@
+"""The agent's settings: one TOML file read into small frozen dataclasses, every value checked with a clear error.
+
+Durations are written as the kubelet writes them ("10s", "5m", "1m30s", "500ms") and held as float seconds;
+sizes as Kubernetes quantities ("10Mi", "1Gi", "100M") and held as int bytes. Relative paths are resolved
+against the directory of the config file, as the kubelet does for its config file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import re
+import socket
+import tomllib
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any
+
+from edgelet.errors import ConfigError
+from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
+from edgelet.quantity import format_bytes, parse_quantity, parse_quantity_bytes
+
+__all__ = [
+    "Config", "ConfigError", "format_duration", "format_effective", "load_config", "parse_config",
+    "parse_duration", "parse_quantity_bytes",
+]
+
+# -- durations ------------------------------------------------------------------------------------
+
+_NS_PER_UNIT = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9,
+                "h": 3600 * 10**9}
+_SEGMENT = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h)"
+_DURATION = re.compile(rf"[+-]?(?:{_SEGMENT})+")
+_SEGMENTS = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration ("1m30s", "500ms", "2h", "0"); ValueError if malformed."""
+    if not isinstance(text, str):
+        raise ValueError(f'expected a duration string like "10s", got {text!r}')
+    if text in ("0", "+0", "-0"):
+        return 0.0
+    if not _DURATION.fullmatch(text):
+        raise ValueError(f'{text!r} is not a duration (write it like "10s", "5m", "1m30s" or "500ms")')
+    nanoseconds = sum(Fraction(number) * _NS_PER_UNIT[unit] for number, unit in _SEGMENTS.findall(text))
+    return (-1 if text.startswith("-") else 1) * round(nanoseconds) / 1e9
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest Go-style spelling that parses back to the same value: 90 -> "1m30s", 0.5 -> "500ms"."""
+    nanoseconds = round(seconds * 1e9)
+    if nanoseconds == 0:
+        return "0s"
+    sign, nanoseconds = ("-", -nanoseconds) if nanoseconds < 0 else ("", nanoseconds)
+    if nanoseconds < 10**9:
+        unit, size = ("ns", 1) if nanoseconds < 10**3 else ("us", 10**3) if nanoseconds < 10**6 else ("ms", 10**6)
+        return f"{sign}{_decimal(nanoseconds, size)}{unit}"
+    hours, rest = divmod(nanoseconds, 3600 * 10**9)
+    minutes, rest = divmod(rest, 60 * 10**9)
+    seconds_part = f"{_decimal(rest, 10**9)}s" if rest else ""
+    return f"{sign}{f'{hours}h' if hours else ''}{f'{minutes}m' if minutes else ''}{seconds_part}"
+
+
+def _decimal(value: int, unit: int) -> str:
+    whole, fraction = divmod(value, unit)
+    if not fraction:
+        return str(whole)
+    digits = len(str(unit)) - 1
+    return f"{whole}.{fraction:0{digits}d}".rstrip("0")
+
+
+# -- how each setting is read and written ---------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """Turns a TOML value into the stored one (raising ValueError) and back into TOML for display."""
+
+    read: Callable[[Any], Any]
+    write: Callable[[Any], Any] = lambda value: value
+    is_path: bool = False
+
+
+def _toml_type(value: Any) -> str:
+    names = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _expect(value: Any, expected: type, what: str) -> Any:
+    if type(value) is not expected:
+        raise ValueError(f"expected {what}, got {_toml_type(value)} {value!r}")
+    return value
+
+
+def _string(check: Callable[[str], str | None] | None = None) -> _Kind:
+    def read(value: Any) -> str:
+        _expect(value, str, "a string")
+        if check is not None and (problem := check(value)):
+            raise ValueError(problem)
+        return value
+    return _Kind(read)
+
+
+def _choice(*choices: str) -> _Kind:
+    return _string(lambda v: None if v in choices else f"must be one of {', '.join(choices)}; got {v!r}")
+
+
+def _path() -> _Kind:
+    return dataclasses.replace(_string(), is_path=True)
+
+
+def _integer(low: int, high: int | None = None) -> _Kind:
+    def read(value: Any) -> int:
+        _expect(value, int, "an integer")
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise ValueError(f"must be {bound}, got {value}")
+        return value
+    return _Kind(read)
+
+
+def _duration(minimum: float = 0.0, *, exclusive: bool = True) -> _Kind:
+    def read(value: Any) -> float:
+        _expect(value, str, 'a duration string like "10s"')
+        seconds = parse_duration(value)
+        if seconds < minimum or (exclusive and seconds == minimum):
+            bound = f"{'more than' if exclusive else 'at least'} {format_duration(minimum)}"
+            raise ValueError(f"must be {bound}, got {value!r}")
+        return seconds
+    return _Kind(read, format_duration)
+
+
+def _size(minimum: int = 0) -> _Kind:
+    def read(value: Any) -> int:
+        _expect(value, str, 'a size string like "10Mi"')
+        size = parse_quantity_bytes(value)
+        if size < minimum:
+            raise ValueError(f"must be at least {format_bytes(minimum)}, got {value!r}")
+        return size
+    return _Kind(read, format_bytes)
+
+
+def _string_list(check: Callable[[str], str | None]) -> _Kind:
+    def read(value: Any) -> tuple[str, ...]:
+        _expect(value, list, "an array of strings")
+        for index, item in enumerate(value):
+            problem = check(item) if type(item) is str else f"expected a string, got {_toml_type(item)} {item!r}"
+            if problem:
+                raise ValueError(f"item {index}: {problem}")
+        return tuple(value)
+    return _Kind(read, list)
+
+
+def _string_table(key_check: Callable[[str], str | None], value_check: Callable[[str], str | None]) -> _Kind:
+    def read(value: Any) -> Mapping[str, str]:
+        _expect(value, dict, "a table")
+        for key, item in value.items():
+            problem = key_check(key) or (value_check(item) if type(item) is str else f"expected a string, got {item!r}")
+            if problem:
+                raise ValueError(f"{key!r}: {problem}")
+        return MappingProxyType(dict(value))
+    return _Kind(read, dict)
+
+
+def setting(default: Any, kind: _Kind, *, factory: Callable[[], Any] | None = None) -> Any:
+    """A dataclass field holding the already-read default; `kind` reads TOML values for it."""
+    metadata = {"kind": kind}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=kind.read(default), metadata=metadata)
+
+
+def section(cls: type) -> Any:
+    return field(default_factory=cls, metadata={"section": cls})
+
+
+def _ip_error(value: str) -> str | None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return f"{value!r} is not an IP address"
+    return None
+
+
+def _unix_endpoint_error(value: str) -> str | None:
+    if not value.startswith("unix://") or len(value) <= len("unix://"):
+        return f'must be a unix socket like "unix:///run/containerd/containerd.sock", got {value!r}'
+    return None
+
+
+def _http_url_error(value: str) -> str | None:
+    parsed = urllib.parse.urlsplit(value)
+    if value and (parsed.scheme not in ("http", "https") or not parsed.netloc):
+        return f"must be an http:// or https:// URL (or empty to disable), got {value!r}"
+    return None
+
+
+def _listen_address_error(value: str) -> str | None:
+    if not value:
+        return None
+    host, colon, port = value.rpartition(":")
+    if not colon or not port.isdigit() or int(port) > 65535 or (host.startswith("[") != host.endswith("]")):
+        return f'must be "host:port" (like "127.0.0.1:10248" or "[::1]:10248"), or empty to disable; got {value!r}'
+    return None
+
+
+# Signals the kubelet's eviction manager knows; thresholds are a quantity ("100Mi") or a percentage ("10%").
+EVICTION_SIGNALS = ("memory.available", "allocatableMemory.available", "nodefs.available", "nodefs.inodesFree",
+                    "imagefs.available", "imagefs.inodesFree", "containerfs.available", "containerfs.inodesFree",
+                    "pid.available")
+DEFAULT_EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
+                         "nodefs.inodesFree": "5%"}
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """An eviction threshold: exactly one of an absolute quantity or a fraction (0 < fraction <= 1) of capacity."""
+
+    quantity: int | None = None
+    fraction: float | None = None
+
+    @staticmethod
+    def parse(text: str) -> Threshold:
+        if text.endswith("%"):
+            try:
+                percent = float(text[:-1])
+            except ValueError:
+                raise ValueError(f"{text!r} is not a percentage") from None
+            if not 0 < percent <= 100:
+                raise ValueError(f"percentage {text!r} must be more than 0% and at most 100%")
+            return Threshold(fraction=percent / 100)
+        quantity = parse_quantity(text)
+        if quantity < 0:
+            raise ValueError(f"{text!r} must not be negative")
+        return Threshold(quantity=int(quantity))
+
+
+def _threshold_error(value: str) -> str | None:
+    try:
+        Threshold.parse(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _signal_error(value: str) -> str | None:
+    return None if value in EVICTION_SIGNALS else f"unknown eviction signal; known: {', '.join(EVICTION_SIGNALS)}"
+
+
+# -- the sections ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    endpoint: str = setting("unix:///run/containerd/containerd.sock", _string(_unix_endpoint_error))
+    request_timeout: float = setting("2m", _duration())
+    image_pull_timeout: float = setting("10m", _duration())
+    runtime_handler: str = setting("", _string())
+
+    @property
+    def socket_path(self) -> str:
+        return self.endpoint[len("unix://"):]
+
+
+@dataclass(frozen=True, slots=True)
+class PodsConfig:
+    manifest_dir: str = setting("/etc/edgelet/manifests", _path())
+    file_check_frequency: float = setting("20s", _duration())
+    http_url: str = setting("", _string(_http_url_error))
+    http_check_frequency: float = setting("20s", _duration())
+    cluster_domain: str = setting("cluster.local", _string(dns1123_subdomain_error))
+    cluster_dns: tuple[str, ...] = setting([], _string_list(_ip_error))
+
+
+@dataclass(frozen=True, slots=True)
+class PLEGConfig:
+    relist_period: float = setting("1s", _duration())
+    relist_threshold: float = setting("3m", _duration())
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if self.relist_threshold <= self.relist_period:
+            yield "relist_threshold", "must be longer than relist_period"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncConfig:
+    sync_frequency: float = setting("1m", _duration())
+    housekeeping_interval: float = setting("2s", _duration())
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffConfig:
+    crashloop_initial: float = setting("10s", _duration())
+    crashloop_max: float = setting("5m", _duration())
+    image_pull_initial: float = setting("10s", _duration())
+    image_pull_max: float = setting("5m", _duration())
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if self.crashloop_max < self.crashloop_initial:
+            yield "crashloop_max", "must not be shorter than crashloop_initial"
+        if self.image_pull_max < self.image_pull_initial:
+            yield "image_pull_max", "must not be shorter than image_pull_initial"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    kubeconfig: str = setting("", _path())
+    lease_duration: float = setting("40s", _duration())
+    lease_renew_interval: float = setting("10s", _duration())
+    node_status_update_frequency: float = setting("10s", _duration())
+    node_status_report_frequency: float = setting("5m", _duration())
+    status_resync: float = setting("10s", _duration())
+    node_labels: Mapping[str, str] = setting({}, _string_table(qualified_name_error, label_value_error),
+                                             factory=lambda: MappingProxyType({}))
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if not self.kubeconfig:
+            yield "kubeconfig", "is required when [cluster] is present (remove the section to run standalone)"
+        if self.lease_renew_interval >= self.lease_duration:
+            yield "lease_renew_interval", "must be shorter than lease_duration"
+        if self.node_status_report_frequency < self.node_status_update_frequency:
+            yield "node_status_report_frequency", "must not be shorter than node_status_update_frequency"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    address: str = setting("127.0.0.1:10248", _string(_listen_address_error))
+
+    @property
+    def host_port(self) -> tuple[str, int] | None:
+        """(host, port) to listen on, or None when the server is disabled."""
+        if not self.address:
+            return None
+        host, _, port = self.address.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class ImagesConfig:
+    airgap_dir: str = setting("", _path())
+    gc_high_threshold_percent: int = setting(85, _integer(0, 100))
+    gc_low_threshold_percent: int = setting(80, _integer(0, 100))
+    minimum_gc_age: float = setting("2m", _duration(exclusive=False))
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if self.gc_low_threshold_percent > self.gc_high_threshold_percent:
+            yield "gc_low_threshold_percent", "must not be above gc_high_threshold_percent"
+
+
+@dataclass(frozen=True, slots=True)
+class LogsConfig:
+    container_log_max_size: int = setting("10Mi", _size(minimum=1024))
+    container_log_max_files: int = setting(5, _integer(2))
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionConfig:
+    hard: Mapping[str, str] = setting(DEFAULT_EVICTION_HARD, _string_table(_signal_error, _threshold_error),
+                                      factory=lambda: MappingProxyType(dict(DEFAULT_EVICTION_HARD)))
+    pressure_transition_period: float = setting("5m", _duration(exclusive=False))
+
+    def thresholds(self) -> dict[str, Threshold]:
+        return {signal: Threshold.parse(value) for signal, value in self.hard.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class GCConfig:
+    container_min_age: float = setting("0s", _duration(exclusive=False))
+    max_per_pod_container: int = setting(1, _integer(-1))
+    max_containers: int = setting(-1, _integer(-1))
+
+
+def _default_node_name() -> str:
+    return socket.gethostname().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every setting; `Config()` is the all-defaults configuration."""
+
+    node_name: str = setting("", _string(dns1123_subdomain_error), factory=_default_node_name)
+    root_dir: str = setting("/var/lib/edgelet", _path())
+    log_level: str = setting("info", _choice("debug", "info", "warning", "error"))
+    max_pods: int = setting(110, _integer(1, 10_000))
+    runtime: RuntimeConfig = section(RuntimeConfig)
+    pods: PodsConfig = section(PodsConfig)
+    pleg: PLEGConfig = section(PLEGConfig)
+    sync: SyncConfig = section(SyncConfig)
+    backoff: BackoffConfig = section(BackoffConfig)
+    cluster: ClusterConfig | None = field(default=None, metadata={"section": ClusterConfig, "optional": True})
+    server: ServerConfig = section(ServerConfig)
+    images: ImagesConfig = section(ImagesConfig)
+    logs: LogsConfig = section(LogsConfig)
+    eviction: EvictionConfig = section(EvictionConfig)
+    gc: GCConfig = section(GCConfig)
+
+    # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
+    #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)
+    #   logs/<namespace>_<name>_<uid>/<container>/<restart>.log   container logs (kubelet: /var/log/pods)
+    #   state/                                       checkpoints (crash-safe, checksummed)
+    #   cache/                                       API objects cached for offline restarts
+    #   images/                                      air-gap image tarballs imported at start
+    @property
+    def pods_dir(self) -> str:
+        return os.path.join(self.root_dir, "pods")
+
+    @property
+    def logs_dir(self) -> str:
+        return os.path.join(self.root_dir, "logs")
+
+    @property
+    def state_dir(self) -> str:
+        return os.path.join(self.root_dir, "state")
+
+    @property
+    def cache_dir(self) -> str:
+        return os.path.join(self.root_dir, "cache")
+
+    @property
+    def images_dir(self) -> str:
+        return self.images.airgap_dir or os.path.join(self.root_dir, "images")
+
+    @property
+    def standalone(self) -> bool:
+        return self.cluster is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The effective settings as TOML spells them (durations, sizes as strings); no "cluster" if standalone."""
+        return _to_dict(self)
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if problem := dns1123_subdomain_error(self.node_name):
+            yield "node_name", f"{problem}; the default is the lower-cased host name, set node_name explicitly"
+
+    def derived_paths(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in ("pods_dir", "logs_dir", "state_dir", "cache_dir", "images_dir")}
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and check a config file; any problem raises ConfigError naming the file and the dotted key."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read config file: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, "", f"TOML syntax error: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, "", f"not UTF-8 text (byte {exc.start})") from None
+    return parse_config(data, path, base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def parse_config(data: Mapping[str, Any], path: str = "<config>", *, base_dir: str | None = None) -> Config:
+    """Build a Config from parsed TOML; relative paths are resolved against `base_dir` (default: cwd)."""
+    return _read_section(Config, data, path, "", base_dir or os.getcwd())
+
+
+def _read_section(cls: type, table: Any, path: str, prefix: str, base_dir: str) -> Any:
+    if not isinstance(table, dict):
+        raise ConfigError(path, prefix.rstrip("."), f"expected a table, got {_toml_type(table)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        spec = fields.get(key)
+        if spec is None:
+            known = ", ".join(fields)
+            raise ConfigError(path, dotted, f"unknown setting (known here: {known})")
+        if "section" in spec.metadata:
+            values[key] = _read_section(spec.metadata["section"], value, path, f"{dotted}.", base_dir)
+            continue
+        kind: _Kind = spec.metadata["kind"]
+        try:
+            values[key] = kind.read(value)
+        except ValueError as exc:
+            raise ConfigError(path, dotted, str(exc)) from None
+        if kind.is_path and values[key]:
+            values[key] = os.path.normpath(os.path.join(base_dir, values[key]))
+    result = cls(**values)
+    for key, message in getattr(result, "problems", lambda: ())():
+        raise ConfigError(path, f"{prefix}{key}", message)
+    return result
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+def _to_dict(obj: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for spec in dataclasses.fields(obj):
+        value = getattr(obj, spec.name)
+        if "section" in spec.metadata:
+            if value is not None:
+                result[spec.name] = _to_dict(value)
+        else:
+            result[spec.name] = spec.metadata["kind"].write(value)
+    return result
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_value(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        escaped = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", escaped)
+        return f'"{escaped}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def format_effective(config: Config) -> str:
+    """The effective settings as a TOML document that `load_config` reads back into an equal Config."""
+    data = config.to_dict()
+    lines = ["# effective edgelet configuration"]
+    lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{name}]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items()]
+    if config.cluster is None:
+        lines += ["", "# [cluster] is absent: standalone (no API server)"]
+    lines += ["", "# derived paths"]
+    lines += [f"#   {name} = {value}" for name, value in config.derived_paths().items()]
+    return "\n".join(lines) + "\n"

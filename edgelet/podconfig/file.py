@@ -1,0 +1,264 @@
+"""The static-pod file source: a manifest directory (or one file) watched with inotify and rescanned periodically."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgelet.errors import ConfigError
+from edgelet.podconfig import inotify
+from edgelet.podconfig.config import SourceHandle
+from edgelet.podconfig.manifest import MAX_MANIFEST_BYTES, ManifestObjects, parse_manifest, publish_objects
+
+log = logging.getLogger(__name__)
+
+_WATCH_MASK = (
+    inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_TO | inotify.IN_MOVED_FROM | inotify.IN_DELETE | inotify.IN_CREATE
+    | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF | inotify.IN_ONLYDIR
+)
+_WATCH_GONE = inotify.IN_IGNORED | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF | inotify.IN_UNMOUNT
+_EDITOR_SUFFIXES = ("~", ".swp", ".swx", ".swo", ".tmp", ".bak", ".dpkg-new", ".dpkg-old", ".dpkg-dist")
+
+
+def is_manifest_name(name: str) -> bool:
+    """Dot-files (the kubelet's rule), editor backups and swap files, and package-manager leftovers are not pods."""
+    return bool(name) and not name.startswith(".") and not name.startswith("#") and not name.endswith(_EDITOR_SUFFIXES)
+
+
+def _event_matters(name: str) -> bool:
+    # "..data" style names are the atomic symlink swaps of a mounted ConfigMap: the files change through them.
+    return name.startswith("..") or is_manifest_name(name)
+
+
+@dataclass(slots=True)
+class _Cached:
+    digest: bytes
+    objects: ManifestObjects | None
+    error: ConfigError | None
+
+
+@dataclass(slots=True)
+class ScanResult:
+    objects: ManifestObjects | None  # None: the path could not be listed; keep the pods already known
+    missing: bool = False  # the manifest path does not exist (yet)
+    new_errors: list[ConfigError] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+
+
+class ManifestScanner:
+    """Loads every manifest under a path, re-parsing only files whose bytes changed, so an unchanged broken
+    file is reported once and an unchanged good one is not parsed again on every rescan. Blocking I/O."""
+
+    def __init__(self, manifest_path: str, node_name: str):
+        self.manifest_path = manifest_path
+        self.node_name = node_name
+        self._cache: dict[str, _Cached] = {}
+        self._listing_error = ""
+
+    def _paths(self) -> list[str] | None:
+        """The manifest files, or None when the path does not exist; a single file is its own list."""
+        try:
+            if not os.path.isdir(self.manifest_path):
+                return [self.manifest_path] if os.path.isfile(self.manifest_path) else None
+            with os.scandir(self.manifest_path) as entries:
+                names = sorted(entry.name for entry in entries if is_manifest_name(entry.name))
+        except FileNotFoundError:
+            return None
+        paths = (os.path.join(self.manifest_path, name) for name in names)
+        # isfile follows symlinks; subdirectories are not recursed into, as with the kubelet.
+        return [path for path in paths if os.path.isfile(path)]
+
+    def scan(self) -> ScanResult:
+        try:
+            paths = self._paths()
+        except OSError as exc:
+            error = ConfigError(self.manifest_path, "", f"cannot list manifests: {exc.strerror or exc}")
+            is_new = str(error) != self._listing_error
+            self._listing_error = str(error)
+            return ScanResult(None, new_errors=[error] if is_new else [])
+        self._listing_error = ""
+        if paths is None:
+            self._cache.clear()
+            return ScanResult(ManifestObjects(), missing=True)
+        results: list[ManifestObjects] = []
+        new_errors: list[ConfigError] = []
+        recovered: list[str] = []
+        for path in paths:
+            previous = self._cache.get(path)
+            current = self._load(path, previous)
+            if current is None:
+                continue  # removed between listing and reading; its deletion event rescans
+            self._cache[path] = current
+            if current.error is not None:
+                if previous is None or previous.digest != current.digest or str(previous.error) != str(current.error):
+                    new_errors.append(current.error)  # new content or a new problem: say it once
+            elif previous is not None and previous.error is not None:
+                recovered.append(path)
+            if current.objects is not None:
+                results.append(current.objects)
+        for gone in set(self._cache) - set(paths):
+            del self._cache[gone]
+        return ScanResult(ManifestObjects.merge(results), False, new_errors, recovered)
+
+    def _load(self, path: str, previous: _Cached | None) -> _Cached | None:
+        try:
+            with open(path, "rb") as file:
+                data = file.read(MAX_MANIFEST_BYTES + 1)  # parse_manifest refuses anything longer
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return _Cached(b"", None, ConfigError(path, "", f"cannot read manifest: {exc.strerror or exc}"))
+        digest = hashlib.blake2b(data, digest_size=16).digest()
+        if previous is not None and previous.digest == digest:
+            return previous
+        try:
+            return _Cached(digest, parse_manifest(data, path, self.node_name), None)
+        except ConfigError as exc:
+            return _Cached(digest, None, exc)
+        except Exception as exc:  # a bug must cost one file, never the whole source
+            log.exception("unexpected error loading manifest %s", path)
+            return _Cached(digest, None, ConfigError(path, "", f"unexpected error: {exc!r}"))
+
+
+class FileSource:
+    """Feeds the pods of a manifest directory into a `SourceHandle`.
+
+    The ConfigMaps and Secrets beside them are in `objects`, and go to `on_objects` (as one list) whenever they
+    change, before the pods that may use them are published. `on_error` hears of each broken manifest once.
+    """
+
+    def __init__(self, manifest_dir: str, node_name: str, handle: SourceHandle, *, check_frequency: float = 20.0,
+                 on_error: Callable[[ConfigError], None] | None = None,
+                 on_objects: Callable[[list[dict[str, Any]]], None] | None = None, debounce: float = 0.05,
+                 use_inotify: bool = True):
+        self.manifest_dir = os.path.abspath(manifest_dir)
+        self.handle = handle
+        self.check_frequency = check_frequency
+        self.debounce = debounce
+        self.scan_count = 0
+        self._scanner = ManifestScanner(self.manifest_dir, node_name)
+        self._on_error = on_error
+        self._on_objects = on_objects
+        self._use_inotify = use_inotify
+        self._objects: ManifestObjects | None = None
+        self._changed = asyncio.Event()
+        self._inotify: inotify.Inotify | None = None
+        self._watch: tuple[str, str | None] | None = None  # (watched directory, entry name to filter on)
+        self._wd = -1
+        self._missing_reported = False
+
+    @property
+    def objects(self) -> ManifestObjects:
+        return self._objects if self._objects is not None else ManifestObjects()
+
+    async def run(self) -> None:
+        self._open_inotify()
+        try:
+            while True:
+                self._changed.clear()
+                self._ensure_watch()
+                result = await asyncio.to_thread(self._scanner.scan)
+                self._publish(result)
+                await self._wait_for_change()
+        finally:
+            if self._inotify is not None:
+                self._inotify.close()
+                self._inotify = None
+
+    def _publish(self, result: ScanResult) -> None:
+        self.scan_count += 1
+        if result.missing and not self._missing_reported:
+            log.info("manifest path %s does not exist yet; waiting for it", self.manifest_dir)
+        elif not result.missing and self._missing_reported:
+            log.info("manifest path %s appeared", self.manifest_dir)
+        self._missing_reported = result.missing
+        for error in result.new_errors:
+            log.warning("skipping manifest: %s", error)
+            if self._on_error is not None:
+                self._on_error(error)
+        for path in result.recovered:
+            log.info("manifest %s is valid again", path)
+        if result.objects is None:
+            return  # the directory could not be listed: keep the pods already running
+        publish_objects(result.objects, self._objects, self._on_objects)
+        self._objects = result.objects
+        self.handle.set(result.objects.pods)
+        self.handle.mark_ready()
+
+    async def _wait_for_change(self) -> None:
+        """Sleep until the next periodic rescan or a change; let a burst of changes settle into one scan."""
+        try:
+            async with asyncio.timeout(self.check_frequency):
+                await self._changed.wait()
+        except TimeoutError:
+            return
+        loop = asyncio.get_running_loop()
+        settle_by = loop.time() + max(self.debounce * 20, 1.0)  # a never-ending stream still gets scanned
+        while loop.time() < settle_by:
+            self._changed.clear()
+            try:
+                async with asyncio.timeout(self.debounce):
+                    await self._changed.wait()
+            except TimeoutError:
+                return
+
+    def _open_inotify(self) -> None:
+        if not self._use_inotify:
+            return
+        try:
+            self._inotify = inotify.Inotify()
+        except OSError as exc:
+            log.warning("inotify unavailable (%s); rescanning %s every %gs", exc, self.manifest_dir,
+                        self.check_frequency)
+            return
+        self._inotify.attach(asyncio.get_running_loop(), self._on_events)
+
+    def _watch_target(self) -> tuple[str, str | None]:
+        """The manifest directory itself, or the nearest existing ancestor and the name leading to the path."""
+        if os.path.isdir(self.manifest_dir):
+            return self.manifest_dir, None
+        child, parent = self.manifest_dir, os.path.dirname(self.manifest_dir)
+        while parent != child and not os.path.isdir(parent):
+            child, parent = parent, os.path.dirname(parent)
+        return parent, os.path.basename(child)
+
+    def _ensure_watch(self) -> None:
+        if self._inotify is None:
+            return
+        target = self._watch_target()
+        if target == self._watch:
+            return
+        if self._wd >= 0:
+            self._inotify.rm_watch(self._wd)
+            self._wd = -1
+        try:
+            self._wd = self._inotify.add_watch(target[0], _WATCH_MASK)
+        except OSError as exc:  # vanished meanwhile or unreadable: the periodic rescan still covers it
+            log.debug("cannot watch %s: %s", target[0], exc)
+            self._watch = None
+            return
+        self._watch = target
+
+    def _on_events(self, events: list[inotify.InotifyEvent]) -> None:
+        changed = False
+        for event in events:
+            if event.mask & inotify.IN_Q_OVERFLOW:
+                changed = True
+            elif event.wd != self._wd:
+                continue  # a watch already replaced
+            elif event.mask & _WATCH_GONE:
+                if self._inotify is not None and not event.mask & inotify.IN_IGNORED:
+                    self._inotify.rm_watch(event.wd)  # moved away, not deleted: the kernel keeps watching it
+                self._watch, self._wd = None, -1
+                changed = True
+            elif self._watch is not None and self._watch[1] is not None:
+                changed = changed or event.name == self._watch[1]
+            else:
+                changed = changed or _event_matters(event.name)
+        if changed:
+            self._changed.set()

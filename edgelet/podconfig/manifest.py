@@ -1,0 +1,214 @@
+"""Manifest files (YAML or JSON, one or many documents) -> static pods plus the ConfigMaps and Secrets beside them."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from edgelet import podutil
+from edgelet.errors import ConfigError
+from edgelet.podconfig.defaults import apply_defaults, make_static
+from edgelet.podconfig.validation import configmap_key_error, validate_object_meta, validate_pod
+
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LIST_KINDS = ("List", "PodList")
+_OBJECT_KINDS = ("Pod", "ConfigMap", "Secret")
+# Far beyond any real pod list; it keeps a stray disk image in the manifest directory from eating the memory.
+MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestObjects:
+    """What one or more manifests hold, each object defaulted and validated."""
+
+    pods: tuple[dict[str, Any], ...] = ()
+    configmaps: tuple[dict[str, Any], ...] = ()
+    secrets: tuple[dict[str, Any], ...] = ()
+
+    @staticmethod
+    def merge(parts: Iterable[ManifestObjects]) -> ManifestObjects:
+        pods: list[dict[str, Any]] = []
+        configmaps: list[dict[str, Any]] = []
+        secrets: list[dict[str, Any]] = []
+        for part in parts:
+            pods.extend(part.pods)
+            configmaps.extend(part.configmaps)
+            secrets.extend(part.secrets)
+        return ManifestObjects(tuple(pods), tuple(configmaps), tuple(secrets))
+
+
+def publish_objects(new: ManifestObjects, old: ManifestObjects | None,
+                    on_objects: Callable[[list[dict[str, Any]]], None] | None) -> None:
+    """Hand a source's ConfigMaps and Secrets to `on_objects` when they differ from what it last handed over."""
+    if on_objects is None:
+        return
+    if old is None or (new.configmaps, new.secrets) != (old.configmaps, old.secrets):
+        on_objects([*new.configmaps, *new.secrets])
+
+
+@dataclass(slots=True)
+class _Collector:
+    path: str
+    node_name: str
+    source: str
+    location: str
+    seen: str | None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    configmaps: list[dict[str, Any]] = field(default_factory=list)
+    secrets: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_manifest_file(path: str, node_name: str) -> ManifestObjects:
+    """Read and check one manifest file; any problem raises ConfigError naming the file and the field."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read manifest: {exc.strerror or exc}") from None
+    return parse_manifest(data, path, node_name)
+
+
+def parse_manifest(data: bytes, path: str, node_name: str, *, source: str = podutil.SOURCE_FILE,
+                   location: str | None = None, seen: str | None = None) -> ManifestObjects:
+    """Parse manifest bytes; `path` names the input in errors, `location` (default: path) feeds static uids."""
+    documents = [doc for doc in _decode(data, path) if doc is not None]
+    collector = _Collector(path, node_name, source, location or path, seen)
+    for index, document in enumerate(documents):
+        where = f"document {index + 1}: " if len(documents) > 1 else ""
+        document = _plain(document, path, where)
+        if not isinstance(document, dict):
+            got = type(document).__name__
+            raise ConfigError(path, where.rstrip(": "), f"expected an object with a kind, got {got}")
+        kind = document.get("kind")
+        if kind in _LIST_KINDS:
+            items = document.get("items")
+            if not isinstance(items, list):
+                raise ConfigError(path, f"{where}items", f"a {kind} needs a list of items")
+            for item_index, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise ConfigError(path, f"{where}items[{item_index}]", "must be an object")
+                allowed = ("Pod",) if kind == "PodList" else _OBJECT_KINDS
+                _add_object(collector, item, f"{where}items[{item_index}].", allowed=allowed)
+        else:
+            _add_object(collector, document, where, allowed=_OBJECT_KINDS)
+    return ManifestObjects(tuple(collector.pods), tuple(collector.configmaps), tuple(collector.secrets))
+
+
+def _decode(data: bytes, path: str) -> list[Any]:
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ConfigError(path, "", f"manifest is {len(data)} bytes, more than the {MAX_MANIFEST_BYTES} allowed")
+    text = _text(data, path)
+    json_error = None
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            return [json.loads(text)]  # the fast path for JSON manifests
+        except json.JSONDecodeError as exc:
+            json_error = ConfigError(path, "", f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")
+    try:
+        return list(yaml.load_all(text, Loader=_SafeLoader))  # also YAML flow style, like {kind: Pod}
+    except yaml.YAMLError as exc:
+        if json_error is not None:
+            raise json_error from None  # it looked like JSON: the JSON error is the helpful one
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(path, "", f"invalid YAML{where}: {problem}") from None
+
+
+def _text(data: bytes, path: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, "", f"not UTF-8 text (byte {exc.start})") from None
+
+
+def _plain(value: Any, path: str, where: str, field_path: str = "") -> Any:
+    """The JSON shape of a YAML value: string keys only, timestamps as RFC 3339 strings."""
+    if isinstance(value, dict):
+        result = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConfigError(path, f"{where}{field_path}".rstrip("."), f"key {key!r} must be a string")
+            result[key] = _plain(item, path, where, f"{field_path}{key}.")
+        return result
+    if isinstance(value, list):
+        return [_plain(item, path, where, f"{field_path.rstrip('.')}[{index}].") for index, item in enumerate(value)]
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()  # YAML !!binary: keep it as the API would (base64)
+    return value
+
+
+def _add_object(collector: _Collector, obj: dict[str, Any], where: str, *, allowed: tuple[str, ...]) -> None:
+    kind = obj.get("kind")
+    path = collector.path
+    if kind not in allowed:
+        raise ConfigError(path, f"{where}kind", f"unsupported kind {kind!r} (expected {', '.join(allowed)})")
+    api_version = obj.get("apiVersion")
+    if api_version not in (None, "v1"):
+        raise ConfigError(path, f"{where}apiVersion", f"a {kind} must be apiVersion v1, got {api_version!r}")
+    if kind == "Pod":
+        make_static(obj, collector.node_name, collector.location, source=collector.source, seen=collector.seen)
+        apply_defaults(obj)
+        problems = validate_pod(obj)
+        target = collector.pods
+    else:
+        problems = []
+        validate_object_meta(obj.get("metadata"), problems, namespaced=True)
+        metadata = obj.setdefault("metadata", {})
+        if isinstance(metadata, dict) and not metadata.get("namespace"):
+            metadata["namespace"] = "default"
+        _check_data(obj, kind, problems)
+        target = collector.configmaps if kind == "ConfigMap" else collector.secrets
+    if problems:
+        field_path, message = problems[0]
+        more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
+        raise ConfigError(path, f"{where}{field_path}", f"{message}{more}")
+    target.append(obj)
+
+
+def _check_data(obj: dict[str, Any], kind: str, problems: list[tuple[str, str]]) -> None:
+    """ConfigMap/Secret payloads; a Secret's stringData is folded into data as the API server does."""
+    encoded_field = "data" if kind == "Secret" else "binaryData"
+    for field_name in ("data", "binaryData", "stringData"):
+        value = obj.get(field_name)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            problems.append((field_name, "must be an object of keys to strings"))
+            continue
+        for key, item in value.items():
+            item_path = f"{field_name}[{key!r}]"
+            if error := configmap_key_error(key):
+                problems.append((item_path, error))
+            elif not isinstance(item, str):
+                problems.append((item_path, "must be a string (quote numbers and booleans)"))
+            elif field_name == encoded_field:
+                try:
+                    base64.b64decode(item, validate=True)
+                except (binascii.Error, ValueError):
+                    problems.append((item_path, "is not valid base64"))
+    if kind == "Secret":
+        secret_type = obj.setdefault("type", "Opaque")
+        if not isinstance(secret_type, str) or not secret_type:
+            problems.append(("type", "must be a non-empty string"))
+        string_data = obj.pop("stringData", None)
+        if isinstance(string_data, dict) and not problems:
+            data = obj.setdefault("data", {})
+            for key, item in string_data.items():
+                data[key] = base64.b64encode(item.encode()).decode()
+    elif obj.get("stringData") is not None:
+        problems.append(("stringData", "is only valid in a Secret"))
+

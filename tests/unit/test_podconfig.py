@@ -1,0 +1,227 @@
+"""The pod config merger (ops per change, order, readiness), inotify record parsing and the manifest scanner."""
+
+from __future__ import annotations
+
+import copy
+import struct
+
+import pytest
+
+from edgelet import podutil
+from edgelet.podconfig import Op, PodConfig, PodUpdate, merge_source
+from edgelet.podconfig.file import ManifestScanner, is_manifest_name
+from edgelet.podconfig.inotify import IN_CREATE, IN_ISDIR, IN_Q_OVERFLOW, InotifyEvent, parse_events
+
+NOW = "2024-01-01T00:00:00.000000Z"
+LATER = "2024-01-02T00:00:00.000000Z"
+
+
+def pod(uid: str, name: str | None = None, *, image: str = "busybox:1", **extra) -> dict:
+    result = {"metadata": {"uid": uid, "name": name or f"pod-{uid}", "namespace": "default"},
+              "spec": {"containers": [{"name": "c", "image": image}]}, "status": {}}
+    for key, value in extra.items():
+        section, _, field = key.partition("__")
+        result[section][field] = value
+    return result
+
+
+def ops(result) -> dict[Op, list[str]]:
+    return {op: [podutil.uid(p) for p in pods] for op, pods in result.changes.items()}
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ([], [pod("a"), pod("b")], {Op.ADD: ["a", "b"]}),
+        ([pod("a")], [pod("a")], {}),
+        ([pod("a"), pod("b")], [pod("b")], {Op.REMOVE: ["a"]}),
+        ([pod("a")], [pod("a", image="busybox:2")], {Op.UPDATE: ["a"]}),
+        ([pod("a")], [pod("a", metadata__labels={"x": "y"})], {Op.UPDATE: ["a"]}),
+        ([pod("a")], [pod("a", metadata__annotations={"note": "y"})], {Op.UPDATE: ["a"]}),
+        ([pod("a")], [pod("a", metadata__generation=2)], {Op.UPDATE: ["a"]}),
+        ([pod("a")], [pod("a", metadata__deletionTimestamp=LATER)], {Op.DELETE: ["a"]}),
+        ([pod("a", metadata__deletionTimestamp=LATER)],
+         [pod("a", metadata__deletionTimestamp=LATER, metadata__deletionGracePeriodSeconds=0)], {Op.DELETE: ["a"]}),
+        ([pod("a")], [pod("a", status__phase="Running")], {Op.RECONCILE: ["a"]}),
+        ([pod("a")], [pod("a", metadata__annotations={podutil.CONFIG_SEEN_ANNOTATION: LATER})], {}),
+        ([pod("a")], [pod("a", metadata__resourceVersion="99")], {}),
+        ([pod("a"), pod("b"), pod("c")], [pod("b", image="x:1"), pod("c", status__phase="Failed"), pod("d")],
+         {Op.REMOVE: ["a"], Op.ADD: ["d"], Op.UPDATE: ["b"], Op.RECONCILE: ["c"]}),
+    ],
+)
+def test_merge_ops(before, after, expected):
+    existing = merge_source({}, before, "api", now=NOW).state
+    result = merge_source(existing, after, "api", now=LATER)
+    assert ops(result) == expected
+    assert list(result.state) == [podutil.uid(p) for p in after]
+
+
+def test_updates_come_in_kubelet_order_one_per_op():
+    existing = merge_source({}, [pod("a"), pod("b"), pod("c")], "file", now=NOW).state
+    result = merge_source(existing, [pod("b", image="x:1"), pod("c", metadata__deletionTimestamp=LATER),
+                                     pod("d"), pod("e")], "file", now=LATER)
+    updates = result.updates("file")
+    assert [u.op for u in updates] == [Op.REMOVE, Op.ADD, Op.UPDATE, Op.DELETE]
+    assert [podutil.uid(p) for p in updates[1].pods] == ["d", "e"]
+    assert all(u.source == "file" for u in updates)
+
+
+def test_merge_annotates_copies_and_never_touches_its_input():
+    incoming = [pod("a")]
+    snapshot = copy.deepcopy(incoming)
+    result = merge_source({}, incoming, "file", now=NOW)
+    assert incoming == snapshot
+    annotations = result.state["a"]["metadata"]["annotations"]
+    assert annotations == {podutil.CONFIG_SOURCE_ANNOTATION: "file", podutil.CONFIG_SEEN_ANNOTATION: NOW}
+
+
+def test_first_seen_time_survives_updates():
+    existing = merge_source({}, [pod("a")], "api", now=NOW).state
+    updated = merge_source(existing, [pod("a", image="x:2")], "api", now=LATER)
+    assert podutil.annotations(updated.state["a"])[podutil.CONFIG_SEEN_ANNOTATION] == NOW
+
+
+def test_seen_annotation_from_the_source_is_kept_on_add():
+    incoming = pod("a", metadata__annotations={podutil.CONFIG_SEEN_ANNOTATION: "2020-01-01T00:00:00Z"})
+    result = merge_source({}, [incoming], "file", now=NOW)
+    assert podutil.annotations(result.state["a"])[podutil.CONFIG_SEEN_ANNOTATION] == "2020-01-01T00:00:00Z"
+
+
+def test_unchanged_pods_keep_their_identity():
+    existing = merge_source({}, [pod("a")], "api", now=NOW).state
+    result = merge_source(existing, [pod("a")], "api", now=LATER)
+    assert result.state["a"] is existing["a"]
+
+
+def test_reconcile_keeps_spec_and_takes_status():
+    existing = merge_source({}, [pod("a")], "api", now=NOW).state
+    result = merge_source(existing, [pod("a", status__phase="Running")], "api", now=LATER)
+    (reconciled,) = result.changes[Op.RECONCILE]
+    assert reconciled["status"] == {"phase": "Running"}
+    assert podutil.annotations(reconciled)[podutil.CONFIG_SEEN_ANNOTATION] == NOW
+
+
+@pytest.mark.parametrize(
+    ("incoming", "kept", "reason"),
+    [
+        ([pod("")], [], "has no metadata.uid"),
+        ([pod("a"), pod("a", name="other")], ["a"], "duplicates"),
+        ([pod("a", name="same"), pod("b", name="same")], ["a"], "duplicates pod same_default"),
+    ],
+)
+def test_invalid_and_duplicate_pods_are_rejected(incoming, kept, reason):
+    result = merge_source({}, incoming, "file", now=NOW)
+    assert list(result.state) == kept
+    assert len(result.rejected) == 1 and reason in result.rejected[0][1]
+
+
+async def test_pod_config_queues_updates_and_merges_sources():
+    config = PodConfig()
+    files = config.source("file")
+    api = config.source("api")
+    files.set([pod("f1")])
+    api.set([pod("a1"), pod("a2")])
+    assert await config.updates.get() == PodUpdate(Op.ADD, [config.get_pod("f1")], "file")
+    update = await config.updates.get()
+    assert (update.op, update.source, [podutil.uid(p) for p in update.pods]) == (Op.ADD, "api", ["a1", "a2"])
+    assert [podutil.uid(p) for p in config.get_pods()] == ["f1", "a1", "a2"]
+    files.set([])
+    update = await config.updates.get()
+    assert (update.op, [podutil.uid(p) for p in update.pods]) == (Op.REMOVE, ["f1"])
+    files.set([])
+    assert config.updates.empty()  # nothing changed, nothing sent
+    assert [podutil.uid(p) for p in config.get_pods()] == ["a1", "a2"]
+    assert config.get_pod("f1") is None
+
+
+async def test_readiness_needs_every_source():
+    config = PodConfig()
+    files = config.source("file")
+    api = config.source("api")
+    assert not config.all_sources_ready()
+    files.set([])  # delivering pods is not the same as being ready
+    files.mark_ready()
+    assert files.ready and not api.ready and not config.all_sources_ready()
+    api.mark_ready()
+    assert config.all_sources_ready()
+    await config.wait_ready()
+    assert config.source("file").ready  # registering again is idempotent
+    config.source("http")
+    assert not config.all_sources_ready()
+
+
+def test_unknown_source_is_a_programming_error():
+    config = PodConfig()
+    handle = config.source("file")
+    handle.name = "nope"
+    with pytest.raises(KeyError):
+        handle.set([])
+
+
+def test_rejections_are_logged_once(caplog):
+    config = PodConfig()
+    handle = config.source("file")
+    for _ in range(3):
+        handle.set([pod("a", name="same"), pod("b", name="same")])
+    assert caplog.text.count("ignoring pod same_default") == 1
+    handle.set([pod("a", name="same")])
+    handle.set([pod("a", name="same"), pod("b", name="same")])
+    assert caplog.text.count("ignoring pod same_default") == 2  # it came back after being resolved
+
+
+def _record(wd: int, mask: int, name: bytes, pad_to: int = 16) -> bytes:
+    padded = name + b"\0" * (pad_to - len(name)) if name else b""
+    return struct.pack("=iIII", wd, mask, 0, len(padded)) + padded
+
+
+def test_parse_inotify_events():
+    buffer = (_record(1, IN_CREATE, b"web.yaml") + _record(1, IN_CREATE | IN_ISDIR, b"sub")
+              + _record(-1, IN_Q_OVERFLOW, b""))
+    assert parse_events(buffer) == [InotifyEvent(1, IN_CREATE, 0, "web.yaml"),
+                                    InotifyEvent(1, IN_CREATE | IN_ISDIR, 0, "sub"),
+                                    InotifyEvent(-1, IN_Q_OVERFLOW, 0, "")]
+    assert parse_events(buffer[:-1]) == parse_events(buffer)[:2]  # a cut record is dropped, not misread
+    assert parse_events(b"") == []
+
+
+@pytest.mark.parametrize(
+    ("name", "is_manifest"),
+    [("web.yaml", True), ("web.json", True), ("pod", True), (".web.yaml", False), ("..data", False),
+     ("web.yaml~", False), (".web.yaml.swp", False), ("web.yaml.swp", False), ("#web.yaml#", False),
+     ("web.yaml.dpkg-new", False), ("web.yaml.bak", False), ("", False)],
+)
+def test_manifest_names(name, is_manifest):
+    assert is_manifest_name(name) is is_manifest
+
+
+POD_YAML = "kind: Pod\nmetadata: {name: %s}\nspec: {containers: [{name: c, image: 'busybox:1'}]}\n"
+
+
+def test_scanner_loads_good_files_and_reports_bad_ones_once(tmp_path):
+    (tmp_path / "a.yaml").write_text(POD_YAML % "a")
+    (tmp_path / "b.yaml").write_text(POD_YAML % "B")
+    (tmp_path / ".hidden.yaml").write_text(POD_YAML % "hidden")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.yaml").write_text(POD_YAML % "c")
+    scanner = ManifestScanner(str(tmp_path), "n")
+    first = scanner.scan()
+    assert [p["metadata"]["name"] for p in first.objects.pods] == ["a-n"]
+    assert [(e.path, e.key) for e in first.new_errors] == [(str(tmp_path / "b.yaml"), "metadata.name")]
+    second = scanner.scan()
+    assert second.new_errors == [] and second.objects.pods[0] is first.objects.pods[0]  # cached, not re-parsed
+    (tmp_path / "b.yaml").write_text(POD_YAML % "B" + "# edited, still wrong\n")
+    assert len(scanner.scan().new_errors) == 1  # new content: reported again
+    (tmp_path / "b.yaml").write_text(POD_YAML % "b")
+    fixed = scanner.scan()
+    assert fixed.recovered == [str(tmp_path / "b.yaml")]
+    assert sorted(p["metadata"]["name"] for p in fixed.objects.pods) == ["a-n", "b-n"]
+
+
+def test_scanner_missing_directory_and_single_file(tmp_path):
+    scanner = ManifestScanner(str(tmp_path / "missing"), "n")
+    result = scanner.scan()
+    assert result.missing and result.objects.pods == () and result.new_errors == []
+    single = tmp_path / "one.yaml"
+    single.write_text(POD_YAML % "one")
+    result = ManifestScanner(str(single), "n").scan()
+    assert [p["metadata"]["name"] for p in result.objects.pods] == ["one-n"]
