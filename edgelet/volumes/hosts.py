@@ -1,0 +1,61 @@
+"""The pod's managed /etc/hosts (pure): its hostname and domain, and the file the kubelet writes."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import podutil
+from ..podutil import Pod
+
+MANAGED_HEADER = "# Kubernetes-managed hosts file.\n"
+MANAGED_HEADER_HOST_NETWORK = "# Kubernetes-managed hosts file (host network).\n"
+_HOSTNAME_MAX = 63
+
+
+def pod_hostname_and_domain(pod: Pod, cluster_domain: str) -> tuple[str, str]:
+    """`spec.hostname` or the pod name (at most 63 characters), and `<subdomain>.<ns>.svc.<domain>`."""
+    spec = podutil.spec(pod)
+    hostname = spec.get("hostname") or podutil.name(pod)
+    if len(hostname) > _HOSTNAME_MAX:
+        hostname = hostname[:_HOSTNAME_MAX].rstrip("-.")
+    subdomain = spec.get("subdomain")
+    domain = f"{subdomain}.{podutil.namespace(pod)}.svc.{cluster_domain}" if subdomain else ""
+    return hostname, domain
+
+
+def _alias_entries(aliases: list[dict[str, Any]] | None) -> str:
+    if not aliases:
+        return ""
+    lines = ["", "# Entries added by HostAliases."]
+    lines += [f"{alias.get('ip', '')}\t" + "\t".join(alias.get("hostnames") or []) for alias in aliases]
+    return "\n".join(lines) + "\n"
+
+
+def managed_hosts(pod_ips: Sequence[str], hostname: str, domain: str,
+                  aliases: list[dict[str, Any]] | None = None) -> str:
+    """The hosts file of a pod on the pod network: loopback entries, the pod's IPs, host aliases."""
+    lines = [
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        "fe00::0\tip6-localnet",
+        "fe00::0\tip6-mcastprefix",
+        "fe00::1\tip6-allnodes",
+        "fe00::2\tip6-allrouters",
+    ]
+    for ip in pod_ips:
+        lines.append(f"{ip}\t{hostname}.{domain}\t{hostname}" if domain else f"{ip}\t{hostname}")
+    return MANAGED_HEADER + "\n".join(lines) + "\n" + _alias_entries(aliases)
+
+
+def host_network_hosts(node_hosts: str, aliases: list[dict[str, Any]] | None = None) -> str:
+    """The hosts file of a host-network pod: the node's own, plus host aliases."""
+    return MANAGED_HEADER_HOST_NETWORK + node_hosts + _alias_entries(aliases)
+
+
+def pod_hosts_file(pod: Pod, pod_ips: Sequence[str], cluster_domain: str, node_hosts: str | None) -> str:
+    """The /etc/hosts content for the pod; `node_hosts` is the node's file, read for host-network pods."""
+    aliases = podutil.spec(pod).get("hostAliases")
+    if podutil.host_network(pod):
+        return host_network_hosts(node_hosts or "", aliases)
+    hostname, domain = pod_hostname_and_domain(pod, cluster_domain)
+    return managed_hosts(pod_ips, hostname, domain, aliases)

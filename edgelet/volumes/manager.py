@@ -1,0 +1,344 @@
+"""The volume manager: sets up a pod's volumes under `<pods_dir>/<uid>/volumes/<plugin>/<name>` on every
+sync, turns a container's volumeMounts into CRI mounts (with subPaths, /etc/hosts and the termination
+log), and tears everything down without ever touching data outside the pod directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from .. import podutil
+from ..podutil import Pod
+from ..quantity import parse_quantity, to_int_ceil
+from . import plugins
+from .atomic_writer import FileProjection
+from .errors import VolumeError
+from .hosts import pod_hosts_file
+from .mountutil import MountInfo, read_mounts, remove_tree, unmount_all_under
+from .projection import Store, volume_payload
+from .subpath import expand_subpath_expr, prepare_safe_subpath, subpath_error
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+ETC_HOSTS = "/etc/hosts"
+_KINDS = ("emptyDir", "hostPath") + plugins.WRITTEN_KINDS
+_PROPAGATION = {None: 0, "None": 0, "HostToContainer": 1, "Bidirectional": 2}  # CRI MountPropagation
+# What the volume manager creates in a pod directory; teardown removes exactly these.
+_POD_ENTRIES = ("volume-subpaths", "volumes", "containers", "etc-hosts", "plugins")
+
+
+def _component(value: Any, what: str) -> str:
+    """A name used as one path component; anything that could walk elsewhere is refused."""
+    if not isinstance(value, str) or not value or value in (".", "..") or "/" in value or "\0" in value:
+        raise VolumeError(f"{what} {value!r} cannot be used as a directory name")
+    return value
+
+
+def _volume_kind(volume: dict[str, Any]) -> str:
+    for kind in _KINDS:
+        if volume.get(kind) is not None:
+            return kind
+    others = [key for key in volume if key != "name"]
+    if not others:
+        return "emptyDir"  # the API's default for a volume without a source
+    raise VolumeError(f"volume type {others[0]} is not supported on this node")
+
+
+def _failed(name: str, message: str) -> str:
+    return f'MountVolume.SetUp failed for volume "{name}" : {message}'
+
+
+@dataclass(slots=True)
+class _Plan:
+    """One volume to set up: decided in the event loop, carried out in a worker thread."""
+
+    name: str
+    kind: str
+    path: str
+    source: dict[str, Any]
+    payload: dict[str, FileProjection] = field(default_factory=dict)
+    in_memory: bool = False  # a tmpfs: emptyDir with medium Memory, secret, downwardAPI, projected
+    size: int | None = None  # of the tmpfs; None leaves the kernel's default (half of RAM)
+
+
+class VolumeManager:
+    def __init__(
+        self,
+        pods_dir: str,
+        *,
+        store: Store | None = None,
+        node_name: str = "",
+        node_allocatable: Mapping[str, Any] | None = None,
+        cluster_domain: str = "cluster.local",
+        node_hosts_file: str = ETC_HOSTS,
+    ):
+        # Resolved once: the mount table lists resolved paths, and teardown compares against it.
+        self.pods_dir = os.path.realpath(pods_dir)
+        self.store = store
+        self.node_name = node_name  # kept for callers; nothing in volume setup depends on it
+        self.node_allocatable = dict(node_allocatable or {})
+        self.cluster_domain = cluster_domain
+        self.node_hosts_file = node_hosts_file
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._warned: dict[str, set[str]] = {}
+
+    def pod_dir(self, pod_uid: str) -> str:
+        return os.path.join(self.pods_dir, _component(pod_uid, "pod uid"))
+
+    def volume_dir(self, pod_uid: str, kind: str, name: str) -> str:
+        return os.path.join(self.pod_dir(pod_uid), "volumes", plugins.PLUGIN_DIRS[kind], name)
+
+    def pods_on_disk(self) -> list[str]:
+        """Uids that have a pod directory (to find orphans after a restart)."""
+        try:
+            return sorted(entry.name for entry in os.scandir(self.pods_dir) if entry.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+
+    def _lock(self, pod_uid: str) -> asyncio.Lock:
+        return self._locks.setdefault(pod_uid, asyncio.Lock())
+
+    # -- set up -----------------------------------------------------------------------------------
+
+    async def setup_pod(self, pod: Pod) -> dict[str, str]:
+        """Makes every volume of the pod ready and current; returns volume name -> host path.
+
+        Idempotent and cheap when nothing changed; ConfigMap/Secret/downward API contents are updated
+        atomically. Raises VolumeError naming each volume that failed (the others are still set up).
+        """
+        uid = podutil.uid(pod)
+        pod_dir = self.pod_dir(uid)
+        plans, errors = self._plan(pod)
+        async with self._lock(uid):
+            paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod))
+        errors += apply_errors
+        if errors:
+            raise VolumeError("; ".join(errors))
+        return paths
+
+    def _plan(self, pod: Pod) -> tuple[list[_Plan], list[str]]:
+        """The pure part of set-up: sources, payloads and sizes, read from the pod and the store."""
+        uid = podutil.uid(pod)
+        plans, errors, warnings = [], [], []
+        allocatable_memory = self._allocatable_memory()
+        for volume in podutil.spec(pod).get("volumes") or []:
+            name = volume.get("name")
+            try:
+                _component(name, "volume name")
+                kind = _volume_kind(volume)
+                source = volume.get(kind) or {}
+                if kind == "hostPath":
+                    if (problem := plugins.host_path_error(source.get("path"))) is not None:
+                        raise VolumeError(problem)
+                    plans.append(_Plan(name, kind, source["path"], source))
+                    continue
+                plan = _Plan(name, kind, self.volume_dir(uid, kind, name), source)
+                if kind in plugins.WRITTEN_KINDS:
+                    plan.payload = volume_payload(pod, kind, source, self.store, self.node_allocatable, warnings)
+                plan.in_memory = kind in plugins.MEMORY_BACKED_KINDS or (
+                    kind == "emptyDir" and source.get("medium") == "Memory")
+                if plan.in_memory:
+                    plan.size = plugins.memory_volume_size(
+                        pod, source.get("sizeLimit") if kind == "emptyDir" else None, allocatable_memory)
+                plans.append(plan)
+            except VolumeError as exc:
+                errors.append(_failed(str(name), exc.message))
+            except (AttributeError, TypeError) as exc:  # a spec of the wrong shape reached us unvalidated
+                errors.append(_failed(str(name), f"malformed volume spec ({exc})"))
+        self._warn(uid, warnings)
+        return plans, errors
+
+    def _allocatable_memory(self) -> int | None:
+        value = self.node_allocatable.get("memory")
+        try:
+            return None if value is None else to_int_ceil(parse_quantity(value))
+        except ValueError:
+            return None
+
+    def _warn(self, uid: str, warnings: Iterable[str]) -> None:
+        seen = self._warned.setdefault(uid, set())
+        for message in warnings:
+            if message not in seen:
+                seen.add(message)
+                log.warning("pod %s: %s", uid, message)
+
+    def _apply(self, pod_dir: str, plans: list[_Plan], fs_group: int | None) -> tuple[dict[str, str], list[str]]:
+        for directory in (pod_dir, os.path.join(pod_dir, "volumes")):
+            os.makedirs(directory, mode=0o750, exist_ok=True)
+        # The mount table is only needed to see which tmpfs volumes are already mounted.
+        mounts = read_mounts() if any(plan.in_memory for plan in plans) else []
+        paths: dict[str, str] = {}
+        errors: list[str] = []
+        for plan in plans:
+            try:
+                self._apply_one(plan, fs_group, mounts)
+                paths[plan.name] = plan.path
+            except VolumeError as exc:
+                errors.append(_failed(plan.name, exc.message))
+            except OSError as exc:
+                errors.append(_failed(plan.name, f"{exc.strerror or exc}"))
+        return paths, errors
+
+    @staticmethod
+    def _apply_one(plan: _Plan, fs_group: int | None, mounts: list[MountInfo]) -> None:
+        if plan.kind == "hostPath":
+            plugins.check_host_path(plan.path, plan.source.get("type"))
+            return
+        os.makedirs(os.path.dirname(plan.path), mode=0o750, exist_ok=True)
+        if plan.kind == "emptyDir":
+            plugins.setup_empty_dir(plan.path, plan.source, plan.size, fs_group, mounts)
+        else:
+            plugins.setup_written_volume(plan.path, plan.payload, memory_backed=plan.in_memory, size=plan.size,
+                                         fs_group=fs_group, mounts=mounts)
+
+    # -- tear down --------------------------------------------------------------------------------
+
+    async def teardown_pod(self, pod_uid: str) -> None:
+        """Unmounts the pod's tmpfs and subPath mounts and removes what the volume manager created.
+
+        hostPath data is never touched; nothing is deleted through a symlink or a leftover mount
+        (VolumeError, and the rest stays for the next attempt).
+        """
+        pod_dir = self.pod_dir(pod_uid)
+        async with self._lock(pod_uid):
+            await asyncio.to_thread(self._teardown, pod_dir)
+        self._locks.pop(pod_uid, None)
+        self._warned.pop(pod_uid, None)
+
+    @staticmethod
+    def _teardown(pod_dir: str) -> None:
+        if not os.path.isdir(pod_dir) or os.path.islink(pod_dir):
+            return
+        unmount_all_under(pod_dir)
+        for entry in _POD_ENTRIES:
+            remove_tree(os.path.join(pod_dir, entry))
+        try:
+            os.rmdir(pod_dir)
+        except OSError:
+            pass  # something else keeps files here; it is theirs to remove
+
+    # -- container mounts -------------------------------------------------------------------------
+
+    def mounts_for(
+        self,
+        pod: Pod,
+        container: dict[str, Any],
+        volume_paths: Mapping[str, str],
+        *,
+        env: Iterable[tuple[str, str]] = (),
+        pod_ips: Sequence[str] = (),
+    ) -> list[dict[str, Any]]:
+        """CRI Mount fields for the container: its volumeMounts, then /etc/hosts, then the termination log.
+
+        `env` is the container's environment (for subPathExpr); `pod_ips` the sandbox's IPs: the managed
+        /etc/hosts is mounted once they are known, or at once for host-network pods, unless the container
+        mounts something on /etc/hosts itself. Writes the hosts file and a fresh termination-log file.
+        """
+        container_name = _component(container.get("name"), "container name")
+        pod_dir = self.pod_dir(podutil.uid(pod))
+        kinds = {}
+        for volume in podutil.spec(pod).get("volumes") or []:
+            try:
+                kinds[volume.get("name")] = _volume_kind(volume)
+            except VolumeError:
+                pass
+        env_map = dict(env)
+        mounts_table: list[MountInfo] | None = None
+        mount_hosts = bool(pod_ips) or podutil.host_network(pod)
+        result = []
+        for index, volume_mount in enumerate(container.get("volumeMounts") or []):
+            name = volume_mount.get("name")
+            host_path = volume_paths.get(name)
+            if host_path is None:
+                raise VolumeError(f'cannot find volume "{name}" to mount into container "{container_name}"')
+            container_path = volume_mount.get("mountPath") or ""
+            if not container_path.startswith("/"):
+                raise VolumeError(f'volumeMount "{name}": mountPath must be absolute, got {container_path!r}')
+            if container_path == ETC_HOSTS:
+                mount_hosts = False
+            subpath = volume_mount.get("subPath") or ""
+            if volume_mount.get("subPathExpr"):
+                subpath = expand_subpath_expr(volume_mount["subPathExpr"], env_map)
+            if subpath:
+                if (problem := subpath_error(subpath)) is not None:
+                    raise VolumeError(problem)
+                mounts_table = read_mounts() if mounts_table is None else mounts_table
+                target = os.path.join(pod_dir, "volume-subpaths", _component(name, "volume name"), container_name,
+                                      str(index))
+                host_path = prepare_safe_subpath(host_path, subpath, target, mounts_table)
+            propagation = volume_mount.get("mountPropagation")
+            if propagation not in _PROPAGATION:
+                raise VolumeError(f"invalid MountPropagation mode: {propagation!r}")
+            result.append(_mount(container_path, host_path, _PROPAGATION[propagation],
+                                 readonly=bool(volume_mount.get("readOnly"))
+                                 or kinds.get(name) in plugins.READ_ONLY_KINDS))
+        message_path = container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
+        try:
+            if mount_hosts:
+                result.append(_mount(ETC_HOSTS, self._write_hosts_file(pod, pod_dir, pod_ips)))
+            result.append(_mount(message_path, self._new_termination_log(pod_dir, container_name)))
+        except OSError as exc:
+            raise VolumeError(f"cannot prepare {exc.filename or pod_dir}: {exc.strerror or exc}") from None
+        return result
+
+    def _write_hosts_file(self, pod: Pod, pod_dir: str, pod_ips: Sequence[str]) -> str:
+        node_hosts = None
+        if podutil.host_network(pod):
+            try:
+                with open(self.node_hosts_file, encoding="utf-8", errors="replace") as stream:
+                    node_hosts = stream.read()
+            except OSError as exc:
+                raise VolumeError(f"cannot read the node's {self.node_hosts_file}: {exc.strerror}") from None
+        content = pod_hosts_file(pod, pod_ips, self.cluster_domain, node_hosts).encode()
+        path = os.path.join(pod_dir, "etc-hosts")
+        os.makedirs(pod_dir, mode=0o750, exist_ok=True)
+        # Rewritten in place, not replaced: running containers bind-mount this very inode.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            with os.fdopen(fd, "r+b", closefd=False) as stream:
+                if stream.read() != content:
+                    stream.seek(0)
+                    stream.truncate()
+                    stream.write(content)
+            os.fchmod(fd, 0o644)
+        finally:
+            os.close(fd)
+        return path
+
+    @staticmethod
+    def _new_termination_log(pod_dir: str, container_name: str) -> str:
+        """A fresh empty file per container instance, so a restart never reads the previous message."""
+        directory = os.path.join(pod_dir, "containers", container_name)
+        os.makedirs(directory, mode=0o750, exist_ok=True)
+        while True:
+            path = os.path.join(directory, secrets.token_hex(4))
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            except FileExistsError:
+                continue
+            os.fchmod(fd, 0o666)  # the container's user, whoever it is, must be able to write it
+            os.close(fd)
+            return path
+
+    def prune_termination_logs(self, pod_uid: str, container_name: str, keep: Iterable[str]) -> None:
+        """Removes a container's termination-log files except `keep` (those of containers still present)."""
+        directory = os.path.join(self.pod_dir(pod_uid), "containers", _component(container_name, "container name"))
+        keep = {os.path.basename(path) for path in keep}
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if entry.name not in keep and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+
+
+def _mount(container_path: str, host_path: str, propagation: int = 0, *, readonly: bool = False) -> dict[str, Any]:
+    return {"container_path": container_path, "host_path": host_path, "readonly": readonly,
+            "propagation": propagation, "selinux_relabel": False}

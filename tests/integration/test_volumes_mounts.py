@@ -1,0 +1,445 @@
+"""The volume manager against the real kernel (root): tmpfs and bind mounts seen in /proc/self/mountinfo,
+hostPath type checks on real files, sockets and devices, secret file modes, and safe teardown.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import os
+import socket
+import stat
+
+import pytest
+
+from edgelet.objectstore import ObjectStore
+from edgelet.volumes import VolumeError, VolumeManager, subpath
+from edgelet.volumes.mountutil import MNT_DETACH, mounts_under, read_mounts, remove_tree, unmount
+from edgelet.volumes.plugins import mount_tmpfs
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+
+UID = "0a1b2c3d-0000-4000-8000-000000000001"
+
+
+@pytest.fixture
+def root(tmp_path):
+    """A scratch directory whose mounts are all gone after the test, whatever happened in it."""
+    base = os.path.realpath(tmp_path)
+    yield base
+    for entry in mounts_under(base):
+        unmount(entry.mount_point, MNT_DETACH)
+    assert not mounts_under(base)
+
+
+@pytest.fixture
+def store():
+    return ObjectStore()
+
+
+@pytest.fixture
+def manager(root, store):
+    return VolumeManager(os.path.join(root, "pods"), store=store, node_name="edge-1",
+                         node_allocatable={"memory": "512Mi"})
+
+
+def _pod(volumes, containers=(), **spec):
+    return {"metadata": {"name": "web", "namespace": "default", "uid": UID},
+            "spec": {"volumes": volumes, "containers": list(containers) or [{"name": "app"}], **spec}}
+
+
+def _mount_at(path):
+    matches = [m for m in read_mounts() if m.mount_point == path]
+    return matches[-1] if matches else None
+
+
+def _secret(name, **data):
+    return {"kind": "Secret", "metadata": {"name": name, "namespace": "default"},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+
+
+# -- emptyDir --------------------------------------------------------------------------------------
+
+async def test_memory_empty_dir_is_a_sized_tmpfs_until_teardown(manager):
+    pod = _pod([{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                {"name": "scratch", "emptyDir": {}}])
+    paths = await manager.setup_pod(pod)
+    cache = paths["cache"]
+    assert cache.endswith(f"/pods/{UID}/volumes/kubernetes.io~empty-dir/cache")
+    entry = _mount_at(cache)
+    assert entry is not None and entry.fstype == "tmpfs" and "size=1024k" in entry.super_options
+    with pytest.raises(OSError) as caught:
+        with open(os.path.join(cache, "big"), "wb") as stream:
+            stream.write(b"x" * (2 << 20))
+    assert caught.value.errno == errno.ENOSPC
+    assert stat.S_IMODE(os.stat(paths["scratch"]).st_mode) == 0o777 and _mount_at(paths["scratch"]) is None
+
+    await manager.setup_pod(pod)  # a second sync must not stack another tmpfs
+    assert sum(m.mount_point == cache for m in read_mounts()) == 1
+
+    await manager.teardown_pod(UID)
+    assert _mount_at(cache) is None
+    assert not os.path.exists(manager.pod_dir(UID))
+
+
+async def test_memory_size_defaults_to_the_pod_limit_then_node_allocatable(manager):
+    pod = _pod([{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
+               containers=[{"name": "app", "resources": {"limits": {"memory": "2Mi"}}}])
+    paths = await manager.setup_pod(pod)
+    assert "size=2048k" in _mount_at(paths["cache"]).super_options
+    await manager.teardown_pod(UID)
+    paths = await manager.setup_pod(_pod([{"name": "cache", "emptyDir": {"medium": "Memory"}}]))
+    assert "size=524288k" in _mount_at(paths["cache"]).super_options
+    await manager.teardown_pod(UID)
+
+
+async def test_unsized_tmpfs_is_mounted_once_across_syncs(root):
+    manager = VolumeManager(os.path.join(root, "pods"))  # no allocatable, no limits: kernel default size
+    pod = _pod([{"name": "cache", "emptyDir": {"medium": "Memory"}}])
+    for _ in range(3):
+        paths = await manager.setup_pod(pod)
+    assert sum(m.mount_point == paths["cache"] for m in read_mounts()) == 1
+    await manager.teardown_pod(UID)
+    assert not mounts_under(root)
+
+
+# -- hostPath --------------------------------------------------------------------------------------
+
+def _block_device():
+    for entry in os.scandir("/dev"):
+        if stat.S_ISBLK(entry.stat(follow_symlinks=False).st_mode):
+            return entry.path
+    return None
+
+
+@pytest.fixture
+def host_files(root):
+    files = {"dir": os.path.join(root, "data"), "file": os.path.join(root, "data", "file.txt"),
+             "socket": os.path.join(root, "app.sock"), "char": "/dev/null", "block": _block_device()}
+    os.mkdir(files["dir"])
+    with open(files["file"], "w") as stream:
+        stream.write("host data")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(files["socket"])
+    yield files
+    listener.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "path_type", "problem"),
+    [
+        ("dir", "Directory", None), ("dir", "", None), ("file", "", None),
+        ("file", "File", None), ("socket", "Socket", None), ("char", "CharDevice", None),
+        ("block", "BlockDevice", None), ("dir", "DirectoryOrCreate", None), ("file", "FileOrCreate", None),
+        ("file", "Directory", "is not a directory"), ("dir", "File", "is not a file"),
+        ("dir", "Socket", "is not a socket file"), ("file", "CharDevice", "is not a character device"),
+        ("char", "BlockDevice", "is not a block device"), ("socket", "File", "is not a file"),
+        ("dir", "FileOrCreate", "is not a file"), ("file", "DirectoryOrCreate", "is not a directory"),
+        ("dir", "Fancy", "Fancy is an invalid volume type"),
+    ],
+)
+async def test_host_path_types(manager, host_files, kind, path_type, problem):
+    path = host_files[kind]
+    if path is None:
+        pytest.skip("no block device on this machine")
+    pod = _pod([{"name": "host", "hostPath": {"path": path, "type": path_type}}])
+    if problem is None:
+        assert await manager.setup_pod(pod) == {"host": path}
+    else:
+        with pytest.raises(VolumeError) as caught:
+            await manager.setup_pod(pod)
+        assert f'volume "host" : ' in caught.value.message
+        assert problem in caught.value.message
+        if "invalid" not in problem:
+            assert f"hostPath type check failed: {path} {problem}" in caught.value.message
+
+
+async def test_host_path_or_create_types_create_what_is_missing(manager, root):
+    directory = os.path.join(root, "new", "deep")
+    file = os.path.join(root, "made.txt")
+    pod = _pod([{"name": "d", "hostPath": {"path": directory, "type": "DirectoryOrCreate"}},
+                {"name": "f", "hostPath": {"path": file, "type": "FileOrCreate"}},
+                {"name": "missing", "hostPath": {"path": os.path.join(root, "nope"), "type": "Directory"}},
+                {"name": "orphan", "hostPath": {"path": os.path.join(root, "no", "parent"), "type": "FileOrCreate"}}])
+    with pytest.raises(VolumeError) as caught:
+        await manager.setup_pod(pod)
+    assert os.path.isdir(directory) and os.path.isfile(file)
+    assert f"{root}/nope is not a directory" in caught.value.message
+    assert f"cannot create {root}/no/parent" in caught.value.message  # parents of a file are never created
+
+
+# -- file-backed volumes ---------------------------------------------------------------------------
+
+async def test_secret_files_modes_and_memory_backing(manager, store):
+    store.put(_secret("tls", **{"tls.key": b"KEY", "tls.crt": b"CRT"}))
+    pod = _pod([{"name": "tls", "secret": {"secretName": "tls", "defaultMode": 0o400,
+                                            "items": [{"key": "tls.key", "path": "private/key"},
+                                                      {"key": "tls.crt", "path": "cert", "mode": 0o644}]}}])
+    path = (await manager.setup_pod(pod))["tls"]
+    assert path.endswith("/volumes/kubernetes.io~secret/tls")
+    entry = _mount_at(path)
+    assert entry is not None and entry.fstype == "tmpfs"
+    assert open(os.path.join(path, "private", "key"), "rb").read() == b"KEY"
+    assert stat.S_IMODE(os.stat(os.path.join(path, "private", "key")).st_mode) == 0o400
+    assert stat.S_IMODE(os.stat(os.path.join(path, "cert")).st_mode) == 0o644
+    assert os.readlink(os.path.join(path, "cert")) == "..data/cert"
+    await manager.teardown_pod(UID)
+    assert _mount_at(path) is None
+
+
+async def test_secret_updates_are_published_on_the_next_sync(manager, store):
+    store.put(_secret("app", user=b"admin", password=b"one"))
+    pod = _pod([{"name": "creds", "secret": {"secretName": "app"}}])
+    path = (await manager.setup_pod(pod))["creds"]
+    store.put(_secret("app", password=b"two", token=b"t"))
+    await manager.setup_pod(pod)
+    assert sorted(n for n in os.listdir(path) if not n.startswith("..")) == ["password", "token"]
+    assert open(os.path.join(path, "password"), "rb").read() == b"two"
+    assert stat.S_IMODE(os.stat(os.path.join(path, "token")).st_mode) == 0o644
+    assert len([n for n in os.listdir(path) if n.startswith("..2")]) == 1
+    await manager.teardown_pod(UID)
+
+
+async def test_fs_group_owns_the_files(manager, store):
+    store.put(_secret("app", key=b"k"))
+    pod = _pod([{"name": "creds", "secret": {"secretName": "app", "defaultMode": 0o400}},
+                {"name": "work", "emptyDir": {}}], securityContext={"fsGroup": 2000})
+    paths = await manager.setup_pod(pod)
+    info = os.stat(os.path.join(paths["creds"], "key"))
+    assert info.st_gid == 2000 and stat.S_IMODE(info.st_mode) == 0o440
+    work = os.stat(paths["work"])
+    assert work.st_gid == 2000 and work.st_mode & stat.S_ISGID
+    await manager.teardown_pod(UID)
+
+
+async def test_config_map_lives_on_disk_and_missing_sources_are_reported_per_volume(manager, store):
+    store.put({"kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"app.conf": "x=1"}})
+    pod = _pod([{"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "gone", "configMap": {"name": "app-config"}},
+                {"name": "maybe", "secret": {"secretName": "nope", "optional": True}},
+                {"name": "labels", "downwardAPI": {"items": [{"path": "name",
+                                                              "fieldRef": {"fieldPath": "metadata.name"}}]}},
+                {"name": "pvc", "persistentVolumeClaim": {"claimName": "data"}}])
+    with pytest.raises(VolumeError) as caught:
+        await manager.setup_pod(pod)
+    assert caught.value.message == (
+        'MountVolume.SetUp failed for volume "gone" : configmap "app-config" not found; '
+        'MountVolume.SetUp failed for volume "pvc" : volume type persistentVolumeClaim is not supported on '
+        "this node")
+    cfg = manager.volume_dir(UID, "configMap", "cfg")
+    assert open(os.path.join(cfg, "app.conf")).read() == "x=1" and _mount_at(cfg) is None
+    labels = manager.volume_dir(UID, "downwardAPI", "labels")
+    assert open(os.path.join(labels, "name")).read() == "web" and _mount_at(labels).fstype == "tmpfs"
+    optional = os.listdir(manager.volume_dir(UID, "secret", "maybe"))
+    assert "..data" in optional and all(name.startswith("..") for name in optional)  # present, empty
+    await manager.teardown_pod(UID)
+    assert not os.path.exists(manager.pod_dir(UID))
+
+
+# -- container mounts ------------------------------------------------------------------------------
+
+async def test_mounts_for_a_container(manager, store):
+    store.put(_secret("app", key=b"k"))
+    container = {"name": "app", "terminationMessagePath": "/tmp/msg", "volumeMounts": [
+        {"name": "work", "mountPath": "/work"},
+        {"name": "creds", "mountPath": "/creds"},
+        {"name": "work", "mountPath": "/logs", "readOnly": True, "mountPropagation": "HostToContainer"}]}
+    pod = _pod([{"name": "work", "emptyDir": {}}, {"name": "creds", "secret": {"secretName": "app"}}], [container])
+    paths = await manager.setup_pod(pod)
+    mounts = manager.mounts_for(pod, container, paths, pod_ips=["10.88.0.9"])
+    pod_dir = manager.pod_dir(UID)
+    assert mounts[:4] == [
+        {"container_path": "/work", "host_path": paths["work"], "readonly": False, "propagation": 0,
+         "selinux_relabel": False},
+        {"container_path": "/creds", "host_path": paths["creds"], "readonly": True, "propagation": 0,
+         "selinux_relabel": False},
+        {"container_path": "/logs", "host_path": paths["work"], "readonly": True, "propagation": 1,
+         "selinux_relabel": False},
+        {"container_path": "/etc/hosts", "host_path": f"{pod_dir}/etc-hosts", "readonly": False,
+         "propagation": 0, "selinux_relabel": False},
+    ]
+    assert "10.88.0.9\tweb\n" in open(f"{pod_dir}/etc-hosts").read()
+    log_mount = mounts[4]
+    assert log_mount["container_path"] == "/tmp/msg"
+    assert os.path.dirname(log_mount["host_path"]) == f"{pod_dir}/containers/app"
+    assert stat.S_IMODE(os.stat(log_mount["host_path"]).st_mode) == 0o666
+    again = manager.mounts_for(pod, container, paths, pod_ips=["10.88.0.9"])
+    assert again[4]["host_path"] != log_mount["host_path"]  # a restart gets a fresh file
+    manager.prune_termination_logs(UID, "app", keep=[again[4]["host_path"]])
+    assert os.listdir(f"{pod_dir}/containers/app") == [os.path.basename(again[4]["host_path"])]
+    await manager.teardown_pod(UID)
+
+
+async def test_no_hosts_mount_before_the_pod_has_an_ip_or_when_the_container_brings_its_own(manager):
+    container = {"name": "app", "volumeMounts": [{"name": "work", "mountPath": "/etc/hosts", "subPath": "hosts"}]}
+    pod = _pod([{"name": "work", "emptyDir": {}}], [container])
+    paths = await manager.setup_pod(pod)
+    assert [m["container_path"] for m in manager.mounts_for(pod, {"name": "app"}, paths)] == ["/dev/termination-log"]
+    mounts = manager.mounts_for(pod, container, paths, pod_ips=["10.88.0.9"])
+    assert [m["container_path"] for m in mounts] == ["/etc/hosts", "/dev/termination-log"]
+    with pytest.raises(VolumeError, match='cannot find volume "ghost" to mount into container "app"'):
+        manager.mounts_for(pod, {"name": "app", "volumeMounts": [{"name": "ghost", "mountPath": "/g"}]}, paths)
+    await manager.teardown_pod(UID)
+
+
+async def test_sub_paths_are_bind_mounted_and_cannot_escape(manager, root):
+    container = {"name": "app", "volumeMounts": [
+        {"name": "work", "mountPath": "/data", "subPath": "pods/$(ignored)"},
+        {"name": "work", "mountPath": "/mine", "subPathExpr": "pods/$(POD_NAME)"}]}
+    pod = _pod([{"name": "work", "emptyDir": {}}], [container])
+    paths = await manager.setup_pod(pod)
+    mounts = manager.mounts_for(pod, container, paths, env=[("POD_NAME", "web")])
+    first, second = mounts[0]["host_path"], mounts[1]["host_path"]
+    assert first == f"{manager.pod_dir(UID)}/volume-subpaths/work/app/0"
+    assert _mount_at(first) is not None and _mount_at(second) is not None
+    assert os.path.isdir(os.path.join(paths["work"], "pods", "web"))  # created with the volume's mode
+    assert stat.S_IMODE(os.stat(os.path.join(paths["work"], "pods", "web")).st_mode) == 0o777
+    with open(os.path.join(second, "seen"), "w") as stream:
+        stream.write("through the bind mount")
+    assert open(os.path.join(paths["work"], "pods", "web", "seen")).read() == "through the bind mount"
+    manager.mounts_for(pod, container, paths, env=[("POD_NAME", "web")])  # a restart reuses the mounts
+    assert sum(m.mount_point == first for m in read_mounts()) == 1
+
+    secret_dir = os.path.join(root, "host-secret")
+    os.mkdir(secret_dir)
+    os.symlink(secret_dir, os.path.join(paths["work"], "escape"))
+    os.symlink("pods", os.path.join(paths["work"], "inside"))
+    inside = {"name": "other", "volumeMounts": [{"name": "work", "mountPath": "/i", "subPath": "inside/web"}]}
+    through_link = manager.mounts_for(pod, inside, paths)[0]["host_path"]  # a symlink that stays inside is fine
+    assert through_link.endswith("/volume-subpaths/work/other/0")
+    assert open(os.path.join(through_link, "seen")).read() == "through the bind mount"
+    for subpath, message in [("escape", "leads outside its volume"), ("escape/new", "leads outside its volume"),
+                             ("../../etc", "must not contain '..'"), ("/etc", "must not be an absolute path")]:
+        bad = {"name": "bad", "volumeMounts": [{"name": "work", "mountPath": "/x", "subPath": subpath}]}
+        with pytest.raises(VolumeError, match=message):
+            manager.mounts_for(pod, bad, paths)
+    assert os.listdir(secret_dir) == []
+    with pytest.raises(VolumeError, match="missing value for POD_NAME"):
+        manager.mounts_for(pod, container, paths)
+
+    await manager.teardown_pod(UID)
+    assert not mounts_under(manager.pods_dir)
+    assert os.path.isdir(secret_dir)
+
+
+async def test_a_symlink_swapped_in_after_the_check_is_still_refused(manager, root, monkeypatch):
+    """The race the bind mount closes: path checks pass, then a component becomes a symlink."""
+    container = {"name": "app", "volumeMounts": [{"name": "work", "mountPath": "/x", "subPath": "escape"},
+                                                 {"name": "work", "mountPath": "/y", "subPath": "escape/sub"}]}
+    pod = _pod([{"name": "work", "emptyDir": {}}], [container])
+    paths = await manager.setup_pod(pod)
+    outside = os.path.join(root, "outside")
+    os.makedirs(os.path.join(outside, "sub"))
+    os.symlink(outside, os.path.join(paths["work"], "escape"))
+    monkeypatch.setattr(subpath.os.path, "realpath", os.path.abspath)  # the check sees no symlink
+    for index in range(2):
+        single = {"name": "app", "volumeMounts": [container["volumeMounts"][index]]}
+        with pytest.raises(VolumeError, match="cannot prepare subPath"):
+            manager.mounts_for(pod, single, paths)
+    assert not mounts_under(manager.pods_dir)
+    monkeypatch.undo()
+    await manager.teardown_pod(UID)
+
+
+async def test_teardown_never_deletes_host_path_data(manager, host_files):
+    container = {"name": "app", "volumeMounts": [{"name": "host", "mountPath": "/f", "subPath": "file.txt"},
+                                                 {"name": "host", "mountPath": "/d", "subPath": "."}]}
+    pod = _pod([{"name": "host", "hostPath": {"path": host_files["dir"], "type": "Directory"}}], [container])
+    paths = await manager.setup_pod(pod)
+    mounts = manager.mounts_for(pod, container, paths)
+    assert open(mounts[0]["host_path"]).read() == "host data"
+    await manager.teardown_pod(UID)
+    assert open(host_files["file"]).read() == "host data"
+    assert not os.path.exists(manager.pod_dir(UID))
+
+
+def test_remove_tree_refuses_to_cross_into_a_mount(root):
+    victim = os.path.join(root, "victim")
+    mounted = os.path.join(victim, "mnt")
+    os.makedirs(mounted)
+    mount_tmpfs(mounted, 1 << 20)
+    with open(os.path.join(mounted, "precious"), "w") as stream:
+        stream.write("keep me")
+    with pytest.raises(VolumeError, match="another filesystem is mounted there"):
+        remove_tree(victim)
+    assert open(os.path.join(mounted, "precious")).read() == "keep me"
+
+
+async def test_teardown_of_an_unknown_pod_is_a_no_op(manager):
+    await manager.teardown_pod("never-seen")
+    with pytest.raises(VolumeError, match="cannot be used as a directory name"):
+        await manager.teardown_pod("../etc")
+
+
+# -- what a container sees -------------------------------------------------------------------------
+
+@pytest.mark.containerd
+@pytest.mark.usefixtures("clean_runtime")
+async def test_a_container_sees_env_mounts_and_resources_as_built(manager, store, cri, containerd):
+    """The CRI fields built here, handed to the real containerd: what runs inside must match."""
+    from edgelet.cri import runtime_v1_pb2 as pb
+    from edgelet.kuberuntime.env import expand_command, resolve_env
+    from edgelet.kuberuntime.resources import linux_resources
+
+    store.put(_secret("app", password=b"hunter2"))
+    store.put({"kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "hello", "motd": "welcome"}})
+    container = {
+        "name": "main", "image": containerd.image,
+        "command": ["sh", "-c", "$(SCRIPT)"],
+        "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
+                {"name": "SCRIPT", "value": "echo $(GREETING) > /work/started; exec sleep 3600"}],
+        "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}, "limits": {"cpu": "500m", "memory": "64Mi"}},
+        "volumeMounts": [{"name": "work", "mountPath": "/work"},
+                         {"name": "creds", "mountPath": "/creds"},
+                         {"name": "cfg", "mountPath": "/etc/motd", "subPath": "motd"}],
+    }
+    pod = _pod([{"name": "work", "emptyDir": {"medium": "Memory", "sizeLimit": "4Mi"}},
+                {"name": "creds", "secret": {"secretName": "app", "defaultMode": 0o440}},
+                {"name": "cfg", "configMap": {"name": "cfg"}}], [container])
+    paths = await manager.setup_pod(pod)
+
+    sandbox_config = pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name="web", uid=UID, namespace="default"), hostname="web",
+        log_directory=os.path.join(manager.pod_dir(UID), "logs"),
+        linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
+            namespace_options=pb.NamespaceOption(network=pb.POD))))
+    sandbox_id = await cri.run_pod_sandbox(sandbox_config)
+    pod_ip = (await cri.pod_sandbox_status(sandbox_id)).status.network.ip
+    env = resolve_env(pod, container, store=store, pod_ip=pod_ip)
+    command, args = expand_command(container, env)
+    mounts = manager.mounts_for(pod, container, paths, env=env, pod_ips=[pod_ip])
+    config = pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name="main"), image=pb.ImageSpec(image=containerd.image),
+        command=command, args=args, envs=[pb.KeyValue(key=k, value=v) for k, v in env],
+        mounts=[pb.Mount(**m) for m in mounts], log_path="main/0.log",
+        linux=pb.LinuxContainerConfig(resources=pb.LinuxContainerResources(**linux_resources(pod, container))))
+    os.makedirs(os.path.join(sandbox_config.log_directory, "main"), exist_ok=True)
+    container_id = await cri.create_container(sandbox_id, config, sandbox_config)
+    await cri.start_container(container_id)
+
+    async def run(*cmd):
+        code, out, err = await cri.exec_sync(container_id, ["sh", "-c", *cmd], 10)
+        return code, out.decode().strip(), err.decode()
+
+    try:
+        assert await run("cat /work/started") == (0, "hello", "")
+        assert await run("cat /creds/password") == (0, "hunter2", "")
+        assert (await run("echo x > /creds/new"))[0] != 0  # secrets are mounted read-only
+        assert await run("cat /etc/motd") == (0, "welcome", "")
+        assert (await run("cat /etc/hosts"))[1].endswith(f"{pod_ip}\tweb")
+        assert (await run("echo finished > /dev/termination-log"))[0] == 0
+        assert open(mounts[-1]["host_path"]).read() == "finished\n"
+        if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):  # cgroup v2
+            expected = ("memory.max", "67108864"), ("cpu.max", "50000 100000"), ("memory.oom.group", "1")
+        else:
+            expected = (("memory/memory.limit_in_bytes", "67108864"), ("cpu/cpu.cfs_quota_us", "50000"),
+                        ("cpu/cpu.cfs_period_us", "100000"), ("cpu/cpu.shares", "102"))
+        for name, value in expected:
+            assert await run(f"cat /sys/fs/cgroup/{name}") == (0, value, ""), name
+        assert (await run("head -c 5M /dev/zero > /work/big"))[0] != 0  # the tmpfs holds 4 MiB
+    finally:
+        await cri.remove_container(container_id)
+        await cri.stop_pod_sandbox(sandbox_id)
+        await cri.remove_pod_sandbox(sandbox_id)
+    await manager.teardown_pod(UID)
+    assert not mounts_under(manager.pods_dir)
