@@ -27,8 +27,9 @@ def setup_logging(level: str) -> None:
     else:
         fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt, stream=sys.stderr)
-    # gRPC and httpx log every request at INFO; they are noise on a device.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # gRPC and httpx log every request or loop detail; they are noise on a device.
+    for noisy in ("httpx", "httpcore", "grpc"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _load_config(path: str):
@@ -81,9 +82,9 @@ def cmd_pods(args: argparse.Namespace) -> int:
     config = _load_config(args.config)
     if config is None:
         return EXIT_BAD_CONFIG
-    from .status.manager import read_pod_list
+    from .status.manager import read_pod_list, status_dir
 
-    pod_list = read_pod_list(config.status_dir)
+    pod_list = read_pod_list(status_dir(config))
     if args.output == "json":
         sys.stdout.write(orjson.dumps(pod_list, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

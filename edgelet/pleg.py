@@ -53,6 +53,13 @@ class PodLifecycleEvent:
         return self.type != core.CONTAINER_REMOVED
 
 
+def _int_annotation(annotations, key: str, default: int) -> int:
+    try:
+        return int(annotations.get(key, default))
+    except ValueError:
+        return default
+
+
 class GenericPLEG:
     """Relists sandboxes and containers every `relist_period` and keeps the runtime cache fresh."""
 
@@ -218,10 +225,7 @@ class GenericPLEG:
             return cached
         st = await self._runtime.container_status(cid)
         annotations = st.annotations
-        try:
-            restart_count = int(annotations.get(labels.CONTAINER_RESTART_COUNT, "0"))
-        except ValueError:
-            restart_count = 0
+        restart_count = _int_annotation(annotations, labels.CONTAINER_RESTART_COUNT, 0)
         result = ContainerStatus(
             id=cid,
             name=st.metadata.name,
@@ -239,6 +243,7 @@ class GenericPLEG:
             restart_count=restart_count,
             attempt=st.metadata.attempt,
             log_path=st.log_path,
+            grace_period=_int_annotation(annotations, labels.TERMINATION_GRACE_PERIOD, -1),
         )
         self._inspected[cid] = result
         return result

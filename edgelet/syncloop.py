@@ -10,7 +10,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import time
 from typing import Any
 
@@ -20,6 +19,7 @@ from .config import Config
 from .cri.client import RuntimeClient
 from .errors import EdgeletError
 from .kuberuntime.manager import Collaborators, RuntimeManager
+from .nodestatus.facts import default_ipv4_address
 from .kuberuntime.types import ContainerState, PodRuntimeStatus
 from .pleg import GenericPLEG, PodLifecycleEvent
 from .podconfig.config import Op, PodConfig, PodUpdate
@@ -27,7 +27,7 @@ from .podutil import Pod
 from .podworkers import PodWorkers, SyncOutcome, WorkType
 from .sdnotify import Notifier
 from .status.generate import generate_pod_status
-from .status.manager import StatusManager
+from .status.manager import StatusManager, status_dir
 from .tasks import TaskGroup
 
 log = logging.getLogger(__name__)
@@ -37,14 +37,8 @@ SHUTDOWN_GRACE = 5.0
 
 
 def node_ip_address() -> str:
-    """The node's primary IPv4 address, as the kubelet picks it: the one the default route uses."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            # A UDP connect sends nothing; it only asks the kernel which source address routes out.
-            probe.connect(("192.0.2.1", 9))
-            return probe.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
+    """The node's primary IPv4 address (the default route's interface), else loopback."""
+    return default_ipv4_address() or "127.0.0.1"
 
 
 class Agent:
@@ -62,7 +56,7 @@ class Agent:
             relist_threshold=config.pleg.relist_threshold,
         )
         self.pod_config = PodConfig()
-        self.status = StatusManager(config.status_dir)
+        self.status = StatusManager(status_dir(config))
         self.notifier = Notifier.from_env()
         self._node_ip = node_ip_address()
         self.store, self.images, self.volumes = self._make_workload_managers()
@@ -334,7 +328,7 @@ class Agent:
     async def _terminate_pod(self, pod: Pod, grace: int | None) -> None:
         uid = podutil.uid(pod)
         runtime_status = await self.pleg.inspect_now(uid)
-        await self.runtime_manager.kill_pod(pod if uid in self.pods else None, runtime_status, grace)
+        await self.runtime_manager.kill_pod(pod, runtime_status, grace)
         if uid in self.pods:
             runtime_status = await self.pleg.inspect_now(uid)
             self._publish_status(pod, runtime_status, {})

@@ -208,7 +208,7 @@ class RuntimeManager:
                 remaining = self._backoff.remaining(key)
                 result.waiting_reasons[name] = (
                     "CrashLoopBackOff",
-                    f"back-off {self._backoff.current(key):.0f}s restarting failed container={name} "
+                    f"back-off {self._backoff.delay(key):.0f}s restarting failed container={name} "
                     f"pod={podutil.full_name(pod)}({podutil.uid(pod)})",
                 )
                 result.requeue(remaining)
@@ -282,13 +282,16 @@ class RuntimeManager:
 
     # -- stopping -----------------------------------------------------------------------------
 
-    async def kill_pod(self, pod: Pod | None, status: PodRuntimeStatus, grace_override: int | None) -> None:
-        """Stops every running container (in parallel, each within the grace period), then the sandboxes."""
-        grace = grace_override
-        if grace is None:
-            grace = podutil.grace_period_seconds(pod) if pod is not None else 30
+    async def kill_pod(self, pod: Pod, status: PodRuntimeStatus, grace_override: int | None) -> None:
+        """Stops every running container (in parallel, each within the grace period), then the sandboxes.
+
+        A pod no source knows any more (an orphan) comes as metadata only; its containers then carry
+        the grace period they were started with.
+        """
+        has_spec = bool(pod.get("spec"))
         await asyncio.gather(*(
-            self._stop_container(c.id, c.name, grace, pod, "pod is being killed")
+            self._stop_container(c.id, c.name, self._grace(pod, c, has_spec, grace_override), pod,
+                                 "pod is being killed")
             for c in status.containers if c.state in (ContainerState.RUNNING, ContainerState.CREATED,
                                                       ContainerState.UNKNOWN)
         ))
@@ -296,13 +299,19 @@ class RuntimeManager:
             if sandbox.state == SandboxState.READY:
                 await self._runtime.stop_pod_sandbox(sandbox.id)
 
-    async def _stop_container(self, container_id: str, name: str, grace: int, pod: Pod | None,
-                              why: str) -> None:
+    @staticmethod
+    def _grace(pod: Pod, container: ContainerStatus, has_spec: bool, override: int | None) -> int:
+        if override is not None:
+            return override
+        if not has_spec and container.grace_period >= 0:
+            return container.grace_period
+        return podutil.grace_period_seconds(pod)
+
+    async def _stop_container(self, container_id: str, name: str, grace: int, pod: Pod, why: str) -> None:
         grace = max(grace, MINIMUM_GRACE_SECONDS) if grace > 0 else 0
-        label = podutil.full_name(pod) if pod is not None else "orphan"
-        log.info("pod %s: stopping container %s (%s) with %ds grace: %s", label, name,
+        log.info("pod %s: stopping container %s (%s) with %ds grace: %s", podutil.full_name(pod), name,
                  container_id[:13], grace, why)
-        if self._hooks is not None and pod is not None:
+        if self._hooks is not None and pod.get("spec"):
             grace = await self._hooks.pre_stop(pod, name, container_id, grace, self)
         await self._runtime.stop_container(container_id, grace)
 

@@ -54,6 +54,7 @@ class ContainerStatus:
     restart_count: int = 0  # io.kubernetes.container.restartCount
     attempt: int = 0
     log_path: str = ""
+    grace_period: int = -1  # io.kubernetes.pod.terminationGracePeriod; -1 when absent
 
 
 @dataclass(slots=True)

@@ -1,0 +1,145 @@
+"""Runs the real `edgelet run` as a subprocess against the private containerd, as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class AgentProcess:
+    """One edgelet agent with its own root_dir and manifest directory."""
+
+    def __init__(self, workdir: Path, endpoint: str, *, node_name: str = "testnode", extra_toml: str = "",
+                 server_address: str = ""):
+        self.workdir = workdir
+        self.root_dir = workdir / "root"
+        self.manifest_dir = workdir / "manifests"
+        self.manifest_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path = workdir / "edgelet.toml"
+        self.log_path = workdir / "agent.log"
+        self.node_name = node_name
+        self.config_path.write_text(textwrap.dedent(f"""\
+            node_name = "{node_name}"
+            root_dir = "{self.root_dir}"
+            log_level = "debug"
+
+            [runtime]
+            endpoint = "{endpoint}"
+
+            [pods]
+            manifest_dir = "{self.manifest_dir}"
+            file_check_frequency = "5s"
+
+            [backoff]
+            crashloop_initial = "1s"
+            crashloop_max = "4s"
+
+            [server]
+            address = "{server_address}"
+            """) + extra_toml)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "AgentProcess":
+        env = dict(os.environ)
+        env.setdefault("PYTHONPATH", str(REPO))
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edgelet", "run", "--config", str(self.config_path)],
+            cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._log.close()
+        self.proc = None
+        return code
+
+    def kill9(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def write_manifest(self, name: str, text: str) -> Path:
+        """Writes atomically, as editors and config management do (temp file + rename)."""
+        path = self.manifest_dir / name
+        tmp = self.manifest_dir / f".{name}.tmp"
+        tmp.write_text(textwrap.dedent(text))
+        tmp.rename(path)
+        return path
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ)
+        env.setdefault("PYTHONPATH", str(REPO))
+        return subprocess.run([sys.executable, "-m", "edgelet", *args, "--config", str(self.config_path)],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+    def pods(self) -> dict[str, dict]:
+        """The PodList as `edgelet pods -o json` prints it, by pod name."""
+        result = self.cli("pods", "-o", "json")
+        assert result.returncode == 0, result.stderr
+        return {p["metadata"]["name"]: p for p in json.loads(result.stdout)["items"]}
+
+    def pod(self, name: str) -> dict | None:
+        return self.pods().get(f"{name}-{self.node_name}")
+
+
+def busybox_pod(name: str, command: str, *, restart_policy: str = "Always", grace: int = 1,
+                host_network: bool = True, extra_container: str = "") -> str:
+    return f"""\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: {name}
+        spec:
+          hostNetwork: {str(host_network).lower()}
+          restartPolicy: {restart_policy}
+          terminationGracePeriodSeconds: {grace}
+          containers:
+            - name: main
+              image: docker.io/library/busybox:local
+              imagePullPolicy: Never
+              command: ["sh", "-c", {json.dumps(command)}]
+        {extra_container}"""
+
+
+def container_state(pod: dict, name: str = "main") -> dict:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status["name"] == name:
+            return status
+    return {}
+
+
+def is_running(pod: dict | None) -> bool:
+    return bool(pod) and pod["status"].get("phase") == "Running" and "running" in (
+        container_state(pod).get("state") or {}
+    )

@@ -1,0 +1,251 @@
+"""The walking skeleton end to end: manifests in a directory become containers on a real containerd."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.cri.client import RuntimeClient
+from edgelet.kuberuntime import labels
+
+from tests.integration.agent_harness import AgentProcess, busybox_pod, container_state, is_running, wait_for
+
+pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+
+def runtime_objects(endpoint: str, pod_uid: str | None = None):
+    """(sandboxes, containers) as CRI lists them, optionally of one pod."""
+
+    async def fetch():
+        async with RuntimeClient(endpoint) as client:
+            selector = {labels.POD_UID: pod_uid} if pod_uid else {}
+            sandboxes = await client.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector))
+            containers = await client.list_containers(pb.ContainerFilter(label_selector=selector))
+            return sandboxes, containers
+
+    return asyncio.run(fetch())
+
+
+@pytest.fixture
+def agent(tmp_path, containerd):
+    process = AgentProcess(tmp_path, containerd.endpoint)
+    yield process
+    process.stop()
+
+
+def test_manifest_becomes_running_pod_and_removal_removes_sandbox(agent, containerd):
+    agent.start()
+    started = time.monotonic()
+    agent.write_manifest("hello.yaml", busybox_pod("hello", "echo hello from edgelet; exec sleep 3600"))
+    pod = wait_for(lambda: (p := agent.pod("hello")) and is_running(p) and p, 30, what="hello Running")
+    elapsed = time.monotonic() - started
+
+    uid = pod["metadata"]["uid"]
+    assert pod["metadata"]["annotations"]["kubernetes.io/config.source"] == "file"
+    assert pod["metadata"]["annotations"]["kubernetes.io/config.hash"] == uid
+    sandboxes, containers = runtime_objects(containerd.endpoint, uid)
+    assert len(sandboxes) == 1 and sandboxes[0].state == pb.SANDBOX_READY
+    assert sandboxes[0].labels[labels.POD_NAME] == "hello-testnode"
+    assert sandboxes[0].labels[labels.POD_NAMESPACE] == "default"
+    (container,) = containers
+    assert container.labels[labels.CONTAINER_NAME] == "main"
+    assert container.annotations[labels.CONTAINER_RESTART_COUNT] == "0"
+    assert len(container.annotations[labels.CONTAINER_HASH]) == 16
+    status = container_state(pod)
+    assert status["containerID"] == f"containerd://{container.id}"
+    assert status["ready"] is True and status["restartCount"] == 0
+    conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
+    assert conditions["Ready"] == "True" and conditions["ContainersReady"] == "True"
+
+    # Logs land in the kubelet's layout, in CRI format.
+    log_file = agent.root_dir / "logs" / f"default_hello-testnode_{uid}" / "main" / "0.log"
+    line = wait_for(lambda: log_file.exists() and log_file.read_text(), 10, what="container log")
+    assert " stdout F hello from edgelet" in line
+    logs = agent.cli("logs", "hello")
+    assert logs.returncode == 0 and logs.stdout == "hello from edgelet\n"
+
+    print(f"manifest -> Running (as the CLI sees it): {elapsed * 1000:.0f} ms")
+
+    (agent.manifest_dir / "hello.yaml").unlink()
+    wait_for(lambda: not runtime_objects(containerd.endpoint, uid)[0], 30, what="sandbox removed")
+    wait_for(lambda: agent.pod("hello") is None, 10, what="pod gone from `edgelet pods`")
+
+
+def test_crashing_container_restarts_with_backoff(agent, containerd):
+    agent.start()
+    agent.write_manifest("crash.yaml", busybox_pod("crash", "echo crashing; exit 3"))
+
+    def restarted_three_times():
+        pod = agent.pod("crash")
+        return pod if pod and container_state(pod).get("restartCount", 0) >= 3 else None
+
+    pod = wait_for(restarted_three_times, 60, what="three restarts")
+    uid = pod["metadata"]["uid"]
+    _, containers = runtime_objects(containerd.endpoint, uid)
+    starts = sorted(c.created_at for c in containers)
+    # Dead containers beyond one per name may already be collected; every gap after the first
+    # restart is at least the initial back-off (1 s here), and the back-off doubles.
+    seen = wait_for(lambda: (p := agent.pod("crash")) and container_state(p)["state"].get("waiting") and p,
+                    30, interval=0.02, what="CrashLoopBackOff")
+    waiting = container_state(seen)["state"]["waiting"]
+    assert waiting["reason"] == "CrashLoopBackOff"
+    assert "back-off" in waiting["message"] and "container=main" in waiting["message"]
+    last = container_state(seen)["lastState"]["terminated"]
+    assert last["exitCode"] == 3 and last["reason"] == "Error"
+    assert seen["status"]["phase"] == "Running"  # restartPolicy Always keeps it Running, as kubectl shows
+    assert len(starts) >= 1
+
+
+def test_bad_manifest_reported_once_and_others_keep_running(agent, containerd):
+    agent.start()
+    agent.write_manifest("good.yaml", busybox_pod("good", "exec sleep 3600"))
+    agent.write_manifest("bad.yaml", """\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: bad
+        spec:
+          containers:
+            - name: main
+        """)
+    wait_for(lambda: is_running(agent.pod("good")), 30, what="good Running")
+    wait_for(lambda: "bad.yaml" in agent.log_text(), 10, what="bad manifest reported")
+    time.sleep(1.5)
+    reports = [line for line in agent.log_text().splitlines() if "bad.yaml" in line]
+    assert len(reports) == 1, reports
+    assert "spec.containers[0].image" in reports[0]
+    assert agent.pod("bad") is None
+    assert agent.proc.poll() is None
+
+
+def test_kill9_then_restart_adopts_running_containers(agent, containerd):
+    agent.start()
+    agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
+    agent.write_manifest("flappy.yaml", """\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: flappy
+        spec:
+          hostNetwork: true
+          terminationGracePeriodSeconds: 1
+          volumes:
+            - name: scratch
+              emptyDir: {}
+          containers:
+            - name: main
+              image: docker.io/library/busybox:local
+              imagePullPolicy: Never
+              command: ["sh", "-c", "[ -f /scratch/ran ] && exec sleep 3600; touch /scratch/ran; exit 1"]
+              volumeMounts:
+                - name: scratch
+                  mountPath: /scratch
+        """)
+    steady = wait_for(lambda: (p := agent.pod("steady")) and is_running(p) and p, 30, what="steady Running")
+    flappy = wait_for(lambda: (p := agent.pod("flappy")) and is_running(p)
+                      and container_state(p)["restartCount"] == 1 and p, 60, what="flappy restarted once")
+    before = {name: runtime_objects(containerd.endpoint, p["metadata"]["uid"])
+              for name, p in (("steady", steady), ("flappy", flappy))}
+
+    agent.kill9()
+    agent.start()
+    wait_for(lambda: "container runtime ready" in agent.log_text(), 30, what="agent restarted")
+    time.sleep(3)  # a few relists and syncs: enough for any wrong restart to show
+
+    for name, (sandboxes, containers) in before.items():
+        uid = sandboxes[0].labels[labels.POD_UID]
+        after_sandboxes, after_containers = runtime_objects(containerd.endpoint, uid)
+        assert [s.id for s in after_sandboxes] == [s.id for s in sandboxes], f"{name}: a new sandbox"
+        running_before = {c.id for c in containers if c.state == pb.CONTAINER_RUNNING}
+        running_after = {c.id for c in after_containers if c.state == pb.CONTAINER_RUNNING}
+        assert running_after == running_before, f"{name}: containers restarted"
+    pod = agent.pod("flappy")
+    assert container_state(pod)["restartCount"] == 1
+    assert is_running(pod)
+
+
+def test_pods_json_is_a_pod_list_and_survives_the_agent(agent, containerd):
+    agent.start()
+    agent.write_manifest("listed.yaml", busybox_pod("listed", "exec sleep 3600"))
+    wait_for(lambda: is_running(agent.pod("listed")), 30, what="listed Running")
+    agent.stop()
+    result = agent.cli("pods", "-o", "json")
+    assert result.returncode == 0
+    pod_list = json.loads(result.stdout)
+    assert pod_list["kind"] == "PodList"
+    (item,) = pod_list["items"]
+    assert item["metadata"]["name"] == "listed-testnode"
+    assert item["status"]["phase"] == "Running"
+    assert {c["type"] for c in item["status"]["conditions"]} >= {
+        "PodScheduled", "Initialized", "ContainersReady", "Ready"}
+    table = agent.cli("pods", "-o", "wide")
+    assert "listed-testnode" in table.stdout and "Running" in table.stdout and "1/1" in table.stdout
+
+
+class SocketProxy:
+    """A unix-socket proxy in front of containerd that the test can take down and bring back."""
+
+    def __init__(self, path: str, target: str):
+        self.path, self.target = path, target
+        self.loop = asyncio.new_event_loop()
+        self.server = None
+        self.conns: set[asyncio.StreamWriter] = set()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+
+    async def _pipe(self, reader, writer):
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _handle(self, reader, writer):
+        up_reader, up_writer = await asyncio.open_unix_connection(self.target)
+        self.conns.update({writer, up_writer})
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    def up(self):
+        async def start():
+            self.server = await asyncio.start_unix_server(self._handle, self.path)
+        asyncio.run_coroutine_threadsafe(start(), self.loop).result()
+
+    def down(self):
+        async def stop():
+            self.server.close()
+            for writer in list(self.conns):
+                writer.transport.abort()
+            self.conns.clear()
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result()
+
+
+def test_unreachable_runtime_is_retried_and_recovered(tmp_path, containerd):
+    proxy_path = str(tmp_path / "cri.sock")
+    proxy = SocketProxy(proxy_path, containerd.socket)
+    agent = AgentProcess(tmp_path, f"unix://{proxy_path}")
+    agent.write_manifest("patient.yaml", busybox_pod("patient", "exec sleep 3600"))
+    try:
+        agent.start()  # the runtime is not there yet
+        wait_for(lambda: proxy_path in agent.log_text(), 15, what="a message naming the endpoint")
+        assert agent.proc.poll() is None
+        proxy.up()
+        wait_for(lambda: is_running(agent.pod("patient")), 40, what="patient Running after the runtime came")
+        proxy.down()
+        time.sleep(3)
+        assert agent.proc.poll() is None, "the agent died while the runtime was away"
+        proxy.up()
+        agent.write_manifest("late.yaml", busybox_pod("late", "exec sleep 3600"))
+        wait_for(lambda: is_running(agent.pod("late")), 40, what="late Running after recovery")
+    finally:
+        agent.stop()
+        proxy.down()
