@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, Callable
 
 from . import metrics, podutil
 from .backoff import Backoff
@@ -19,13 +19,14 @@ from .config import Config
 from .cri.client import RuntimeClient
 from .errors import EdgeletError
 from .kuberuntime.manager import Collaborators, RuntimeManager
-from .nodestatus.facts import default_ipv4_address
+from .nodestatus.facts import default_ipv4_address, read_meminfo
 from .kuberuntime.types import ContainerState, PodRuntimeStatus
 from .pleg import GenericPLEG, PodLifecycleEvent
 from .podconfig.config import Op, PodConfig, PodUpdate
 from .podutil import Pod
 from .podworkers import PodWorkers, SyncOutcome, WorkType
 from .sdnotify import Notifier
+from .server import OpsServer
 from .status.generate import generate_pod_status
 from .status.manager import StatusManager, status_dir
 from .tasks import TaskGroup
@@ -59,6 +60,8 @@ class Agent:
         self.status = StatusManager(status_dir(config))
         self.notifier = Notifier.from_env()
         self._node_ip = node_ip_address()
+        memory_total, _ = read_meminfo()
+        self.node_allocatable = {"cpu": str(os.cpu_count() or 1), "memory": str(memory_total)}
         self.store, self.images, self.volumes = self._make_workload_managers()
         self.runtime_manager = RuntimeManager(
             self.runtime,
@@ -69,12 +72,15 @@ class Agent:
             cluster_domain=config.pods.cluster_domain,
             runtime_handler=config.runtime.runtime_handler,
             node_ip=lambda: self._node_ip,
+            node_allocatable=self.node_allocatable,
         )
         self.workers = PodWorkers(self._sync_pod, self._terminate_pod, self._on_terminated)
         self.pods: dict[str, Pod] = {}  # the desired pods by uid (the kubelet's pod manager)
         self._waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self._first_seen: dict[str, float] = {}
         self._rejected: set[str] = set()
+        self._runtime_health = (False, f"waiting for the container runtime at {self.runtime.endpoint}")
+        self._loop_alive = time.monotonic()
         self._stopping = asyncio.Event()
         self._tasks = TaskGroup()
 
@@ -89,7 +95,9 @@ class Agent:
             pull_backoff=Backoff(self.config.backoff.image_pull_initial, self.config.backoff.image_pull_max),
             pull_timeout=self.config.runtime.image_pull_timeout,
         )
-        volumes = VolumeManager(self.config.pods_dir, store=store, node_name=self.node_name)
+        volumes = VolumeManager(self.config.pods_dir, store=store, node_name=self.node_name,
+                                node_allocatable=self.node_allocatable,
+                                cluster_domain=self.config.pods.cluster_domain)
         return store, images, volumes
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -107,6 +115,10 @@ class Agent:
         self._start_sources()
         self._tasks.start("sync-loop", self._sync_loop())
         self._tasks.start("watchdog", self._watchdog())
+        if self.config.server.address:
+            server = OpsServer(self.config.server.address, health_checks=self.health_checks(),
+                               pods_json=self.status.pod_list_json, registry=metrics.REGISTRY)
+            self._tasks.start("ops-server", server.run())
         try:
             await self._stopping.wait()
         finally:
@@ -142,6 +154,30 @@ class Agent:
                                 check_frequency=pods.http_check_frequency)
             self._tasks.start("source:http", source.run())
 
+    def health_checks(self) -> dict[str, Callable[[], tuple[bool, str]]]:
+        """What /healthz reports, by check name (the kubelet's runtime and PLEG checks)."""
+        return {"runtime": lambda: self._runtime_health, "pleg": self.pleg.healthy,
+                "syncloop": self._loop_health}
+
+    def _loop_health(self) -> tuple[bool, str]:
+        stalled = time.monotonic() - self._loop_alive
+        limit = max(self.config.sync.housekeeping_interval * 10, 60.0)
+        if stalled > limit:
+            return False, f"sync loop has not turned for {stalled:.0f}s"
+        return True, "ok"
+
+    async def _check_runtime(self) -> None:
+        """The kubelet's runtime health: the CRI Status call, RuntimeReady and NetworkReady."""
+        try:
+            reply = await self.runtime.status()
+        except EdgeletError as exc:
+            self._runtime_health = (False, f"container runtime is down: {exc}")
+            return
+        failing = [f"{c.type}={c.status} ({c.reason}: {c.message})"
+                   for c in reply.status.conditions if not c.status and c.type == "RuntimeReady"]
+        self._runtime_health = (False, "container runtime not ready: " + "; ".join(failing)) if failing \
+            else (True, "ok")
+
     def _on_local_objects(self, objects: list[dict]) -> None:
         """ConfigMaps and Secrets from the manifest directory (standalone nodes)."""
         self.store.replace_all("file", objects)
@@ -159,7 +195,6 @@ class Agent:
     # -- the sync loop -----------------------------------------------------------------------------
 
     async def _sync_loop(self) -> None:
-        self._loop_alive = time.monotonic()
         await self._wait_for_runtime()
         config_get: asyncio.Task | None = None
         pleg_get: asyncio.Task | None = None
@@ -201,6 +236,7 @@ class Agent:
                 await asyncio.wait_for(self.pleg.wait_first_relist(), timeout=SYNC_TICK)
             except asyncio.TimeoutError:
                 continue
+        await self._check_runtime()
         version = await self._runtime_version()
         log.info("container runtime ready: %s", version)
         self.notifier.ready()
@@ -262,6 +298,7 @@ class Agent:
 
     async def _housekeeping(self) -> None:
         """Kills runtime pods that no source knows, once every source has reported at least once."""
+        await self._check_runtime()
         if not self.pod_config.all_sources_ready():
             return
         for uid in self.pleg.runtime_pod_uids() - set(self.pods):
@@ -272,7 +309,19 @@ class Agent:
             log.info("housekeeping: removing pod %s_%s (%s) that no source knows",
                      status.name, status.namespace, uid)
             self.workers.update(orphan, WorkType.TERMINATE)
+        await self._remove_orphaned_volumes()
         self._update_metrics()
+
+    async def _remove_orphaned_volumes(self) -> None:
+        """Volume directories of pods that are gone (say, removed while the agent was down)."""
+        active = set(self.pods) | self.pleg.runtime_pod_uids()
+        for uid in self.volumes.pods_on_disk():
+            if uid in active or self.workers.known(uid):
+                continue
+            try:
+                await self.volumes.teardown_pod(uid)
+            except EdgeletError as exc:
+                log.warning("housekeeping: volumes of pod %s not removed yet: %s", uid, exc)
 
     def _update_metrics(self) -> None:
         running_pods = 0
@@ -339,8 +388,11 @@ class Agent:
             return
         runtime_status = await self.pleg.inspect_now(uid)
         await self.runtime_manager.remove_pod(runtime_status)
-        if self.volumes is not None:
+        try:
             await self.volumes.teardown_pod(uid)
+        except EdgeletError as exc:
+            # Housekeeping retries: the pod directory stays until it can go.
+            log.warning("pod %s: volumes not removed yet: %s", podutil.full_name(pod), exc)
         self.pods.pop(uid, None)
         self.status.remove(uid)
         self.workers.forget(uid)

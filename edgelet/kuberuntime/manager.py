@@ -67,6 +67,7 @@ class RuntimeManager:
         cluster_domain: str = "cluster.local",
         runtime_handler: str = "",
         node_ip: Callable[[], str] = lambda: "",
+        node_allocatable: dict[str, str] | None = None,
         hasher: Callable[[str, str], str] | None = None,
     ):
         self._runtime = runtime
@@ -80,6 +81,7 @@ class RuntimeManager:
         self._cluster_domain = cluster_domain
         self._runtime_handler = runtime_handler
         self._node_ip = node_ip
+        self._node_allocatable = node_allocatable
         if hasher is None:
             from ..core import container_hash as hasher
         self._hash = hasher
@@ -98,7 +100,10 @@ class RuntimeManager:
         actions = compute_pod_actions(
             pod, status, liveness_failed=liveness_failed, startup_failed=startup_failed, hasher=self._hash
         )
-        if actions.no_change():
+        # Volumes first, on every sync: ConfigMap, Secret and downward API contents follow their
+        # sources even when no container changes (the kubelet remounts on each sync too).
+        volume_paths = await self._setup_volumes(pod, result)
+        if volume_paths is None or actions.no_change():
             return result
         log.debug("pod %s actions: %s", podutil.full_name(pod), actions)
 
@@ -114,12 +119,7 @@ class RuntimeManager:
                 for kill in actions.containers_to_kill.values()
             ))
 
-        # Step 2: volumes are ready before any sandbox or container needs them.
-        volume_paths = await self._setup_volumes(pod, result)
-        if volume_paths is None:
-            return result
-
-        # Step 3: a new sandbox when needed.
+        # Step 2: a new sandbox when needed.
         sandbox_id = actions.sandbox_id
         sandbox_config = make_sandbox_config(
             pod, actions.attempt, logs_root=self._logs_root,
@@ -136,13 +136,13 @@ class RuntimeManager:
 
         pod_ip = await self._pod_ip(sandbox_id, pod)
 
-        # Step 4: the next init container, one at a time.
+        # Step 3: the next init container, one at a time.
         if actions.next_init_container is not None:
             await self._start_container(pod, actions.next_init_container, status, sandbox_id,
                                         sandbox_config, volume_paths, pod_ip, result, "init")
             return result
 
-        # Step 5: the app containers, in parallel like the kubelet's goroutines per pod start.
+        # Step 4: the app containers, in parallel like the kubelet's goroutines per pod start.
         specs = podutil.containers(pod)
         await asyncio.gather(*(
             self._start_container(pod, specs[i], status, sandbox_id, sandbox_config, volume_paths,
@@ -267,9 +267,11 @@ class RuntimeManager:
         from .env import expand_command, resolve_env
         from .resources import linux_resources
 
-        env = resolve_env(pod, container, store=self._store, node_ip=self._node_ip(), pod_ip=pod_ip)
+        pod_ips = [pod_ip] if pod_ip else []
+        env = resolve_env(pod, container, store=self._store, node_ip=self._node_ip(), pod_ip=pod_ip,
+                          pod_ips=pod_ips, node_allocatable=self._node_allocatable)
         command, args = expand_command(container, env)
-        mounts = (self._volumes.mounts_for(pod, container, volume_paths)
+        mounts = (self._volumes.mounts_for(pod, container, volume_paths, env=env, pod_ips=pod_ips)
                   if self._volumes is not None else [])
         return make_container_config(
             pod, container,
