@@ -16,6 +16,7 @@ from typing import Any, Callable
 from . import metrics, podutil
 from .backoff import Backoff
 from .config import Config
+from .containerlogs import LogRotator
 from .cri.client import RuntimeClient
 from .errors import EdgeletError
 from .kuberuntime.manager import Collaborators, RuntimeManager
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 SYNC_TICK = 1.0
 SHUTDOWN_GRACE = 5.0
+LOG_ROTATION_INTERVAL = 10.0
 
 
 def node_ip_address() -> str:
@@ -74,6 +76,9 @@ class Agent:
             node_ip=lambda: self._node_ip,
             node_allocatable=self.node_allocatable,
         )
+        self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
+                                      max_files=config.logs.container_log_max_files)
+        self._next_log_rotation = 0.0
         self.workers = PodWorkers(self._sync_pod, self._terminate_pod, self._on_terminated)
         self.pods: dict[str, Pod] = {}  # the desired pods by uid (the kubelet's pod manager)
         self._waiting: dict[str, dict[str, tuple[str, str]]] = {}
@@ -310,7 +315,21 @@ class Agent:
                      status.name, status.namespace, uid)
             self.workers.update(orphan, WorkType.TERMINATE)
         await self._remove_orphaned_volumes()
+        await self._rotate_logs()
         self._update_metrics()
+
+    async def _rotate_logs(self) -> None:
+        """The kubelet's container log manager: every 10 s, rotate live logs past the size limit."""
+        now = time.monotonic()
+        if now < self._next_log_rotation:
+            return
+        self._next_log_rotation = now + LOG_ROTATION_INTERVAL
+        running = [(c.id, c.log_path) for uid in self.pleg.runtime_pod_uids()
+                   for c in self.pleg.get_status(uid).running_containers() if c.log_path]
+        try:
+            await self.log_rotator.rotate(running)
+        except OSError as exc:
+            log.warning("log rotation failed: %s", exc)
 
     async def _remove_orphaned_volumes(self) -> None:
         """Volume directories of pods that are gone (say, removed while the agent was down)."""
