@@ -23,6 +23,7 @@ from .kuberuntime.manager import Collaborators, RuntimeManager
 from .nodestatus.facts import default_ipv4_address, read_meminfo
 from .kuberuntime.types import ContainerState, PodRuntimeStatus
 from .pleg import GenericPLEG, PodLifecycleEvent
+from .prober import HookRunner, ProbeManager
 from .podconfig.config import Op, PodConfig, PodUpdate
 from .podutil import Pod
 from .podworkers import PodWorkers, SyncOutcome, WorkType
@@ -65,9 +66,11 @@ class Agent:
         memory_total, _ = read_meminfo()
         self.node_allocatable = {"cpu": str(os.cpu_count() or 1), "memory": str(memory_total)}
         self.store, self.images, self.volumes = self._make_workload_managers()
+        self.pods: dict[str, Pod] = {}  # the desired pods by uid (the kubelet's pod manager)
+        self.hooks = HookRunner(self.runtime, pod_ip=self._pod_address)
         self.runtime_manager = RuntimeManager(
             self.runtime,
-            Collaborators(images=self.images, volumes=self.volumes, store=self.store),
+            Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks),
             logs_root=config.logs_dir,
             crash_backoff=Backoff(config.backoff.crashloop_initial, config.backoff.crashloop_max),
             cluster_dns=list(config.pods.cluster_dns),
@@ -79,8 +82,12 @@ class Agent:
         self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
                                       max_files=config.logs.container_log_max_files)
         self._next_log_rotation = 0.0
+        self.prober = ProbeManager(
+            self.runtime, on_change=self._sync_if_known,
+            container_lookup=lambda uid, name: self.pleg.get_status(uid).latest_container(name),
+            pod_ip=self._pod_address,
+        )
         self.workers = PodWorkers(self._sync_pod, self._terminate_pod, self._on_terminated)
-        self.pods: dict[str, Pod] = {}  # the desired pods by uid (the kubelet's pod manager)
         self._waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self._first_seen: dict[str, float] = {}
         self._rejected: set[str] = set()
@@ -88,6 +95,13 @@ class Agent:
         self._loop_alive = time.monotonic()
         self._stopping = asyncio.Event()
         self._tasks = TaskGroup()
+
+    def _pod_address(self, uid: str) -> str:
+        """Where probes and hooks reach a pod: the node for host-network pods, else the sandbox IP."""
+        pod = self.pods.get(uid)
+        if pod is not None and podutil.host_network(pod):
+            return self._node_ip
+        return self.pleg.get_status(uid).ip
 
     def _make_workload_managers(self):
         from .images.manager import ImageManager
@@ -138,6 +152,8 @@ class Agent:
         self.notifier.stopping()
         await self._tasks.cancel_all(grace=SHUTDOWN_GRACE)
         await self.workers.stop()
+        await self.prober.close()
+        await self.hooks.close()
         await self.runtime.close()
         log.info("edgelet stopped")
 
@@ -263,9 +279,11 @@ class Agent:
                 self.pods[uid] = pod
                 self._first_seen.setdefault(uid, time.monotonic())
                 self.workers.update(pod)
+                self.prober.update_pod(pod)
             elif update.op is Op.DELETE:
                 self.pods[uid] = pod
                 self.workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
+                self.prober.update_pod(pod)
             elif update.op is Op.REMOVE:
                 self.pods.pop(uid, None)
                 self.workers.update(pod, WorkType.TERMINATE)
@@ -361,7 +379,11 @@ class Agent:
     async def _sync_pod(self, pod: Pod) -> SyncOutcome:
         uid = podutil.uid(pod)
         runtime_status = self.pleg.get_status(uid)
-        result = await self.runtime_manager.sync_pod(pod, runtime_status)
+        result = await self.runtime_manager.sync_pod(
+            pod, runtime_status,
+            liveness_failed=self.prober.liveness_failed(uid),
+            startup_failed=self.prober.startup_failed(uid),
+        )
         if result.started or result.waiting_reasons != self._waiting.get(uid) or not runtime_status.sandboxes:
             runtime_status = await self.pleg.inspect_now(uid)
         self._waiting[uid] = result.waiting_reasons
@@ -376,6 +398,8 @@ class Agent:
             old_status=self.status.get_status(uid),
             now=time.time(),
             waiting_reasons=waiting,
+            readiness=self.prober.readiness(uid),
+            started=self.prober.started(uid),
             host_ip=self._node_ip,
         )
         self.status.set_pod_status(pod, status)
@@ -395,6 +419,7 @@ class Agent:
 
     async def _terminate_pod(self, pod: Pod, grace: int | None) -> None:
         uid = podutil.uid(pod)
+        self.prober.stop_liveness_and_startup(uid)
         runtime_status = await self.pleg.inspect_now(uid)
         await self.runtime_manager.kill_pod(pod, runtime_status, grace)
         if uid in self.pods:
@@ -414,6 +439,7 @@ class Agent:
             log.warning("pod %s: volumes not removed yet: %s", podutil.full_name(pod), exc)
         self.pods.pop(uid, None)
         self.status.remove(uid)
+        self.prober.remove_pod(uid)
         self.workers.forget(uid)
         self._waiting.pop(uid, None)
         self._first_seen.pop(uid, None)

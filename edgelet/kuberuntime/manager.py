@@ -250,7 +250,9 @@ class RuntimeManager:
         log.info("pod %s: started container %s (%s, restart %d)", podutil.full_name(pod), name,
                  container_id[:13], restart_count)
         if self._hooks is not None:
-            await self._hooks.post_start(pod, container, container_id, self)
+            failure = await self._hooks.post_start(pod, container, container_id, self)
+            if failure:
+                result.waiting_reasons[name] = ("PostStartHookError", failure)
 
     def _pull_secrets(self, pod: Pod) -> list[dict]:
         if self._store is None:
