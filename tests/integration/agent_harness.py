@@ -26,6 +26,15 @@ def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.0
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def unmount_under(directory: Path) -> None:
+    """Detaches every mount below `directory`, deepest first."""
+    prefix = str(directory.resolve()) + "/"
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [line.split()[4] for line in mountinfo]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
 class AgentProcess:
     """One edgelet agent with its own root_dir and manifest directory."""
 
@@ -82,6 +91,11 @@ class AgentProcess:
         self._log.close()
         self.proc = None
         return code
+
+    def close(self) -> None:
+        """Stops the agent and unmounts what its volumes left mounted (pods outlive the agent)."""
+        self.stop()
+        unmount_under(self.workdir)
 
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)

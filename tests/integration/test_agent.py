@@ -36,14 +36,14 @@ def runtime_objects(endpoint: str, pod_uid: str | None = None):
 def agent(tmp_path, containerd):
     process = AgentProcess(tmp_path, containerd.endpoint)
     yield process
-    process.stop()
+    process.close()
 
 
 def test_manifest_becomes_running_pod_and_removal_removes_sandbox(agent, containerd):
     agent.start()
     started = time.monotonic()
     agent.write_manifest("hello.yaml", busybox_pod("hello", "echo hello from edgelet; exec sleep 3600"))
-    pod = wait_for(lambda: (p := agent.pod("hello")) and is_running(p) and p, 30, what="hello Running")
+    pod = wait_for(lambda: (p := agent.pod("hello")) and is_running(p) and p, 60, what="hello Running")
     elapsed = time.monotonic() - started
 
     uid = pod["metadata"]["uid"]
@@ -73,7 +73,7 @@ def test_manifest_becomes_running_pod_and_removal_removes_sandbox(agent, contain
     print(f"manifest -> Running (as the CLI sees it): {elapsed * 1000:.0f} ms")
 
     (agent.manifest_dir / "hello.yaml").unlink()
-    wait_for(lambda: not runtime_objects(containerd.endpoint, uid)[0], 30, what="sandbox removed")
+    wait_for(lambda: not runtime_objects(containerd.endpoint, uid)[0], 60, what="sandbox removed")
     wait_for(lambda: agent.pod("hello") is None, 10, what="pod gone from `edgelet pods`")
 
 
@@ -114,7 +114,7 @@ def test_bad_manifest_reported_once_and_others_keep_running(agent, containerd):
           containers:
             - name: main
         """)
-    wait_for(lambda: is_running(agent.pod("good")), 30, what="good Running")
+    wait_for(lambda: is_running(agent.pod("good")), 60, what="good Running")
     wait_for(lambda: "bad.yaml" in agent.log_text(), 10, what="bad manifest reported")
     time.sleep(1.5)
     reports = [line for line in agent.log_text().splitlines() if "bad.yaml" in line]
@@ -147,7 +147,7 @@ def test_kill9_then_restart_adopts_running_containers(agent, containerd):
                 - name: scratch
                   mountPath: /scratch
         """)
-    steady = wait_for(lambda: (p := agent.pod("steady")) and is_running(p) and p, 30, what="steady Running")
+    steady = wait_for(lambda: (p := agent.pod("steady")) and is_running(p) and p, 60, what="steady Running")
     flappy = wait_for(lambda: (p := agent.pod("flappy")) and is_running(p)
                       and container_state(p)["restartCount"] == 1 and p, 60, what="flappy restarted once")
     before = {name: runtime_objects(containerd.endpoint, p["metadata"]["uid"])
@@ -155,7 +155,7 @@ def test_kill9_then_restart_adopts_running_containers(agent, containerd):
 
     agent.kill9()
     agent.start()
-    wait_for(lambda: "container runtime ready" in agent.log_text(), 30, what="agent restarted")
+    wait_for(lambda: "container runtime ready" in agent.log_text(), 60, what="agent restarted")
     time.sleep(3)  # a few relists and syncs: enough for any wrong restart to show
 
     for name, (sandboxes, containers) in before.items():
@@ -173,7 +173,7 @@ def test_kill9_then_restart_adopts_running_containers(agent, containerd):
 def test_pods_json_is_a_pod_list_and_survives_the_agent(agent, containerd):
     agent.start()
     agent.write_manifest("listed.yaml", busybox_pod("listed", "exec sleep 3600"))
-    wait_for(lambda: is_running(agent.pod("listed")), 30, what="listed Running")
+    wait_for(lambda: is_running(agent.pod("listed")), 60, what="listed Running")
     agent.stop()
     result = agent.cli("pods", "-o", "json")
     assert result.returncode == 0
@@ -239,13 +239,13 @@ def test_unreachable_runtime_is_retried_and_recovered(tmp_path, containerd):
         wait_for(lambda: proxy_path in agent.log_text(), 15, what="a message naming the endpoint")
         assert agent.proc.poll() is None
         proxy.up()
-        wait_for(lambda: is_running(agent.pod("patient")), 40, what="patient Running after the runtime came")
+        wait_for(lambda: is_running(agent.pod("patient")), 60, what="patient Running after the runtime came")
         proxy.down()
         time.sleep(3)
         assert agent.proc.poll() is None, "the agent died while the runtime was away"
         proxy.up()
         agent.write_manifest("late.yaml", busybox_pod("late", "exec sleep 3600"))
-        wait_for(lambda: is_running(agent.pod("late")), 40, what="late Running after recovery")
+        wait_for(lambda: is_running(agent.pod("late")), 60, what="late Running after recovery")
     finally:
-        agent.stop()
+        agent.close()
         proxy.down()

@@ -38,13 +38,13 @@ container_log_max_files = 3
     try:
         agent.start()
         agent.write_manifest("chatty.yaml", CHATTY)
-        pod = wait_for(lambda: (p := agent.pod("chatty")) and is_running(p) and p, 30, what="chatty Running")
+        pod = wait_for(lambda: (p := agent.pod("chatty")) and is_running(p) and p, 60, what="chatty Running")
         log_dir = agent.root_dir / "logs" / f"default_chatty-testnode_{pod['metadata']['uid']}" / "main"
 
         def rotated():
             return sorted(n for n in os.listdir(log_dir) if n.startswith("0.log."))
 
-        wait_for(lambda: len(rotated()) >= 2, 40, interval=0.5, what="two rotations")
+        wait_for(lambda: len(rotated()) >= 2, 60, interval=0.5, what="two rotations")
         time.sleep(12)  # at least one more rotation period: old files must be deleted, not accumulate
         files = rotated()
         assert 1 <= len(files) <= 2, files  # max_files 3 = the live file + 2 rotated
@@ -54,7 +54,7 @@ container_log_max_files = 3
         assert numbers == sorted(numbers) and numbers[-1] - numbers[0] + 1 == len(numbers), \
             "rotated and live files must read as one gap-free stream"
     finally:
-        agent.stop()
+        agent.close()
 
 
 def test_logs_previous_and_follow(tmp_path, containerd):
@@ -104,4 +104,4 @@ def test_logs_previous_and_follow(tmp_path, containerd):
         missing = agent.cli("logs", "nosuchpod")
         assert missing.returncode != 0 and "nosuchpod" in missing.stderr
     finally:
-        agent.stop()
+        agent.close()

@@ -1,0 +1,267 @@
+"""Cluster mode end to end: the real agent against the API server double and the private containerd.
+
+Registration and the Lease heartbeat, an API pod's way to Running and back into the API, quiet resyncs
+(no status writes while nothing changes), the final delete of a deleted pod, mirror pods of static pods,
+and the jittered reconnect. The helpers here are shared with test_offline.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.cri.client import RuntimeClient
+from edgelet.kuberuntime import labels
+from tests.kubeapi_double import ApiServerDouble, StatusError
+
+from tests.integration.agent_harness import AgentProcess, busybox_pod, wait_for
+
+pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+NODE = "testnode"
+IMAGE = "docker.io/library/busybox:local"
+# Short periods keep the tests fast; the ratios are the kubelet's (renew every 1/4 of the lease).
+CLUSTER_TOML = """
+[cluster]
+kubeconfig = "{kubeconfig}"
+lease_duration = "4s"
+lease_renew_interval = "1s"
+node_status_update_frequency = "1s"
+node_status_report_frequency = "1m"
+status_resync = "1s"
+"""
+RESYNC = 1.0
+
+
+# -- shared helpers --------------------------------------------------------------------------------------
+
+
+def cluster_agent(workdir: Path, endpoint: str, api: ApiServerDouble) -> AgentProcess:
+    kubeconfig = api.write_kubeconfig(str(workdir / "kubeconfig"))
+    return AgentProcess(workdir, endpoint, node_name=NODE, extra_toml=CLUSTER_TOML.format(kubeconfig=kubeconfig))
+
+
+def api_pod(name: str, command: str = "exec sleep 3600", *, volumes: list | None = None,
+            env: list | None = None, grace: int = 1) -> dict[str, Any]:
+    """A pod as the API server holds it after defaulting, bound to this node."""
+    container: dict[str, Any] = {"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                                 "command": ["sh", "-c", command]}
+    if env:
+        container["env"] = env
+    spec: dict[str, Any] = {"nodeName": NODE, "hostNetwork": True, "restartPolicy": "Always",
+                            "terminationGracePeriodSeconds": grace, "containers": [container]}
+    if volumes:
+        spec["volumes"] = volumes
+        container["volumeMounts"] = [{"name": v["name"], "mountPath": f"/mnt/{v['name']}"} for v in volumes]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def api_get(api: ApiServerDouble, resource: str, name: str, namespace: str | None = None) -> dict | None:
+    try:
+        return api.get(resource, name, namespace)
+    except StatusError as e:
+        if e.code == 404:
+            return None
+        raise
+
+
+def main_status(pod: dict | None) -> dict:
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == "main":
+            return status
+    return {}
+
+
+def running_in_api(api: ApiServerDouble, name: str) -> dict | None:
+    """The API pod once its status says Running with the main container running, else None."""
+    pod = api_get(api, "pods", name, "default")
+    if pod and pod["status"].get("phase") == "Running" and "running" in (main_status(pod).get("state") or {}):
+        return pod
+    return None
+
+
+def running_locally(agent: AgentProcess, name: str) -> dict | None:
+    """The pod as `edgelet pods` shows it, once Running with its main container running."""
+    pod = agent.pods().get(name)
+    if pod and pod["status"].get("phase") == "Running" and "running" in (main_status(pod).get("state") or {}):
+        return pod
+    return None
+
+
+def status_patches(api: ApiServerDouble, name: str) -> int:
+    return api.write_count("PATCH", f"/api/v1/namespaces/default/pods/{name}/status")
+
+
+def lease_renew_time(api: ApiServerDouble) -> str | None:
+    lease = api_get(api, "leases", NODE, "kube-node-lease")
+    return lease["spec"]["renewTime"] if lease else None
+
+
+def wait_lease_renewed(api: ApiServerDouble, timeout: float = 15) -> str:
+    before = lease_renew_time(api)
+    return wait_for(lambda: (now := lease_renew_time(api)) and now != before and now, timeout, what="lease renewal")
+
+
+def runtime_state(endpoint: str, pod_uid: str) -> tuple[list, list]:
+    """(sandboxes, containers) CRI has for one pod."""
+
+    async def fetch():
+        async with RuntimeClient(endpoint) as client:
+            selector = {labels.POD_UID: pod_uid}
+            return (await client.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector)),
+                    await client.list_containers(pb.ContainerFilter(label_selector=selector)))
+
+    return asyncio.run(fetch())
+
+
+def running_container_ids(endpoint: str, pod_uid: str) -> list[str]:
+    _, containers = runtime_state(endpoint, pod_uid)
+    return sorted(c.id for c in containers if c.state == pb.CONTAINER_RUNNING)
+
+
+def remove_pod_from_runtime(endpoint: str, pod_uid: str) -> None:
+    """What a crash, a reboot or an operator can do behind the agent's back."""
+
+    async def remove():
+        async with RuntimeClient(endpoint) as client:
+            selector = {labels.POD_UID: pod_uid}
+            for container in await client.list_containers(pb.ContainerFilter(label_selector=selector)):
+                await client.remove_container(container.id)
+            for sandbox in await client.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector)):
+                await client.stop_pod_sandbox(sandbox.id)
+                await client.remove_pod_sandbox(sandbox.id)
+
+    asyncio.run(remove())
+
+
+# -- fixtures --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api():
+    with ApiServerDouble(bookmark_interval=0.5) as double:
+        yield double
+
+
+@pytest.fixture
+def agent(tmp_path, containerd, api):
+    process = cluster_agent(tmp_path, containerd.endpoint, api)
+    yield process
+    process.stop()
+
+
+# -- tests -----------------------------------------------------------------------------------------------
+
+
+def test_registration_heartbeat_and_pod_status_round_trip(agent, api, containerd):
+    agent.start()
+    # Registered at once (Ready False while the runtime is checked), Ready once the runtime answered.
+    node = wait_for(lambda: (n := api_get(api, "nodes", NODE)) and _conditions(n).get("Ready") == "True" and n, 20,
+                    what="node registered and Ready")
+    assert _conditions(node) == {"Ready": "True", "MemoryPressure": "False", "DiskPressure": "False",
+                                 "PIDPressure": "False"}
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    first = wait_for(lambda: lease_renew_time(api), 10, what="lease created")
+    assert wait_lease_renewed(api) > first
+    lease = api.get("leases", NODE, "kube-node-lease")
+    assert lease["spec"]["holderIdentity"] == NODE and lease["spec"]["leaseDurationSeconds"] == 4
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+
+    created_at = time.monotonic()
+    created = api.create("pods", api_pod("web"))
+    pod = wait_for(lambda: running_in_api(api, "web"), 30, what="web Running in the API")
+    to_running = time.monotonic() - created_at
+    uid = created["metadata"]["uid"]
+    (container_id,) = running_container_ids(containerd.endpoint, uid)
+    assert main_status(pod)["containerID"] == f"containerd://{container_id}"
+    assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+    assert pod["status"]["hostIP"] and pod["status"]["startTime"]
+    print(f"\npod created in the API -> Running in the API: {to_running * 1000:.0f} ms "
+          f"({status_patches(api, 'web')} status PATCHes)")
+
+    # Quiet: once the status has settled, several resync periods pass without a single write.
+    wait_for(lambda: _settled(api, "web"), 20, interval=0.2, what="status settled")
+    before = status_patches(api, "web")
+    time.sleep(RESYNC * 4.5)
+    assert status_patches(api, "web") == before, "status written although nothing changed"
+    assert "edgelet" not in json.dumps(api.get("pods", "web", "default")["status"])  # our status, not an error
+
+
+def _conditions(node: dict) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+
+
+def _settled(api: ApiServerDouble, name: str, quiet: float = 2.5 * RESYNC) -> bool:
+    count = status_patches(api, name)
+    time.sleep(quiet)
+    return count == status_patches(api, name)
+
+
+def test_deleted_pod_is_stopped_then_removed_from_the_api(agent, api, containerd):
+    agent.start()
+    uid = api.create("pods", api_pod("doomed", grace=30))["metadata"]["uid"]
+    wait_for(lambda: running_in_api(api, "doomed"), 30, what="doomed Running")
+    api.delete("pods", "doomed", "default", grace_period=1)  # graceful: sets deletionTimestamp
+    assert api_get(api, "pods", "doomed", "default")["metadata"]["deletionTimestamp"]
+    wait_for(lambda: api_get(api, "pods", "doomed", "default") is None, 30, what="final delete")
+    assert runtime_state(containerd.endpoint, uid) == ([], [])
+    deletes = [r for r in api.requests if r.method == "DELETE" and r.path.endswith("/pods/doomed")]
+    assert len(deletes) == 1
+
+
+def test_static_pod_gets_a_mirror_pod(agent, api, containerd):
+    agent.start()
+    agent.write_manifest("static.yaml", busybox_pod("static", "exec sleep 3600"))
+    name = f"static-{NODE}"
+    mirror = wait_for(lambda: running_in_api(api, name), 30, what="mirror pod Running in the API")
+    annotations = mirror["metadata"]["annotations"]
+    local = agent.pod("static")
+    assert annotations["kubernetes.io/config.mirror"] == local["metadata"]["uid"]
+    assert mirror["metadata"]["uid"] != local["metadata"]["uid"]
+    node_uid = api.get("nodes", NODE)["metadata"]["uid"]
+    assert mirror["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}]
+    assert main_status(mirror)["containerID"] == main_status(local)["containerID"]
+    # The mirror is never run as a pod of its own.
+    assert len(running_container_ids(containerd.endpoint, local["metadata"]["uid"])) == 1
+    assert running_container_ids(containerd.endpoint, mirror["metadata"]["uid"]) == []
+
+    # An edited manifest is a new static pod: the mirror is replaced.
+    agent.write_manifest("static.yaml", busybox_pod("static", "exec sleep 3601"))
+    replaced = wait_for(lambda: (m := running_in_api(api, name)) and m["metadata"]["uid"] != mirror["metadata"]["uid"]
+                        and m, 30, what="mirror replaced")
+    assert replaced["metadata"]["annotations"]["kubernetes.io/config.mirror"] != annotations["kubernetes.io/config.mirror"]
+
+    (agent.manifest_dir / "static.yaml").unlink()
+    wait_for(lambda: api_get(api, "pods", name, "default") is None, 30, what="mirror deleted")
+
+
+def test_reconnect_is_jittered(tmp_path, containerd, api):
+    # The first pod lists fail: the source retries on a full-jitter schedule (0.8 s doubling), so the
+    # gaps between attempts are random draws under growing caps, not one fixed delay.
+    api.fail_next(4, 503, path_prefix="/api/v1/pods", method="GET")
+    agent = cluster_agent(tmp_path, containerd.endpoint, api)
+    agent.start()
+    try:
+        wait_for(lambda: len(_pod_lists(api)) >= 5, 30, interval=0.1, what="five pod list attempts")
+    finally:
+        agent.stop()
+    times = _pod_lists(api)[:5]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    caps = [0.8, 1.6, 3.2, 6.4]
+    assert all(gap <= cap + 0.5 for gap, cap in zip(gaps, caps)), gaps
+    assert max(gaps) - min(gaps) > 0.05, f"reconnect gaps look fixed: {gaps}"
+    print(f"\nreconnect gaps (caps {caps}): {[round(g, 2) for g in gaps]}")
+
+
+def _pod_lists(api: ApiServerDouble) -> list[float]:
+    return [r.time for r in api.requests
+            if r.method == "GET" and r.path == "/api/v1/pods" and r.query.get("watch") not in ("true", "1")]
+
