@@ -19,6 +19,12 @@ from .config import Config
 from .containerlogs import LogRotator
 from .cri.client import RuntimeClient
 from .errors import EdgeletError
+from .images.airgap import AirgapImages
+from .images.gc import ImageGC
+from .images.manager import ImageManager
+from .kuberuntime.gc import ContainerGC, GCPolicy
+from .objectstore import ObjectStore
+from .volumes import VolumeManager
 from .kuberuntime.manager import Collaborators, RuntimeManager
 from .nodestatus.facts import default_ipv4_address, read_meminfo
 from .kuberuntime.types import ContainerState, PodRuntimeStatus
@@ -104,15 +110,28 @@ class Agent:
         return self.pleg.get_status(uid).ip
 
     def _make_workload_managers(self):
-        from .images.manager import ImageManager
-        from .objectstore import ObjectStore
-        from .volumes import VolumeManager
-
+        config = self.config
         store = ObjectStore()
+        self.airgap = AirgapImages(self.runtime, config.images_dir, os.path.join(config.state_dir, "airgap"))
         images = ImageManager(
             self.runtime,
-            pull_backoff=Backoff(self.config.backoff.image_pull_initial, self.config.backoff.image_pull_max),
-            pull_timeout=self.config.runtime.image_pull_timeout,
+            pull_backoff=Backoff(config.backoff.image_pull_initial, config.backoff.image_pull_max),
+            pull_timeout=config.runtime.image_pull_timeout,
+            airgap=self.airgap,
+        )
+        self.image_gc = ImageGC(
+            self.runtime,
+            high=config.images.gc_high_threshold_percent,
+            low=config.images.gc_low_threshold_percent,
+            min_age=config.images.minimum_gc_age,
+            pinned_images=self.airgap.image_ids,
+        )
+        self.container_gc = ContainerGC(
+            self.runtime, lambda: set(self.pods),
+            logs_dir=config.logs_dir,
+            policy=GCPolicy(config.gc.container_min_age, config.gc.max_per_pod_container,
+                            config.gc.max_containers),
+            sources_ready=self.pod_config.all_sources_ready,
         )
         volumes = VolumeManager(self.config.pods_dir, store=store, node_name=self.node_name,
                                 node_allocatable=self.node_allocatable,
@@ -154,6 +173,7 @@ class Agent:
         await self.workers.stop()
         await self.prober.close()
         await self.hooks.close()
+        await self.airgap.close()
         await self.runtime.close()
         log.info("edgelet stopped")
 
@@ -260,8 +280,20 @@ class Agent:
         await self._check_runtime()
         version = await self._runtime_version()
         log.info("container runtime ready: %s", version)
+        await self._start_image_managers()
         self.notifier.ready()
         self._update_status_line()
+
+    async def _start_image_managers(self) -> None:
+        """Air-gap archives are imported before the first pod sync, so pods that need them find them."""
+        try:
+            await self.airgap.start()
+            await self.airgap.scan()
+        except (EdgeletError, OSError) as exc:
+            log.error("air-gap images in %s: %s", self.config.images_dir, exc)
+        self._tasks.start("airgap-images", self.airgap.run())
+        self._tasks.start("image-gc", self.image_gc.run())
+        self._tasks.start("container-gc", self.container_gc.run())
 
     async def _runtime_version(self) -> str:
         try:
