@@ -50,7 +50,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level or config.log_level)
     import uvloop
 
-    from .syncloop import Agent
+    from .agent import Agent
 
     uvloop.install()
     import asyncio

@@ -3,6 +3,8 @@ resources, and bad references reported on the pod."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.integration.agent_harness import AgentProcess, container_state, is_running, wait_for
@@ -52,7 +54,7 @@ def test_readiness_gates_ready_and_liveness_restarts(agent, containerd):
             - name: main
               image: {IMAGE}
               imagePullPolicy: Never
-              command: ["sh", "-c", "sleep 2; touch /tmp/ready; exec sleep 3600"]
+              command: ["sh", "-c", "exec sleep 3600"]
               readinessProbe:
                 exec:
                   command: ["test", "-f", "/tmp/ready"]
@@ -64,7 +66,11 @@ def test_readiness_gates_ready_and_liveness_restarts(agent, containerd):
                 failureThreshold: 2
         """)
     pod = wait_for(lambda: (p := agent.pod("probed")) and is_running(p) and p, 60, what="Running")
+    time.sleep(2)  # several probe periods
+    pod = agent.pod("probed")
     assert conditions(pod)["Ready"] == "False"  # running, but the readiness probe has not passed yet
+    assert container_state(pod)["ready"] is False
+    exec_in(containerd, pod, ["touch", "/tmp/ready"])
     pod = wait_for(lambda: (p := agent.pod("probed")) and conditions(p).get("Ready") == "True" and p,
                    30, what="Ready after the readiness probe passed")
     assert container_state(pod)["ready"] is True

@@ -1,0 +1,252 @@
+"""The agent: builds every manager from the config, starts them as named tasks, and shuts them down in stages.
+
+This is the composition root; the loop itself is `edgelet.syncloop`, the per-pod work
+`edgelet.podsync`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from typing import Callable
+
+from . import metrics, podutil
+from .backoff import Backoff
+from .config import Config
+from .containerlogs import LogRotator
+from .cri.client import RuntimeClient
+from .errors import EdgeletError
+from .images.airgap import AirgapImages
+from .images.gc import ImageGC
+from .images.manager import ImageManager
+from .kuberuntime.gc import ContainerGC, GCPolicy
+from .kuberuntime.manager import Collaborators, RuntimeManager
+from .nodestatus.facts import default_ipv4_address, read_meminfo
+from .objectstore import ObjectStore
+from .pleg import GenericPLEG
+from .podconfig.config import PodConfig
+from .podsync import PodSyncer
+from .podutil import Pod
+from .podworkers import PodWorkers
+from .prober import HookRunner, ProbeManager
+from .sdnotify import Notifier
+from .server import OpsServer
+from .status.manager import StatusManager, status_dir
+from .syncloop import SyncLoop
+from .tasks import TaskGroup
+from .volumes import VolumeManager
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE = 5.0
+
+
+def node_ip_address() -> str:
+    """The node's primary IPv4 address (the default route's interface), else loopback."""
+    return default_ipv4_address() or "127.0.0.1"
+
+
+class Agent:
+    """One node agent; `await Agent(config).run()` runs it until SIGTERM or SIGINT."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.node_name = config.node_name
+        self.runtime = RuntimeClient(
+            config.runtime.endpoint,
+            timeout=config.runtime.request_timeout,
+            pull_timeout=config.runtime.image_pull_timeout,
+        )
+        self.pleg = GenericPLEG(
+            self.runtime,
+            relist_period=config.pleg.relist_period,
+            relist_threshold=config.pleg.relist_threshold,
+        )
+        self.pod_config = PodConfig()
+        self.status = StatusManager(status_dir(config))
+        self.notifier = Notifier.from_env()
+        self.node_ip = node_ip_address()
+        memory_total, _ = read_meminfo()
+        self.node_allocatable = {"cpu": str(os.cpu_count() or 1), "memory": str(memory_total)}
+        self.store, self.images, self.volumes = self._make_workload_managers()
+        self.pods: dict[str, Pod] = {}  # the desired pods by uid (the kubelet's pod manager)
+        self.hooks = HookRunner(self.runtime, pod_ip=self._pod_address)
+        self.runtime_manager = RuntimeManager(
+            self.runtime,
+            Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks),
+            logs_root=config.logs_dir,
+            crash_backoff=Backoff(config.backoff.crashloop_initial, config.backoff.crashloop_max),
+            cluster_dns=list(config.pods.cluster_dns),
+            cluster_domain=config.pods.cluster_domain,
+            runtime_handler=config.runtime.runtime_handler,
+            node_ip=lambda: self.node_ip,
+            node_allocatable=self.node_allocatable,
+        )
+        self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
+                                      max_files=config.logs.container_log_max_files)
+        self.prober = ProbeManager(
+            self.runtime, on_change=lambda uid: self.loop.sync_if_known(uid),
+            container_lookup=lambda uid, name: self.pleg.get_status(uid).latest_container(name),
+            pod_ip=self._pod_address,
+        )
+        self.syncer = PodSyncer(self)
+        self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated)
+        self.loop = SyncLoop(self)
+        self._runtime_health = (False, f"waiting for the container runtime at {self.runtime.endpoint}")
+        self._stopping = asyncio.Event()
+        self._tasks = TaskGroup()
+
+    def _pod_address(self, uid: str) -> str:
+        """Where probes and hooks reach a pod: the node for host-network pods, else the sandbox IP."""
+        pod = self.pods.get(uid)
+        if pod is not None and podutil.host_network(pod):
+            return self.node_ip
+        return self.pleg.get_status(uid).ip
+
+    def _make_workload_managers(self):
+        config = self.config
+        store = ObjectStore()
+        self.airgap = AirgapImages(self.runtime, config.images_dir, os.path.join(config.state_dir, "airgap"))
+        images = ImageManager(
+            self.runtime,
+            pull_backoff=Backoff(config.backoff.image_pull_initial, config.backoff.image_pull_max),
+            pull_timeout=config.runtime.image_pull_timeout,
+            airgap=self.airgap,
+        )
+        self.image_gc = ImageGC(
+            self.runtime,
+            high=config.images.gc_high_threshold_percent,
+            low=config.images.gc_low_threshold_percent,
+            min_age=config.images.minimum_gc_age,
+            pinned_images=self.airgap.image_ids,
+        )
+        self.container_gc = ContainerGC(
+            self.runtime, lambda: set(self.pods),
+            logs_dir=config.logs_dir,
+            policy=GCPolicy(config.gc.container_min_age, config.gc.max_per_pod_container,
+                            config.gc.max_containers),
+            sources_ready=self.pod_config.all_sources_ready,
+        )
+        volumes = VolumeManager(self.config.pods_dir, store=store, node_name=self.node_name,
+                                node_allocatable=self.node_allocatable,
+                                cluster_domain=self.config.pods.cluster_domain)
+        return store, images, volumes
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Runs until SIGTERM/SIGINT; containers keep running after the agent stops."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        os.makedirs(self.config.root_dir, mode=0o755, exist_ok=True)
+        self.status.load()
+        log.info("edgelet starting: node %s, runtime %s", self.node_name, self.runtime.endpoint)
+        self.notifier.status(f"waiting for the container runtime at {self.runtime.endpoint}")
+        self._tasks.start("pleg", self.pleg.run())
+        self._start_sources()
+        self._tasks.start("sync-loop", self.loop.run())
+        self._tasks.start("watchdog", self._watchdog())
+        if self.config.server.address:
+            server = OpsServer(self.config.server.address, health_checks=self.health_checks(),
+                               pods_json=self.status.pod_list_json, registry=metrics.REGISTRY)
+            self._tasks.start("ops-server", server.run())
+        try:
+            await self._stopping.wait()
+        finally:
+            await self._shutdown()
+
+    def request_stop(self) -> None:
+        if not self._stopping.is_set():
+            log.info("stop requested: shutting down (containers keep running)")
+            self._stopping.set()
+
+    async def _shutdown(self) -> None:
+        self.notifier.stopping()
+        await self._tasks.cancel_all(grace=SHUTDOWN_GRACE)
+        await self.workers.stop()
+        await self.prober.close()
+        await self.hooks.close()
+        await self.airgap.close()
+        await self.runtime.close()
+        log.info("edgelet stopped")
+
+    def _start_sources(self) -> None:
+        pods = self.config.pods
+        if pods.manifest_dir:
+            from .podconfig.file import FileSource
+
+            source = FileSource(
+                pods.manifest_dir, self.node_name, self.pod_config.source("file"),
+                check_frequency=pods.file_check_frequency,
+                on_objects=self._on_local_objects,
+            )
+            self._tasks.start("source:file", source.run())
+        if pods.http_url:
+            from .podconfig.http import HTTPSource
+
+            source = HTTPSource(pods.http_url, self.node_name, self.pod_config.source("http"),
+                                check_frequency=pods.http_check_frequency)
+            self._tasks.start("source:http", source.run())
+
+    def health_checks(self) -> dict[str, Callable[[], tuple[bool, str]]]:
+        """What /healthz reports, by check name (the kubelet's runtime and PLEG checks)."""
+        return {"runtime": lambda: self._runtime_health, "pleg": self.pleg.healthy,
+                "syncloop": self._loop_health}
+
+    def _loop_health(self) -> tuple[bool, str]:
+        stalled = time.monotonic() - self.loop.alive_at
+        limit = max(self.config.sync.housekeeping_interval * 10, 60.0)
+        if stalled > limit:
+            return False, f"sync loop has not turned for {stalled:.0f}s"
+        return True, "ok"
+
+    async def check_runtime(self) -> None:
+        """The kubelet's runtime health: the CRI Status call, RuntimeReady and NetworkReady."""
+        try:
+            reply = await self.runtime.status()
+        except EdgeletError as exc:
+            self._runtime_health = (False, f"container runtime is down: {exc}")
+            return
+        failing = [f"{c.type}={c.status} ({c.reason}: {c.message})"
+                   for c in reply.status.conditions if not c.status and c.type == "RuntimeReady"]
+        self._runtime_health = (False, "container runtime not ready: " + "; ".join(failing)) if failing \
+            else (True, "ok")
+
+    def _on_local_objects(self, objects: list[dict]) -> None:
+        """ConfigMaps and Secrets from the manifest directory (standalone nodes)."""
+        self.store.replace_all("file", objects)
+
+    async def _watchdog(self) -> None:
+        interval = self.notifier.watchdog_interval()
+        if interval is None:
+            return
+        # The loop itself records liveness; a hung loop stops the pings and systemd restarts us.
+        while True:
+            await asyncio.sleep(interval)
+            if time.monotonic() - self.loop.alive_at < max(interval * 2, 10.0):
+                self.notifier.watchdog()
+
+    async def start_image_managers(self) -> None:
+        """Air-gap archives are imported before the first pod sync, so pods that need them find them."""
+        try:
+            await self.airgap.start()
+            await self.airgap.scan()
+        except (EdgeletError, OSError) as exc:
+            log.error("air-gap images in %s: %s", self.config.images_dir, exc)
+        self._tasks.start("airgap-images", self.airgap.run())
+        self._tasks.start("image-gc", self.image_gc.run())
+        self._tasks.start("container-gc", self.container_gc.run())
+
+    async def runtime_version(self) -> str:
+        try:
+            reply = await self.runtime.version()
+            return f"{reply.runtime_name} {reply.runtime_version}"
+        except EdgeletError as exc:
+            return f"unknown ({exc})"
+
+    def update_status_line(self) -> None:
+        self.notifier.status(f"running {len(self.pods)} pods")
