@@ -8,7 +8,8 @@ and the jittered reconnect. The helpers here are shared with test_offline.py.
 from __future__ import annotations
 
 import asyncio
-import json
+import datetime
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,24 @@ RESYNC = 1.0
 # -- shared helpers --------------------------------------------------------------------------------------
 
 
-def cluster_agent(workdir: Path, endpoint: str, api: ApiServerDouble) -> AgentProcess:
+def cluster_agent(workdir: Path, endpoint: str, api: ApiServerDouble, *, server_address: str = "") -> AgentProcess:
     kubeconfig = api.write_kubeconfig(str(workdir / "kubeconfig"))
-    return AgentProcess(workdir, endpoint, node_name=NODE, extra_toml=CLUSTER_TOML.format(kubeconfig=kubeconfig))
+    return AgentProcess(workdir, endpoint, node_name=NODE, extra_toml=CLUSTER_TOML.format(kubeconfig=kubeconfig),
+                        server_address=server_address)
+
+
+def log_seconds_between(agent: AgentProcess, first: str, then: str, *, start_at: str = "") -> float:
+    """Seconds between the agent's first log line containing `first` and the next containing `then`
+    (searching after the last line containing `start_at`, if given)."""
+    lines = agent.log_text().splitlines()
+    if start_at:
+        lines = lines[max(i for i, line in enumerate(lines) if start_at in line):]
+    stamps = []
+    for needle in (first, then):
+        index, line = next((i, line) for i, line in enumerate(lines) if needle in line)
+        stamps.append(datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f"))
+        lines = lines[index:]
+    return (stamps[1] - stamps[0]).total_seconds()
 
 
 def api_pod(name: str, command: str = "exec sleep 3600", *, volumes: list | None = None,
@@ -149,11 +165,20 @@ def api():
         yield double
 
 
+def unmount_below(directory: Path) -> None:
+    """Secret volumes (tmpfs) rightly outlive a stopped agent; the test's directory goes only once they are unmounted."""
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [line.split()[4] for line in mountinfo]
+    for point in sorted((p for p in points if p.startswith(f"{directory}/")), reverse=True):
+        subprocess.run(["umount", point], check=False, capture_output=True)
+
+
 @pytest.fixture
 def agent(tmp_path, containerd, api):
     process = cluster_agent(tmp_path, containerd.endpoint, api)
     yield process
     process.stop()
+    unmount_below(tmp_path)
 
 
 # -- tests -----------------------------------------------------------------------------------------------
@@ -191,7 +216,6 @@ def test_registration_heartbeat_and_pod_status_round_trip(agent, api, containerd
     before = status_patches(api, "web")
     time.sleep(RESYNC * 4.5)
     assert status_patches(api, "web") == before, "status written although nothing changed"
-    assert "edgelet" not in json.dumps(api.get("pods", "web", "default")["status"])  # our status, not an error
 
 
 def _conditions(node: dict) -> dict[str, str]:

@@ -1,0 +1,170 @@
+"""Cluster mode in one place: the API client from the kubeconfig, the cached API pod source, the ConfigMaps and
+Secrets pods reference, node registration with its status and Lease, and pod statuses with mirror pods.
+
+The Agent builds one `ClusterConnection` when the config has a `[cluster]` section and starts it; nothing in
+here can stop the agent: an unreachable API server only delays what is sent to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, Awaitable, Callable, Iterable, Mapping
+
+from . import podutil
+from .config import Config, EvictionConfig
+from .kubeapi.client import ApiClient
+from .kubeapi.errors import Unauthorized
+from .kubeapi.objects import ObjectSyncer
+from .nodestatus.facts import gather_node_info
+from .nodestatus.lease import LeaseController
+from .nodestatus.manager import NodeStatusManager
+from .nodestatus.setters import PressureThresholds
+from .objectstore import ObjectStore
+from .podconfig.apiserver import ApiServerSource
+from .podconfig.cache import CachingHandle, PodCache
+from .podconfig.config import PodConfig
+from .podutil import Pod
+from .status.apisync import StatusSyncer, split_mirror_pods
+from .status.manager import StatusManager
+from .tasks import TaskGroup
+
+API_SOURCE = podutil.SOURCE_API
+# How long new API pods wait for the ConfigMaps and Secrets they reference before they are started anyway.
+OBJECTS_WAIT = 5.0
+# Refresh period of referenced ConfigMaps and Secrets (see edgelet/kubeapi/objects.py for why GETs).
+OBJECTS_REFRESH = 60.0
+
+
+def pressure_thresholds(eviction: EvictionConfig) -> PressureThresholds:
+    """The node conditions' pressure limits from the eviction thresholds the config sets."""
+    thresholds = eviction.thresholds()
+    limits: dict[str, Any] = {}
+    memory = thresholds.get("memory.available")
+    if memory is not None and memory.quantity is not None:
+        limits["memory_available_bytes"] = memory.quantity
+    nodefs = thresholds.get("nodefs.available")
+    if nodefs is not None and nodefs.fraction is not None:
+        limits["nodefs_available_fraction"] = nodefs.fraction
+    pids = thresholds.get("pid.available")
+    if pids is not None and pids.fraction is not None:
+        limits["pid_available_fraction"] = pids.fraction
+    return PressureThresholds(**limits)
+
+
+class _MirrorSplitter:
+    """The API pod source's handle: mirror pods go to the status syncer, every other pod to the cache."""
+
+    def __init__(self, downstream: CachingHandle, on_mirrors: Callable[[list[Pod]], None]):
+        self._downstream = downstream
+        self._on_mirrors = on_mirrors
+
+    def set(self, pods: Iterable[Pod]) -> None:
+        regular, mirrors = split_mirror_pods(pods)
+        self._on_mirrors(mirrors)
+        self._downstream.set(regular)
+
+    def mark_ready(self) -> None:
+        self._downstream.mark_ready()
+
+    @property
+    def ready(self) -> bool:
+        return self._downstream.ready
+
+
+class ClusterConnection:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        pod_config: PodConfig,
+        status_manager: StatusManager,
+        object_store: ObjectStore,
+        health_provider: Callable[[], Mapping[str, tuple[bool, str]]],
+        runtime_version_provider: Callable[[], str | Awaitable[str]],
+        node_ip: str,
+    ):
+        """Raises KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
+        cluster = config.cluster
+        if cluster is None:
+            raise ValueError("ClusterConnection needs a config with a [cluster] section")
+        node_name = config.node_name
+        self.client = ApiClient.from_kubeconfig(cluster.kubeconfig)
+        self._pod_config = pod_config
+        self._tasks: TaskGroup | None = None
+        self.objects = ObjectSyncer(self.client, object_store, os.path.join(config.cache_dir, "objects"),
+                                    refresh=OBJECTS_REFRESH)
+        self.pod_cache = PodCache(os.path.join(config.cache_dir, "pods"), node_name)
+        self.caching = CachingHandle(pod_config.source(API_SOURCE), self.pod_cache,
+                                     before_apply=lambda pods: self.objects.ensure(pods, OBJECTS_WAIT))
+        root_dir = config.root_dir
+        self.node_status = NodeStatusManager(
+            self.client, node_name,
+            facts_provider=lambda: asyncio.to_thread(gather_node_info, root_dir, hostname=node_name, node_ip=node_ip),
+            health_provider=health_provider,
+            runtime_version_provider=runtime_version_provider,
+            node_labels=cluster.node_labels,
+            update_frequency=cluster.node_status_update_frequency,
+            report_frequency=cluster.node_status_report_frequency,
+            max_pods=config.max_pods,
+            thresholds=pressure_thresholds(config.eviction),
+        )
+        self.lease = LeaseController(self.client, node_name, duration=cluster.lease_duration,
+                                     renew_interval=cluster.lease_renew_interval)
+        self.status = StatusSyncer(
+            self.client, node_name, status_manager,
+            resync=cluster.status_resync,
+            # Like the kubelet, retry no later than the next resync; reconnect bursts are jittered all the same.
+            backoff_max=max(cluster.status_resync, 0.5),
+            api_pod=pod_config.get_pod,
+            static_pods=self._static_pods,
+            static_pods_ready=self._static_sources_ready,
+            node_uid=lambda: self.node_status.node_uid,
+        )
+        self.source = ApiServerSource(self.client, node_name, _MirrorSplitter(self.caching, self.status.set_mirror_pods))
+
+    def start(self, tasks: TaskGroup) -> None:
+        """Restores the cached ConfigMaps, Secrets and pods (before anything connects), then starts the tasks."""
+        self._tasks = tasks
+        self.objects.load()
+        restored = self.caching.restore()
+        self.objects.set_pods(restored)
+        tasks.start("cluster:pod-source", self.source.run())
+        tasks.start("cluster:objects", self.objects.run())
+        tasks.start("cluster:node-status", self.node_status.run())
+        tasks.start("cluster:lease", self.lease.run())
+        tasks.start("cluster:pod-status", self.status.run())
+
+    def pod_terminated(self, pod: Pod) -> None:
+        """Call when every container of `pod` has stopped and its runtime pieces are removed."""
+        self.status.pod_terminated(pod)
+
+    def health(self) -> tuple[bool, str]:
+        """The "API sync" check. Being offline is a state edgelet rides through, not a failure: it fails only
+        when a cluster task crashed or the API server refuses our credentials."""
+        crashed = sorted(name for name in (self._tasks.crashed if self._tasks else {}) if name.startswith("cluster:"))
+        if crashed:
+            return False, f"{', '.join(crashed)} crashed"
+        if isinstance(self.status.last_error, Unauthorized):
+            return False, f"the API server refuses edgelet's credentials: {self.status.last_error.message}"
+        pending = self.status.pending
+        if self.source.connected:
+            return True, f"connected to {self.client.server}; {pending} pod status updates pending"
+        since = self.source.last_sync
+        offline = f"for {time.time() - since:.0f}s" if since else "since start"
+        return True, (f"API server {self.client.server} unreachable {offline}; running "
+                      f"{len(self._pod_config.get_pods())} pods from the cache, {pending} status updates pending")
+
+    async def close(self) -> None:
+        """Call after the tasks were cancelled."""
+        await self.caching.close()
+        await self.client.aclose()
+
+    # -- providers for the status syncer ----------------------------------------------------------
+
+    def _static_pods(self) -> list[Pod]:
+        return [pod for pod in self._pod_config.get_pods() if podutil.is_static(pod)]
+
+    def _static_sources_ready(self) -> bool:
+        return all(self._pod_config.source(name).ready for name in self._pod_config.sources() if name != API_SOURCE)

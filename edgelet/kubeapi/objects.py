@@ -1,0 +1,278 @@
+"""The ConfigMaps and Secrets this node's API pods reference: fetched into the ObjectStore (source "api") and
+kept in crash-safe checkpoints, so a restart without network still has what its pods mount and read.
+
+Each referenced object is read with a GET: when a new pod references it, and again every `refresh` seconds.
+A watch per object (the kubelet's default strategy) needs one long-lived stream per object, which over
+HTTP/1.1 is one connection each; a list+watch per namespace would pull every Secret of the namespace
+onto the device and is not allowed to nodes by the API server's node authorizer. GETs need one pooled
+connection and only the rights a node has, at the price of changes arriving within `refresh`, about
+as late as the kubelet's own periodic volume resync shows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import Any, Awaitable, Callable, Iterable, Iterator
+
+import orjson
+
+from edgelet import podutil
+from edgelet.backoff import jittered_delays
+from edgelet.checkpoint import CheckpointStore
+from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import ApiError, NotFound, ServerError
+from edgelet.objectstore import CONFIGMAP, SECRET, InvalidObjectError, Key, ObjectStore, validate_object
+from edgelet.podutil import Pod
+
+log = logging.getLogger(__name__)
+
+OBJECT_KIND = "object"
+SOURCE = "api"
+_PLURAL = {CONFIGMAP: "configmaps", SECRET: "secrets"}
+
+
+# -- pure parts ----------------------------------------------------------------------------------------
+
+
+def referenced_objects(pod: Pod) -> set[Key]:
+    """Every (kind, namespace, name) the pod reads: volumes (also projected), env, envFrom, imagePullSecrets."""
+    namespace = podutil.namespace(pod) or "default"
+    spec = podutil.spec(pod)
+    refs: set[Key] = set()
+
+    def add(kind: str, name: Any) -> None:
+        if isinstance(name, str) and name:
+            refs.add((kind, namespace, name))
+
+    for volume in _dicts(spec.get("volumes")):
+        add(CONFIGMAP, _get(volume, "configMap", "name"))
+        add(SECRET, _get(volume, "secret", "secretName"))
+        for source in _dicts(_get(volume, "projected", "sources")):
+            add(CONFIGMAP, _get(source, "configMap", "name"))
+            add(SECRET, _get(source, "secret", "name"))
+    for container in [*_dicts(spec.get("initContainers")), *_dicts(spec.get("containers")),
+                      *_dicts(spec.get("ephemeralContainers"))]:
+        for env in _dicts(container.get("env")):
+            add(CONFIGMAP, _get(env, "valueFrom", "configMapKeyRef", "name"))
+            add(SECRET, _get(env, "valueFrom", "secretKeyRef", "name"))
+        for env_from in _dicts(container.get("envFrom")):
+            add(CONFIGMAP, _get(env_from, "configMapRef", "name"))
+            add(SECRET, _get(env_from, "secretRef", "name"))
+    for pull_secret in _dicts(spec.get("imagePullSecrets")):
+        add(SECRET, pull_secret.get("name"))
+    return refs
+
+
+def references(pods: Iterable[Pod]) -> set[Key]:
+    return set().union(*(referenced_objects(pod) for pod in pods))
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def object_path(key: Key) -> str:
+    kind, namespace, name = key
+    return f"/api/v1/namespaces/{namespace}/{_PLURAL[kind]}/{name}"
+
+
+def checkpoint_key(key: Key) -> str:
+    return "/".join(key)
+
+
+def _from_checkpoint_key(text: str) -> Key | None:
+    parts = text.split("/")
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and parts[0] in _PLURAL and all(parts) else None
+
+
+def cleaned(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as kept: without managedFields (bookkeeping of the server, often larger than the data)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
+# -- the syncer -----------------------------------------------------------------------------------------
+
+
+class ObjectSyncer:
+    """Fetches what the pods reference into `store` and persists it under `directory` (mode 0600)."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        store: ObjectStore,
+        directory: str,
+        *,
+        refresh: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+        backoff_initial: float = 0.8,
+        backoff_max: float = 30.0,
+    ):
+        self.client = client
+        self.store = store
+        self.refresh = refresh
+        self.fetches = 0
+        self.disk_writes = 0
+        # Secrets land here: files 0600 and the directory 0700, root only.
+        self._disk = CheckpointStore(directory, kind=OBJECT_KIND, mode=0o600)
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._wanted: set[Key] | None = None  # None until a pod set is known: nothing is forgotten before
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._on_disk: dict[Key, bytes] = {}
+        self._attempted: set[Key] = set()  # read (found, absent or refused) since this process started
+        self._refused: set[Key] = set()
+        self._failures = 0
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()
+
+    def load(self) -> int:
+        """Takes the objects persisted by earlier runs into the store (blocking; call once at start)."""
+        for text, payload in self._disk.load_all().items():
+            key = _from_checkpoint_key(text)
+            try:
+                obj = orjson.loads(payload)
+                if key is None or validate_object(obj) != key:
+                    raise InvalidObjectError("does not hold the object its name says")
+            except (orjson.JSONDecodeError, InvalidObjectError) as e:
+                log.warning("object cache entry %s is unusable (%s); removed, it is fetched again", text, e)
+                self._disk.delete(text)
+                continue
+            self._objects[key] = obj
+            self._on_disk[key] = payload
+        self.store.replace_all(SOURCE, self._objects.values())
+        if self._objects:
+            log.info("loaded %d ConfigMaps and Secrets from the offline cache", len(self._objects))
+        return len(self._objects)
+
+    def set_pods(self, pods: Iterable[Pod]) -> None:
+        """The node's current API pods; objects they stop referencing are forgotten at the next round."""
+        wanted = references(pods)
+        if wanted != self._wanted:
+            self._wanted = wanted
+            self._wake.set()
+
+    async def ensure(self, pods: Iterable[Pod], timeout: float) -> None:
+        """Sets the pods and waits (at most `timeout`) until everything they reference has been read once,
+        or the API server failed to answer: pods then start without a wasted attempt on a missing object."""
+        pods = list(pods)
+        self.set_pods(pods)
+        needed = references(pods)
+        failures = self._failures
+        deadline = self._clock() + timeout
+        while needed - self._attempted and self._failures == failures:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._progress.wait(), timeout=remaining)
+            except asyncio.TimeoutError:
+                return
+
+    async def run(self) -> None:
+        next_refresh = self._clock() + self.refresh
+        delays: Iterator[float] | None = None
+        while True:
+            full = self._clock() >= next_refresh
+            try:
+                await self.refresh_once(full=full)
+            except ApiError as e:
+                self._failures += 1
+                self._signal_progress()
+                if delays is None:
+                    delays = jittered_delays(self._backoff_initial, self._backoff_max, rng=self._rng)
+                    log.warning("ConfigMap/Secret sync: %s; keeping %d cached objects", e, len(self._objects))
+                await self._sleep(next(delays))
+                continue
+            if delays is not None:
+                log.info("ConfigMap/Secret sync: API server reachable again")
+                delays = None
+            if full:
+                next_refresh = self._clock() + self.refresh
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=max(next_refresh - self._clock(), 0.0))
+            except asyncio.TimeoutError:
+                pass
+
+    async def refresh_once(self, *, full: bool = True) -> None:
+        """Reads the wanted objects (all of them, or only those never read), forgets unwanted ones and
+        persists what changed. Raises ServerError when the API server cannot be reached."""
+        if self._wanted is None:
+            return
+        wanted = set(self._wanted)
+        keys = sorted(wanted if full else wanted - self._attempted)
+        try:
+            for key in keys:
+                await self._fetch(key)
+        finally:
+            await self._commit(wanted)
+
+    async def _fetch(self, key: Key) -> None:
+        try:
+            obj = cleaned(await self.client.get(object_path(key)))
+            self.fetches += 1
+            if validate_object(obj) != key:
+                raise InvalidObjectError(f"the API server answered another object for {checkpoint_key(key)}")
+        except NotFound:
+            self._objects.pop(key, None)  # pods that need it fail until it exists; optional refs are fine
+        except InvalidObjectError as e:
+            log.warning("%s: %s; keeping the last good version", checkpoint_key(key), e)
+        except ServerError:
+            raise
+        except ApiError as e:  # 403 from the node authorizer, 401...: report once, keep what we have
+            if key not in self._refused:
+                self._refused.add(key)
+                log.warning("cannot read %s %s/%s: %s", *key, e)
+        else:
+            self._refused.discard(key)
+            self._objects[key] = obj
+        self._attempted.add(key)
+
+    async def _commit(self, wanted: set[Key]) -> None:
+        for key in [key for key in self._objects if key not in wanted]:
+            del self._objects[key]
+        self._attempted &= wanted
+        writes = {key: orjson.dumps(obj) for key, obj in self._objects.items()}
+        writes = {key: payload for key, payload in writes.items() if self._on_disk.get(key) != payload}
+        removals = [key for key in self._on_disk if key not in self._objects]
+        if writes or removals:
+            try:
+                await asyncio.to_thread(self._persist, writes, removals)
+            except OSError as e:  # disk full, read-only: the objects still serve the running pods
+                log.warning("cannot persist ConfigMaps/Secrets for offline restarts: %s", e)
+        self.store.replace_all(SOURCE, self._objects.values())
+        self._signal_progress()
+
+    def _persist(self, writes: dict[Key, bytes], removals: list[Key]) -> None:
+        for key, payload in writes.items():
+            self._disk.write(checkpoint_key(key), payload)
+            self._on_disk[key] = payload
+            self.disk_writes += 1
+        for key in removals:
+            self._disk.delete(checkpoint_key(key))
+            self._on_disk.pop(key, None)
+
+    def _signal_progress(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    @property
+    def cached(self) -> int:
+        return len(self._objects)

@@ -1,0 +1,483 @@
+"""The API half of the status manager: pod statuses PATCHed to the API server, mirror pods for static pods,
+and the final delete of API pods the agent has terminated.
+
+Like the kubelet's status manager, a status change marks its pod dirty and a full resync every `resync`
+seconds re-sends only pods whose last successfully written status differs, so nothing is written while
+nothing changes. Each PATCH is a two-way strategic merge diff against the status the API last returned,
+with `metadata.uid` as a precondition. An unreachable API server leaves pods dirty; they are re-sent with
+jittered backoff once it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from typing import Any, Awaitable, Callable, Iterable, Iterator
+
+from edgelet import podutil
+from edgelet.backoff import jittered_delays
+from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound, ServerError, Unauthorized
+from edgelet.podutil import Pod
+from edgelet.status.manager import StatusManager
+
+log = logging.getLogger(__name__)
+
+# patchMergeKey of the keyed lists in a PodStatus.
+STATUS_MERGE_KEYS = {
+    "conditions": "type",
+    "containerStatuses": "name",
+    "initContainerStatuses": "name",
+    "ephemeralContainerStatuses": "name",
+    "podIPs": "ip",
+    "hostIPs": "ip",
+}
+# Status fields the agent owns: when it stops reporting one, the patch removes it from the API. Others
+# (nominatedNodeName, conditions written by controllers) are left alone.
+OWNED_STATUS_FIELDS = frozenset({
+    "phase", "message", "reason", "startTime", "qosClass", "hostIP", "hostIPs", "podIP", "podIPs",
+    "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses",
+})
+# Metadata the API server assigns or refuses on create.
+_SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                    "generation", "managedFields", "selfLink", "ownerReferences")
+# How long a mirror pod we created counts as existing before the pod watch has shown it (the watch
+# normally does within a second; a mirror deleted before it ever showed up is recreated after this).
+_MIRROR_SEEN_GRACE = 10.0
+
+# Uids of deleted pods are kept to ignore late news about them; uids are never reused, so old ones can go.
+_GONE_REMEMBERED = 4096
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+# -- pure parts ----------------------------------------------------------------------------------------
+
+
+def status_patch(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """The strategic merge patch turning status `old` (as the API holds it) into `new`; {} when equal.
+
+    Maps are diffed recursively with `null` for removed keys (only agent-owned ones at the top level),
+    keyed lists item by item, other lists replaced whole. An order-only difference of a keyed list is
+    no change; when a keyed list does change, `$setElementOrder` carries the new order.
+    """
+    return _map_patch(old or {}, new, top_level=True)
+
+
+def _map_patch(old: dict[str, Any], new: dict[str, Any], *, top_level: bool = False) -> dict[str, Any]:
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if key in old and before == value:
+            continue
+        if isinstance(value, dict) and isinstance(before, dict):
+            sub = _map_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif key in STATUS_MERGE_KEYS and isinstance(value, list) and isinstance(before, list):
+            sub_list = _keyed_list_patch(before, value, STATUS_MERGE_KEYS[key], delete_missing=key != "conditions")
+            if sub_list is not None:
+                patch[key] = sub_list
+                if all(isinstance(item, dict) for item in value):
+                    merge_key = STATUS_MERGE_KEYS[key]
+                    patch[f"$setElementOrder/{key}"] = [{merge_key: item.get(merge_key)} for item in value]
+        else:
+            patch[key] = value
+    for key in old.keys() - new.keys():
+        if not top_level or key in OWNED_STATUS_FIELDS:
+            patch[key] = None
+    return patch
+
+
+def _keyed_list_patch(old: list[Any], new: list[Any], merge_key: str, *, delete_missing: bool) -> list[Any] | None:
+    """Item patches by merge key; None when the lists hold the same items. Lists whose items lack the
+    key cannot be merged: they are replaced whole."""
+    if not all(isinstance(item, dict) and merge_key in item for item in [*old, *new]):
+        return None if old == new else [*new, {"$patch": "replace"}]
+    old_by_key = {item[merge_key]: item for item in old}
+    new_keys = {item[merge_key] for item in new}
+    items: list[Any] = []
+    for item in new:
+        before = old_by_key.get(item[merge_key])
+        if before is None:
+            items.append(item)
+        elif before != item:
+            items.append({merge_key: item[merge_key], **_map_patch(before, item)})
+    if delete_missing:
+        items += [{"$patch": "delete", merge_key: key} for key in old_by_key if key not in new_keys]
+    return items or None
+
+
+def mirror_pod(static_pod: Pod, node_name: str, node_uid: str) -> Pod:
+    """The mirror of a static pod: its metadata and spec without what the API server assigns, the
+    `kubernetes.io/config.mirror` annotation holding the static pod's hash, owned by this Node."""
+    meta = {k: v for k, v in podutil.meta(static_pod).items() if k not in _SERVER_METADATA}
+    annotations = dict(meta.get("annotations") or {})
+    annotations[podutil.CONFIG_MIRROR_ANNOTATION] = config_hash(static_pod)
+    meta["annotations"] = annotations
+    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
+                                "controller": True}]
+    spec = dict(podutil.spec(static_pod))
+    spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def config_hash(pod: Pod) -> str:
+    """The static pod's content hash (its uid when the source did not set one)."""
+    return podutil.annotations(pod).get(podutil.CONFIG_HASH_ANNOTATION) or podutil.uid(pod)
+
+
+def split_mirror_pods(pods: Iterable[Pod]) -> tuple[list[Pod], list[Pod]]:
+    """(regular pods, mirror pods): mirror pods stand for static pods and must never be run themselves."""
+    regular: list[Pod] = []
+    mirrors: list[Pod] = []
+    for pod in pods:
+        (mirrors if podutil.is_mirror(pod) else regular).append(pod)
+    return regular, mirrors
+
+
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace or 'default'}/pods/{name}"
+
+
+def _key(pod: Pod) -> Key:
+    return podutil.namespace(pod) or "default", podutil.name(pod)
+
+
+# -- the syncer -----------------------------------------------------------------------------------------
+
+
+class StatusSyncer:
+    """Keeps the API's pod statuses equal to the StatusManager's; `run()` is its loop."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        node_name: str,
+        status_manager: StatusManager,
+        *,
+        resync: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        api_pod: Callable[[str], Pod | None] = lambda uid: None,
+        static_pods: Callable[[], Iterable[Pod]] = lambda: (),
+        static_pods_ready: Callable[[], bool] = lambda: True,
+        node_uid: Callable[[], str] = lambda: "",
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+    ):
+        """`api_pod(uid)` is the API's copy of a pod as the pod source last saw it (checked at resync for
+        changes made by others); `static_pods()` the static pods that need mirrors, `static_pods_ready()`
+        whether their sources have listed (orphan mirrors are deleted only then), `node_uid()` the Node's
+        uid for the mirror pods' owner reference (mirrors wait until it is known)."""
+        self.client = client
+        self.node_name = node_name
+        self.status_manager = status_manager
+        self.resync = resync
+        self.api_writes = 0
+        self.writes: Counter[str] = Counter()  # api_writes by kind: status, mirror-create, mirror-delete, delete
+        self.last_success = 0.0  # clock() of the last pass that reached the API server
+        self.last_error: ApiError | None = None
+        self._clock = clock
+        self._api_pod = api_pod
+        self._static_pods = static_pods
+        self._static_pods_ready = static_pods_ready
+        self._node_uid = node_uid
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._wake = asyncio.Event()
+        self._dirty: set[str] = set()
+        self._written: dict[str, tuple[str, int]] = {}  # pod uid -> (API uid written to, status hash)
+        self._api_status: dict[str, tuple[str, dict[str, Any]]] = {}  # API uid -> (resourceVersion, status)
+        self._gone: dict[str, None] = {}  # API uids deleted or replaced, oldest first: never written again
+        self._mirrors: dict[Key, Pod] = {}
+        self._mirrors_listed = False  # no mirror is created before the existing ones are known
+        self._created: dict[Key, tuple[str, float]] = {}  # mirrors we created that the watch has not shown yet
+        self._refused_mirrors: set[tuple[Key, str]] = set()
+        self._deletes: dict[str, Key] = {}  # pod uid -> (namespace, name) awaiting the final delete
+        status_manager.add_listener(self._on_status)
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def _on_status(self, pod: Pod, version: int) -> None:
+        self._dirty.add(podutil.uid(pod))
+        self._wake.set()
+
+    def set_mirror_pods(self, mirrors: Iterable[Pod]) -> None:
+        """The mirror pods bound to this node, as the API pod source lists them."""
+        now = self._clock()
+        self._mirrors_listed = True
+        seen = {_key(pod): pod for pod in mirrors}
+        for key, (uid, created_at) in list(self._created.items()):
+            if (key in seen and podutil.uid(seen[key]) == uid) or now - created_at > _MIRROR_SEEN_GRACE:
+                del self._created[key]
+            elif key in self._mirrors and podutil.uid(self._mirrors[key]) == uid:
+                seen[key] = self._mirrors[key]  # ours, newer than the watch's view
+        if seen != self._mirrors:
+            self._mirrors = seen
+            self._wake.set()
+
+    def pod_terminated(self, pod: Pod) -> None:
+        """The agent stopped every container of `pod`: an API pod being deleted is now removed from the API
+        (grace period 0, uid precondition), which is the kubelet's final delete."""
+        if podutil.is_static(pod) or not podutil.deletion_requested(pod) or podutil.uid(pod) in self._gone:
+            return  # not ours to delete, not being deleted, or already deleted (the pod's REMOVE ends here too)
+        self._deletes[podutil.uid(pod)] = _key(pod)
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Statuses and deletes waiting for the API server."""
+        return len(self._dirty) + len(self._deletes)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        next_resync = self._clock()
+        delays: Iterator[float] | None = None
+        while True:
+            if self._clock() >= next_resync:
+                self.mark_resync()
+                next_resync = self._clock() + self.resync
+            try:
+                await self.sync_once()
+            except ApiError as e:  # unreachable, refused credentials, or an answer nobody expects
+                self.last_error = e
+                if delays is None:
+                    initial = self._backoff_initial * (10 if isinstance(e, Unauthorized) else 1)
+                    delays = jittered_delays(min(initial, self._backoff_max), self._backoff_max, rng=self._rng)
+                    log.warning("pod status sync: %s; %d updates wait for the API server", e, self.pending)
+                else:
+                    log.debug("pod status sync failed again: %s", e)
+                await self._sleep(next(delays))
+                continue
+            if delays is not None:
+                log.info("pod status sync: API server reachable again")
+                delays = None
+            self.last_error = None
+            self.last_success = self._clock()
+            await self._wait(next_resync - self._clock())
+
+    async def _wait(self, timeout: float) -> None:
+        if self._wake.is_set():
+            self._wake.clear()
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+
+    def mark_resync(self) -> None:
+        """Marks dirty every pod whose last written status is not its current one, or whose API copy was
+        changed by someone else; forgets pods the StatusManager no longer has."""
+        known = self.status_manager.known_uids()
+        for uid in [uid for uid in self._written if uid not in known]:
+            self._forget(uid)
+        self._dirty &= known
+        for uid in known:
+            entry = self.status_manager.get_entry(uid)
+            if entry is None:
+                continue
+            written = self._written.get(uid)
+            if written is None or written[1] != entry.status_hash:
+                self._dirty.add(uid)
+                continue
+            api_copy = self._api_copy(entry.pod)
+            if api_copy is None or podutil.uid(api_copy) != written[0]:
+                continue
+            last = self._api_status.get(written[0])
+            copy_rv = podutil.meta(api_copy).get("resourceVersion")
+            if (last is None or copy_rv != last[0]) and status_patch(api_copy.get("status"), entry.pod["status"]):
+                # Someone else changed the status (or the watch lags our write): read it and correct it.
+                self._api_status.pop(written[0], None)
+                self._dirty.add(uid)
+
+    async def sync_once(self) -> None:
+        """One pass: mirror pods, final deletes, then every dirty status. Raises the first ApiError that
+        means the API server cannot be reached or refuses us; what was not done stays pending."""
+        await self._sync_mirrors()
+        await self._sync_deletes()
+        self._mark_retargeted()
+        for uid in sorted(self._dirty):
+            self._dirty.discard(uid)
+            try:
+                await self._sync_status(uid)
+            except (ServerError, Unauthorized):
+                self._dirty.add(uid)
+                raise
+
+    # -- statuses -----------------------------------------------------------------------------
+
+    def _target(self, pod: Pod) -> tuple[Key, str] | None:
+        """Where a pod's status goes: the pod itself, or for a static pod its mirror (None until it exists)."""
+        if not podutil.is_static(pod):
+            return _key(pod), podutil.uid(pod)
+        mirror = self._mirrors.get(_key(pod))
+        if mirror is None or podutil.annotations(mirror).get(podutil.CONFIG_MIRROR_ANNOTATION) != config_hash(pod):
+            return None
+        return _key(mirror), podutil.uid(mirror)
+
+    def _api_copy(self, pod: Pod) -> Pod | None:
+        if podutil.is_static(pod):
+            return self._mirrors.get(_key(pod))
+        return self._api_pod(podutil.uid(pod))
+
+    def _mark_retargeted(self) -> None:
+        """A static pod whose mirror was (re)created sends its status to the new mirror."""
+        for uid in self.status_manager.known_uids():
+            entry = self.status_manager.get_entry(uid)
+            if entry is None or not podutil.is_static(entry.pod):
+                continue
+            target = self._target(entry.pod)
+            written = self._written.get(uid)
+            if target is not None and target[1] not in self._gone and (written is None or written[0] != target[1]):
+                self._dirty.add(uid)
+
+    async def _sync_status(self, uid: str) -> None:
+        entry = self.status_manager.get_entry(uid)
+        if entry is None:
+            self._forget(uid)
+            return
+        target = self._target(entry.pod)
+        if target is None or target[1] in self._gone:
+            return  # a static pod without its mirror yet: sent once the mirror exists
+        (namespace, name), target_uid = target
+        status, status_hash = entry.pod.get("status") or {}, entry.status_hash
+        path = pod_path(namespace, name)
+        try:
+            base = self._api_status.get(target_uid)
+            if base is None:
+                current = await self.client.get(path)
+                if podutil.uid(current) != target_uid:
+                    raise Conflict(409, "Conflict", f"pod was replaced (uid {podutil.uid(current)})", method="GET", path=path)
+                base = self._remember(current)
+            patch = status_patch(base[1], status)
+            if patch:
+                result = await self.client.patch(f"{path}/status", {"metadata": {"uid": target_uid}, "status": patch})
+                self._count("status")
+                self._remember(result)
+        except (NotFound, Conflict) as e:
+            log.info("pod %s/%s (uid %s) is gone from the API server or was replaced (%s); its status is no "
+                     "longer sent", namespace, name, target_uid, e.reason)
+            self._mark_gone(target_uid)
+            self._api_status.pop(target_uid, None)
+            return
+        except ApiError as e:
+            if isinstance(e, (ServerError, Unauthorized)):
+                raise
+            # The server refuses this status (422...): sending it again cannot help; the next change will.
+            log.warning("pod %s/%s: the API server refused its status: %s", namespace, name, e)
+        self._written[uid] = (target_uid, status_hash)
+
+    def _mark_gone(self, uid: str) -> None:
+        self._gone[uid] = None
+        if len(self._gone) > _GONE_REMEMBERED:
+            del self._gone[next(iter(self._gone))]
+
+    def _remember(self, pod: Pod) -> tuple[str, dict[str, Any]]:
+        base = (podutil.meta(pod).get("resourceVersion") or "", pod.get("status") or {})
+        self._api_status[podutil.uid(pod)] = base
+        return base
+
+    def _forget(self, uid: str) -> None:
+        self._dirty.discard(uid)
+        written = self._written.pop(uid, None)
+        if written is not None:
+            self._api_status.pop(written[0], None)
+
+    def _count(self, kind: str) -> None:
+        self.api_writes += 1
+        self.writes[kind] += 1
+
+    # -- final deletes --------------------------------------------------------------------------
+
+    async def _sync_deletes(self) -> None:
+        for uid, (namespace, name) in list(self._deletes.items()):
+            try:
+                await self.client.delete(pod_path(namespace, name), preconditions_uid=uid, grace_period=0)
+                self._count("delete")
+                log.info("pod %s/%s deleted from the API server", namespace, name)
+            except (NotFound, Conflict):
+                pass  # already gone, or replaced by a pod of the same name that is not ours to delete
+            except ApiError as e:
+                if isinstance(e, (ServerError, Unauthorized)):
+                    raise
+                log.warning("pod %s/%s: the API server refused its final delete: %s", namespace, name, e)
+            del self._deletes[uid]
+            self._mark_gone(uid)
+            self._forget(uid)
+
+    # -- mirror pods --------------------------------------------------------------------------
+
+    async def _sync_mirrors(self) -> None:
+        node_uid = self._node_uid()
+        if not node_uid or not self._mirrors_listed:
+            return  # a mirror pod needs its owner (the registered Node), and the API's list of mirrors
+        static = {_key(pod): pod for pod in self._static_pods()}
+        for key, pod in static.items():
+            mirror = self._mirrors.get(key)
+            wanted_hash = config_hash(pod)
+            if mirror is not None and not podutil.deletion_requested(mirror) and \
+                    podutil.annotations(mirror).get(podutil.CONFIG_MIRROR_ANNOTATION) == wanted_hash:
+                continue
+            if (key, wanted_hash) in self._refused_mirrors:
+                continue
+            if mirror is not None:
+                await self._delete_mirror(key, mirror)
+            await self._create_mirror(key, pod, node_uid)
+        if self._static_pods_ready():
+            for key in [key for key in self._mirrors if key not in static]:
+                await self._delete_mirror(key, self._mirrors[key])
+
+    async def _create_mirror(self, key: Key, pod: Pod, node_uid: str) -> None:
+        namespace, name = key
+        wanted_hash = config_hash(pod)
+        action = "created"
+        try:
+            created = await self.client.create(f"/api/v1/namespaces/{namespace}/pods", mirror_pod(pod, self.node_name, node_uid))
+            self._count("mirror-create")
+        except AlreadyExists:
+            try:
+                existing = await self.client.get(pod_path(namespace, name))
+            except NotFound:
+                return  # deleted in between: the next pass creates it
+            if not podutil.is_mirror(existing):
+                self._refuse(key, wanted_hash, "an API pod of that name exists")
+                return
+            created, action = existing, "adopted"  # ours from before; replaced next pass if its hash is stale
+        except ApiError as e:
+            if isinstance(e, (ServerError, Unauthorized)):
+                raise
+            self._refuse(key, wanted_hash, str(e))
+            return
+        self._mirrors[key] = created
+        self._created[key] = (podutil.uid(created), self._clock())
+        self._remember(created)
+        log.info("%s mirror pod %s/%s for static pod %s", action, namespace, name, podutil.uid(pod))
+
+    def _refuse(self, key: Key, wanted_hash: str, why: str) -> None:
+        self._refused_mirrors.add((key, wanted_hash))
+        log.warning("cannot create the mirror pod %s/%s: %s; its status is kept locally only", *key, why)
+
+    async def _delete_mirror(self, key: Key, mirror: Pod) -> None:
+        uid = podutil.uid(mirror)
+        try:
+            await self.client.delete(pod_path(*key), preconditions_uid=uid, grace_period=0)
+            self._count("mirror-delete")
+            log.info("deleted mirror pod %s/%s", *key)
+        except (NotFound, Conflict):
+            pass
+        except ApiError as e:
+            if isinstance(e, (ServerError, Unauthorized)):
+                raise
+            log.warning("cannot delete the mirror pod %s/%s: %s", *key, e)
+        self._mirrors.pop(key, None)
+        self._created.pop(key, None)
+        self._api_status.pop(uid, None)

@@ -1,0 +1,211 @@
+"""ConfigMaps and Secrets of API pods: which ones a pod references, fetched into the store, persisted, forgotten,
+and loaded back for an offline restart (an in-memory API; checkpoints in tmp_path)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import stat
+
+import orjson
+import pytest
+
+from edgelet.checkpoint import CheckpointStore
+from edgelet.kubeapi.errors import NotFound, ServerError, Unauthorized
+from edgelet.kubeapi.objects import ObjectSyncer, referenced_objects
+from edgelet.objectstore import CONFIGMAP, SECRET, ObjectStore
+
+NS = "apps"
+
+
+def pod(spec: dict) -> dict:
+    return {"metadata": {"name": "p", "namespace": NS, "uid": "u1"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"containers": [{"name": "c"}]}, set()),
+        ({"volumes": [{"name": "v", "configMap": {"name": "cm"}}, {"name": "s", "secret": {"secretName": "sec"}},
+                      {"name": "e", "emptyDir": {}}]},
+         {(CONFIGMAP, NS, "cm"), (SECRET, NS, "sec")}),
+        ({"volumes": [{"name": "p", "projected": {"sources": [
+            {"configMap": {"name": "pcm"}}, {"secret": {"name": "psec"}}, {"downwardAPI": {"items": []}},
+            {"serviceAccountToken": {"path": "token"}}]}}]},
+         {(CONFIGMAP, NS, "pcm"), (SECRET, NS, "psec")}),
+        ({"initContainers": [{"name": "i", "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "icm", "key": "k"}}}]}],
+          "containers": [{"name": "c", "env": [{"name": "B", "valueFrom": {"secretKeyRef": {"name": "csec", "key": "k"}}},
+                                               {"name": "C", "value": "plain"},
+                                               {"name": "D", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                          "envFrom": [{"configMapRef": {"name": "all-cm"}}, {"secretRef": {"name": "all-sec"}}]}]},
+         {(CONFIGMAP, NS, "icm"), (SECRET, NS, "csec"), (CONFIGMAP, NS, "all-cm"), (SECRET, NS, "all-sec")}),
+        ({"imagePullSecrets": [{"name": "registry"}, {}]}, {(SECRET, NS, "registry")}),
+        ({"volumes": "not a list", "containers": [{"name": "c", "env": [None, {"valueFrom": "bad"}]}]}, set()),
+    ],
+)
+def test_referenced_objects(spec, expected):
+    assert referenced_objects(pod(spec)) == expected
+
+
+def configmap(name: str, value: str = "v1", rv: str = "1") -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "data": {"key": value},
+            "metadata": {"name": name, "namespace": NS, "resourceVersion": rv, "managedFields": [{"manager": "x"}]}}
+
+
+def secret(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "data": {"token": "c2VjcmV0"},
+            "metadata": {"name": name, "namespace": NS, "resourceVersion": "1"}}
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict] = {}
+        self.gets: list[str] = []
+        self.down = False
+        self.refuse: set[str] = set()
+
+    def put(self, obj: dict) -> None:
+        plural = "configmaps" if obj["kind"] == CONFIGMAP else "secrets"
+        self.objects[f"/api/v1/namespaces/{NS}/{plural}/{obj['metadata']['name']}"] = obj
+
+    async def get(self, path: str) -> dict:
+        self.gets.append(path)
+        if self.down:
+            raise ServerError(0, "ConnectionError", "refused", method="GET", path=path)
+        if path in self.refuse:
+            raise Unauthorized(403, "Forbidden", "no relationship found between node and this object")
+        if path not in self.objects:
+            raise NotFound(404, "NotFound", "not found", method="GET", path=path)
+        return copy.deepcopy(self.objects[path])
+
+
+def uses(*names: str, secrets: tuple[str, ...] = ()) -> dict:
+    volumes = [{"name": n, "configMap": {"name": n}} for n in names]
+    volumes += [{"name": n, "secret": {"secretName": n}} for n in secrets]
+    return pod({"volumes": volumes, "containers": [{"name": "c"}]})
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    fake = FakeApi()
+    fake.put(configmap("settings"))
+    fake.put(secret("token"))
+    return fake
+
+
+async def test_fetch_store_persist_and_load_after_a_restart(api, tmp_path):
+    store = ObjectStore()
+    syncer = ObjectSyncer(api, store, str(tmp_path / "objects"))
+    await syncer.ensure([uses("settings", secrets=("token",))], timeout=0)  # no run loop: returns at once
+    await syncer.refresh_once(full=False)
+    assert store.get_configmap(NS, "settings")["data"] == {"key": "v1"}
+    assert "managedFields" not in store.get_configmap(NS, "settings")["metadata"]
+    assert store.get_secret(NS, "token") is not None
+    files = sorted(os.listdir(tmp_path / "objects"))
+    assert len([f for f in files if f.endswith(".ckpt")]) == 2
+    assert stat.S_IMODE(os.stat(tmp_path / "objects").st_mode) == 0o700
+    assert all(stat.S_IMODE(os.stat(tmp_path / "objects" / f).st_mode) == 0o600 for f in files if f.endswith(".ckpt"))
+
+    # A restart without network: everything is there before the API answers.
+    api.down = True
+    restarted = ObjectStore()
+    assert ObjectSyncer(api, restarted, str(tmp_path / "objects")).load() == 2
+    assert restarted.get_configmap(NS, "settings") == store.get_configmap(NS, "settings")
+    assert restarted.get_secret(NS, "token") == store.get_secret(NS, "token")
+
+
+async def test_unchanged_objects_are_not_rewritten_and_changes_are(api, tmp_path):
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.set_pods([uses("settings")])
+    await syncer.refresh_once()
+    await syncer.refresh_once()
+    assert syncer.disk_writes == 1
+    api.put(configmap("settings", value="v2", rv="2"))
+    await syncer.refresh_once()
+    assert syncer.disk_writes == 2 and syncer.store.get_configmap(NS, "settings")["data"] == {"key": "v2"}
+
+
+async def test_unreferenced_objects_are_forgotten_in_memory_and_on_disk(api, tmp_path):
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.set_pods([uses("settings", secrets=("token",))])
+    await syncer.refresh_once()
+    syncer.set_pods([uses("settings")])
+    await syncer.refresh_once(full=False)
+    assert syncer.store.get_secret(NS, "token") is None
+    assert ObjectSyncer(api, ObjectStore(), str(tmp_path)).load() == 1
+
+
+async def test_loaded_objects_are_kept_until_the_pods_are_known(api, tmp_path):
+    first = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    first.set_pods([uses("settings")])
+    await first.refresh_once()
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.load()
+    await syncer.refresh_once()  # no pod set yet: nothing may be forgotten
+    assert syncer.store.get_configmap(NS, "settings") is not None
+
+
+async def test_an_outage_keeps_what_is_cached_and_a_deleted_object_goes(api, tmp_path):
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.set_pods([uses("settings")])
+    await syncer.refresh_once()
+    api.down = True
+    with pytest.raises(ServerError):
+        await syncer.refresh_once()
+    assert syncer.store.get_configmap(NS, "settings") is not None
+    api.down = False
+    api.objects.clear()
+    await syncer.refresh_once()
+    assert syncer.store.get_configmap(NS, "settings") is None
+    assert ObjectSyncer(api, ObjectStore(), str(tmp_path)).load() == 0
+
+
+async def test_refused_and_invalid_objects_keep_the_last_good_version(api, tmp_path):
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.set_pods([uses("settings")])
+    await syncer.refresh_once()
+    path = f"/api/v1/namespaces/{NS}/configmaps/settings"
+    api.refuse.add(path)
+    await syncer.refresh_once()
+    api.refuse.clear()
+    api.objects[path] = {**configmap("settings"), "data": {"key": 42}}  # not a string: unusable
+    await syncer.refresh_once()
+    assert syncer.store.get_configmap(NS, "settings")["data"] == {"key": "v1"}
+
+
+async def test_objects_of_other_sources_are_left_alone(api, tmp_path):
+    store = ObjectStore()
+    store.replace_all("file", [{**configmap("local"), "metadata": {"name": "local", "namespace": NS}}])
+    syncer = ObjectSyncer(api, store, str(tmp_path))
+    syncer.set_pods([])
+    await syncer.refresh_once()
+    assert store.get_configmap(NS, "local") is not None
+
+
+async def test_ensure_waits_for_new_references_but_not_for_an_unreachable_api(api, tmp_path):
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path), backoff_initial=0.01, backoff_max=0.02)
+    task = asyncio.create_task(syncer.run())
+    try:
+        await asyncio.wait_for(syncer.ensure([uses("settings")], timeout=5), 5)
+        assert syncer.store.get_configmap(NS, "settings") is not None
+        api.down = True
+        await asyncio.wait_for(syncer.ensure([uses("settings", secrets=("token",))], timeout=30), 5)
+        assert syncer.store.get_secret(NS, "token") is None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_damaged_and_mismatched_entries_are_not_loaded(api, tmp_path):
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.set_pods([uses("settings", secrets=("token",))])
+    await syncer.refresh_once()
+    (checkpoint,) = [p for p in tmp_path.iterdir() if p.name.startswith("Secret")]
+    checkpoint.write_bytes(checkpoint.read_bytes()[:-3])
+    assert ObjectSyncer(api, ObjectStore(), str(tmp_path)).load() == 1
+    # An entry holding another object than its name says is removed, not served.
+    CheckpointStore(tmp_path, kind="object").write(f"ConfigMap/{NS}/other", orjson.dumps(configmap("settings")))
+    store = ObjectStore()
+    assert ObjectSyncer(api, store, str(tmp_path)).load() == 1
+    assert store.get_configmap(NS, "other") is None

@@ -1,0 +1,508 @@
+"""The API half of the status manager: status patches, dirty handling, uid preconditions, mirror pods, final deletes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import uuid
+from typing import Any
+
+import pytest
+
+from edgelet import core, podutil
+from edgelet.kubeapi.errors import AlreadyExists, Conflict, NotFound, ServerError
+from edgelet.status.apisync import StatusSyncer, mirror_pod, split_mirror_pods, status_patch
+from edgelet.status.manager import PodStatusEntry
+from tests.kubeapi_double.patch import strategic_merge
+
+NODE = "edge-1"
+NODE_UID = "node-uid-1"
+
+
+# -- status_patch ---------------------------------------------------------------------------------------
+
+RUNNING = {"running": {"startedAt": "2026-01-01T00:00:01Z"}}
+WAITING = {"waiting": {"reason": "ContainerCreating"}}
+
+
+def cstatus(name: str, state: dict, ready: bool = False) -> dict:
+    return {"name": name, "state": state, "ready": ready, "restartCount": 0}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        pytest.param({"phase": "Running"}, {"phase": "Running"}, {}, id="equal"),
+        pytest.param({"phase": "Pending"}, {"phase": "Running"}, {"phase": "Running"}, id="scalar"),
+        pytest.param({"phase": "Failed", "reason": "Evicted"}, {"phase": "Failed"}, {"reason": None},
+                     id="owned-field-removed"),
+        pytest.param({"phase": "Running", "nominatedNodeName": "n"}, {"phase": "Running"}, {},
+                     id="foreign-field-kept"),
+        pytest.param(
+            {"conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]},
+            {"conditions": [{"type": "Ready", "status": "True"}]},
+            {"conditions": [{"type": "Ready", "status": "True", "reason": None}],
+             "$setElementOrder/conditions": [{"type": "Ready"}]},
+            id="condition-item-diff"),
+        pytest.param(
+            {"conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "True"}]},
+            {"conditions": [{"type": "B", "status": "True"}, {"type": "A", "status": "True"}]},
+            {}, id="order-only-is-no-change"),
+        pytest.param(
+            {"conditions": [{"type": "A", "status": "True"}, {"type": "Mine", "status": "True"}]},
+            {"conditions": [{"type": "Mine", "status": "True"}]},
+            {}, id="conditions-of-others-never-deleted"),
+        pytest.param(
+            {"containerStatuses": [cstatus("a", WAITING)]},
+            {"containerStatuses": [cstatus("a", RUNNING, True)]},
+            {"containerStatuses": [{"name": "a", "state": {"running": RUNNING["running"], "waiting": None},
+                                    "ready": True}],
+             "$setElementOrder/containerStatuses": [{"name": "a"}]},
+            id="container-state-transition"),
+        pytest.param(
+            {"containerStatuses": [cstatus("a", RUNNING), cstatus("b", RUNNING)]},
+            {"containerStatuses": [cstatus("a", RUNNING)]},
+            {"containerStatuses": [{"$patch": "delete", "name": "b"}],
+             "$setElementOrder/containerStatuses": [{"name": "a"}]},
+            id="container-removed"),
+        pytest.param({}, {"podIPs": [{"ip": "10.0.0.2"}]}, {"podIPs": [{"ip": "10.0.0.2"}]}, id="new-list"),
+        pytest.param({"weird": [1, 2]}, {"weird": [2]}, {"weird": [2]}, id="plain-list-replaced"),
+    ],
+)
+def test_status_patch(old, new, expected):
+    assert status_patch(old, new) == expected
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ({"phase": "Pending", "conditions": [{"type": "Ready", "status": "False", "reason": "X", "message": "m"}],
+          "containerStatuses": [cstatus("a", WAITING), cstatus("gone", RUNNING)], "message": "hello"},
+         {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+          "containerStatuses": [cstatus("a", RUNNING, True), cstatus("b", WAITING)], "podIP": "10.0.0.9",
+          "podIPs": [{"ip": "10.0.0.9"}]}),
+        ({}, {"phase": "Pending", "qosClass": "BestEffort"}),
+        ({"phase": "Running", "hostIPs": [{"ip": "a"}, {"ip": "b"}]}, {"phase": "Running", "hostIPs": [{"ip": "b"}]}),
+    ],
+)
+def test_status_patch_applied_by_a_strategic_merge_gives_the_new_status(old, new):
+    # The API server's strategic merge of our patch must reproduce our status exactly (list order aside).
+    merged = strategic_merge({"status": old}, {"status": status_patch(old, new)})["status"]
+    assert _canonical(merged) == _canonical(new)
+
+
+def _canonical(status: dict) -> dict:
+    result = copy.deepcopy(status)
+    for key in ("conditions", "containerStatuses", "hostIPs"):
+        if key in result:
+            result[key] = sorted(result[key], key=lambda item: str(sorted(item.items())))
+    return result
+
+
+# -- mirror pods ----------------------------------------------------------------------------------------
+
+
+def static_pod(name: str = "web", config_hash: str = "hash-1", **spec_extra: Any) -> dict:
+    return {
+        "metadata": {
+            "name": f"{name}-{NODE}", "namespace": "default", "uid": config_hash,
+            "labels": {"app": name}, "resourceVersion": "7", "creationTimestamp": "2026-01-01T00:00:00Z",
+            "annotations": {podutil.CONFIG_SOURCE_ANNOTATION: "file", podutil.CONFIG_HASH_ANNOTATION: config_hash},
+        },
+        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}], **spec_extra},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_mirror_pod_carries_the_hash_and_the_node_owner_and_nothing_the_server_assigns():
+    mirror = mirror_pod(static_pod(), NODE, NODE_UID)
+    meta = mirror["metadata"]
+    assert meta["annotations"][podutil.CONFIG_MIRROR_ANNOTATION] == "hash-1"
+    assert meta["annotations"][podutil.CONFIG_HASH_ANNOTATION] == "hash-1"
+    assert meta["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE_UID,
+                                        "controller": True}]
+    assert {"uid", "resourceVersion", "creationTimestamp"}.isdisjoint(meta)
+    assert meta["labels"] == {"app": "web"} and meta["name"] == f"web-{NODE}"
+    assert "status" not in mirror and mirror["spec"]["nodeName"] == NODE
+    assert podutil.is_mirror(mirror)
+
+
+def test_split_mirror_pods():
+    regular = {"metadata": {"uid": "a"}}
+    mirror = mirror_pod(static_pod(), NODE, NODE_UID)
+    assert split_mirror_pods([regular, mirror]) == ([regular], [mirror])
+
+
+# -- the syncer against an in-memory API ----------------------------------------------------------------
+
+
+class FakeApi:
+    """Pods by (namespace, name) with the rules the syncer relies on: uid preconditions, strategic merge
+    on /status, graceful vs grace-0 deletes. `down` makes every call a ServerError (an outage)."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.down = False
+        self._rv = 100
+
+    def add(self, name: str, *, uid: str | None = None, status: dict | None = None, **meta: Any) -> dict:
+        self._rv += 1
+        pod = {"metadata": {"name": name, "namespace": "default", "uid": uid or str(uuid.uuid4()),
+                            "resourceVersion": str(self._rv), **meta},
+               "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}]},
+               "status": status or {"phase": "Pending"}}
+        self.pods[("default", name)] = pod
+        return copy.deepcopy(pod)
+
+    def writes(self, method: str | None = None) -> int:
+        return sum(1 for m, _ in self.calls if m != "GET" and (method is None or m == method))
+
+    def _enter(self, method: str, path: str) -> tuple[tuple[str, str], bool]:
+        self.calls.append((method, path))
+        if self.down:
+            raise ServerError(0, "ConnectionError", "connection refused", method=method, path=path)
+        parts = path.strip("/").split("/")  # api v1 namespaces NS pods [NAME [status]]
+        return (parts[3], parts[5] if len(parts) > 5 else ""), path.endswith("/status")
+
+    def _existing(self, key: tuple[str, str], method: str, path: str) -> dict:
+        if key not in self.pods:
+            raise NotFound(404, "NotFound", "pod not found", method=method, path=path)
+        return self.pods[key]
+
+    async def get(self, path: str) -> dict:
+        key, _ = self._enter("GET", path)
+        return copy.deepcopy(self._existing(key, "GET", path))
+
+    async def patch(self, path: str, body: dict, patch_type: str = "strategic") -> dict:
+        key, _ = self._enter("PATCH", path)
+        pod = self._existing(key, "PATCH", path)
+        if body["metadata"]["uid"] != pod["metadata"]["uid"]:
+            raise Conflict(409, "Conflict", "Precondition failed: UID in precondition", method="PATCH", path=path)
+        pod["status"] = strategic_merge({"status": pod["status"]}, {"status": body["status"]})["status"]
+        self._rv += 1
+        pod["metadata"]["resourceVersion"] = str(self._rv)
+        return copy.deepcopy(pod)
+
+    async def create(self, path: str, obj: dict) -> dict:
+        self.calls.append(("POST", path))
+        if self.down:
+            raise ServerError(0, "ConnectionError", "connection refused", method="POST", path=path)
+        name = obj["metadata"]["name"]
+        if ("default", name) in self.pods:
+            raise AlreadyExists(409, "AlreadyExists", "exists", method="POST", path=path)
+        created = copy.deepcopy(obj)
+        created["metadata"].update(namespace="default", uid=str(uuid.uuid4()), resourceVersion="1")
+        created["status"] = {"phase": "Pending"}
+        self.pods[("default", name)] = created
+        return copy.deepcopy(created)
+
+    async def delete(self, path: str, preconditions_uid: str | None = None, grace_period: int | None = None) -> dict:
+        key, _ = self._enter("DELETE", path)
+        pod = self._existing(key, "DELETE", path)
+        if preconditions_uid and preconditions_uid != pod["metadata"]["uid"]:
+            raise Conflict(409, "Conflict", "Precondition failed: UID in precondition", method="DELETE", path=path)
+        self.deletes.append((path, preconditions_uid, grace_period))
+        del self.pods[key]
+        return pod
+
+    deletes: list[tuple[str, str | None, int | None]]
+
+
+class FakeStatuses:
+    """The StatusManager's interface the syncer uses: listeners, entries, known uids."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, PodStatusEntry] = {}
+        self.listeners: list = []
+
+    def add_listener(self, listener) -> None:
+        self.listeners.append(listener)
+
+    def known_uids(self) -> set[str]:
+        return set(self.entries)
+
+    def get_entry(self, uid: str) -> PodStatusEntry | None:
+        return self.entries.get(uid)
+
+    def set(self, pod: dict, status: dict) -> None:
+        uid = podutil.uid(pod)
+        stored = {"metadata": pod["metadata"], "spec": pod["spec"], "status": status}
+        entry = self.entries.get(uid)
+        if entry is not None and entry.status_hash == core.status_hash(status):
+            return
+        version = entry.version + 1 if entry else 1
+        self.entries[uid] = PodStatusEntry(stored, core.status_hash(status), version)
+        for listener in self.listeners:
+            listener(stored, version)
+
+    def remove(self, uid: str) -> None:
+        self.entries.pop(uid, None)
+
+
+class World:
+    def __init__(self) -> None:
+        self.api = FakeApi()
+        self.api.deletes = []
+        self.statuses = FakeStatuses()
+        self.static: list[dict] = []
+        self.static_ready = True
+        self.node_uid = NODE_UID
+        self.syncer = StatusSyncer(
+            self.api, NODE, self.statuses, resync=10.0,
+            api_pod=lambda uid: next((copy.deepcopy(p) for p in self.api.pods.values() if podutil.uid(p) == uid), None),
+            static_pods=lambda: list(self.static), static_pods_ready=lambda: self.static_ready,
+            node_uid=lambda: self.node_uid,
+        )
+
+    def api_mirrors(self) -> list[dict]:
+        return [copy.deepcopy(p) for p in self.api.pods.values() if podutil.is_mirror(p)]
+
+    async def sync(self) -> None:
+        self.syncer.set_mirror_pods(self.api_mirrors())
+        await self.syncer.sync_once()
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+STATUS = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+          "containerStatuses": [cstatus("main", RUNNING, True)]}
+
+
+async def test_dirty_status_is_patched_once_with_the_uid_precondition(world):
+    pod = world.api.add("web")
+    world.statuses.set(pod, STATUS)
+    await world.sync()
+    assert world.api.writes("PATCH") == 1
+    stored = world.api.pods[("default", "web")]
+    assert stored["status"]["phase"] == "Running"
+    assert stored["status"]["containerStatuses"] == STATUS["containerStatuses"]
+    assert world.syncer.api_writes == 1 and world.syncer.pending == 0
+
+
+async def test_nothing_is_written_while_nothing_changes(world):
+    pods = [world.api.add(f"p{i}") for i in range(5)]
+    for pod in pods:
+        world.statuses.set(pod, STATUS)
+    await world.sync()
+    assert world.api.writes() == 5
+    for _ in range(20):  # many resync periods
+        world.syncer.mark_resync()
+        await world.sync()
+    assert world.api.writes() == 5
+    assert world.syncer.api_writes == 5
+
+
+async def test_a_changed_status_sends_only_the_difference(world):
+    pod = world.api.add("web")
+    world.statuses.set(pod, STATUS)
+    await world.sync()
+    calls = len(world.api.calls)
+    world.statuses.set(pod, {**STATUS, "message": "hello"})
+    await world.sync()
+    assert world.api.calls[calls:] == [("PATCH", "/api/v1/namespaces/default/pods/web/status")]
+    assert world.api.pods[("default", "web")]["status"]["message"] == "hello"
+
+
+async def test_a_status_changed_by_someone_else_is_corrected_at_resync(world):
+    pod = world.api.add("web")
+    world.statuses.set(pod, STATUS)
+    await world.sync()
+    world.api.pods[("default", "web")]["status"]["phase"] = "Unknown"
+    world.api.pods[("default", "web")]["metadata"]["resourceVersion"] = "999"
+    world.syncer.mark_resync()
+    await world.sync()
+    assert world.api.pods[("default", "web")]["status"]["phase"] == "Running"
+    assert world.api.writes("PATCH") == 2
+
+
+async def test_a_pod_recreated_with_the_same_name_never_gets_our_status(world):
+    old = world.api.add("web")
+    world.statuses.set(old, STATUS)
+    await world.sync()
+    world.api.pods.clear()
+    world.api.add("web", uid="someone-elses")
+    world.statuses.set(old, {**STATUS, "message": "late"})
+    await world.sync()
+    assert world.api.pods[("default", "web")]["status"] == {"phase": "Pending"}  # refused by the precondition
+    assert world.syncer.api_writes == 1
+    attempts = world.api.writes("PATCH")
+    world.statuses.set(old, {**STATUS, "message": "later"})
+    world.syncer.mark_resync()
+    await world.sync()
+    assert world.api.writes("PATCH") == attempts  # not even tried again
+    assert world.api.pods[("default", "web")]["status"] == {"phase": "Pending"}
+
+
+async def test_a_pod_gone_from_the_api_stops_being_synced(world):
+    pod = world.api.add("web")
+    world.statuses.set(pod, STATUS)
+    await world.sync()
+    del world.api.pods[("default", "web")]
+    world.statuses.set(pod, {**STATUS, "message": "x"})
+    await world.sync()
+    calls = len(world.api.calls)
+    world.statuses.set(pod, {**STATUS, "message": "y"})
+    world.syncer.mark_resync()
+    await world.sync()
+    assert world.api.calls[calls:] == []
+
+
+async def test_an_outage_keeps_statuses_pending_until_the_api_answers(world):
+    pod = world.api.add("web")
+    world.api.down = True
+    world.statuses.set(pod, STATUS)
+    with pytest.raises(ServerError):
+        await world.sync()
+    assert world.syncer.pending == 1
+    world.api.down = False
+    await world.sync()
+    assert world.syncer.pending == 0
+    assert world.api.pods[("default", "web")]["status"]["phase"] == "Running"
+
+
+async def test_pods_forgotten_by_the_status_manager_are_forgotten(world):
+    pod = world.api.add("web")
+    world.statuses.set(pod, STATUS)
+    world.statuses.remove(podutil.uid(pod))
+    await world.sync()
+    assert world.api.writes() == 0 and world.syncer.pending == 0
+
+
+async def test_terminated_api_pod_being_deleted_gets_the_final_delete(world):
+    pod = world.api.add("web", deletionTimestamp="2026-01-01T00:00:30Z")
+    world.syncer.pod_terminated(pod)
+    world.syncer.pod_terminated(world.api.add("kept"))  # not being deleted: nothing to do
+    await world.sync()
+    assert world.api.deletes == [("/api/v1/namespaces/default/pods/web", podutil.uid(pod), 0)]
+    assert ("default", "kept") in world.api.pods
+
+
+async def test_final_delete_never_removes_a_replacement_pod(world):
+    pod = world.api.add("web", deletionTimestamp="2026-01-01T00:00:30Z")
+    world.api.pods.clear()
+    world.api.add("web")
+    world.syncer.pod_terminated(pod)
+    await world.sync()
+    assert ("default", "web") in world.api.pods and world.syncer.pending == 0
+
+
+async def test_final_delete_waits_out_an_outage(world):
+    pod = world.api.add("web", deletionTimestamp="2026-01-01T00:00:30Z")
+    world.syncer.pod_terminated(pod)
+    world.api.down = True
+    with pytest.raises(ServerError):
+        await world.sync()
+    world.api.down = False
+    await world.sync()
+    assert ("default", "web") not in world.api.pods
+
+
+# -- mirror pod lifecycle -------------------------------------------------------------------------------
+
+
+async def test_static_pod_gets_a_mirror_pod_carrying_its_status(world):
+    pod = static_pod()
+    world.static = [pod]
+    world.statuses.set(pod, STATUS)
+    await world.sync()
+    (mirror,) = world.api_mirrors()
+    assert mirror["metadata"]["annotations"][podutil.CONFIG_MIRROR_ANNOTATION] == "hash-1"
+    assert mirror["metadata"]["ownerReferences"][0]["uid"] == NODE_UID
+    assert mirror["status"]["phase"] == "Running"
+    assert world.api.writes("POST") == 1 and world.api.writes("PATCH") == 1
+    for _ in range(5):
+        world.syncer.mark_resync()
+        await world.sync()
+    assert world.api.writes() == 2
+
+
+async def test_mirror_pod_is_replaced_when_the_static_pod_changes_and_deleted_when_it_goes(world):
+    first = static_pod(config_hash="hash-1")
+    world.static = [first]
+    world.statuses.set(first, STATUS)
+    await world.sync()
+    (old_mirror,) = world.api_mirrors()
+
+    second = static_pod(config_hash="hash-2")  # edited manifest: new hash, new uid, same name
+    world.static = [second]
+    world.statuses.remove(podutil.uid(first))
+    world.statuses.set(second, {**STATUS, "message": "v2"})
+    await world.sync()
+    (new_mirror,) = world.api_mirrors()
+    assert podutil.uid(new_mirror) != podutil.uid(old_mirror)
+    assert new_mirror["metadata"]["annotations"][podutil.CONFIG_MIRROR_ANNOTATION] == "hash-2"
+    assert new_mirror["status"]["message"] == "v2"
+    assert (f"/api/v1/namespaces/default/pods/web-{NODE}", podutil.uid(old_mirror), 0) in world.api.deletes
+
+    world.static = []
+    world.statuses.remove(podutil.uid(second))
+    await world.sync()
+    assert world.api_mirrors() == []
+
+
+async def test_a_deleted_mirror_pod_is_recreated(world):
+    pod = static_pod()
+    world.static = [pod]
+    world.statuses.set(pod, STATUS)
+    await world.sync()
+    await world.sync()  # the pod source has now listed the mirror
+    world.api.pods.clear()  # someone deleted it
+    await world.sync()
+    (mirror,) = world.api_mirrors()
+    assert mirror["status"]["phase"] == "Running"
+
+
+async def test_mirror_pods_wait_for_the_node_and_orphans_for_the_static_sources(world):
+    world.node_uid = ""
+    world.static = [static_pod()]
+    await world.sync()
+    assert world.api_mirrors() == []
+    world.node_uid = NODE_UID
+    await world.sync()
+    assert len(world.api_mirrors()) == 1
+
+    world.static = []
+    world.static_ready = False  # the file source has not listed yet: the mirror may still be wanted
+    await world.sync()
+    assert len(world.api_mirrors()) == 1
+    world.static_ready = True
+    await world.sync()
+    assert world.api_mirrors() == []
+
+
+async def test_no_mirror_replaces_an_api_pod_of_the_same_name(world):
+    world.api.add(f"web-{NODE}")
+    world.static = [static_pod()]
+    await world.sync()
+    await world.sync()
+    assert world.api_mirrors() == [] and world.api.writes("POST") == 1
+
+
+async def test_run_loop_writes_nothing_over_many_quiet_resyncs(world):
+    pod = world.api.add("web")
+    world.statuses.set(pod, STATUS)
+    world.syncer.set_mirror_pods([])
+    world.syncer.resync = 0.01
+    task = asyncio.create_task(world.syncer.run())
+    try:
+        for _ in range(200):
+            if world.syncer.pending == 0 and world.api.writes() == 1:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # about 30 resync periods
+        assert world.api.writes() == 1
+        world.statuses.set(pod, {**STATUS, "message": "changed"})
+        for _ in range(200):
+            if world.api.writes() == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert world.api.writes() == 2
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
