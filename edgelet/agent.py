@@ -98,6 +98,22 @@ class Agent:
         self._runtime_health = (False, f"waiting for the container runtime at {self.runtime.endpoint}")
         self._stopping = asyncio.Event()
         self._tasks = TaskGroup()
+        self.cluster = self._make_cluster() if config.cluster is not None else None
+
+    def _make_cluster(self):
+        """The control-plane side (imported only when a cluster is configured: it costs memory)."""
+        from .cluster import ClusterConnection
+
+        return ClusterConnection(
+            self.config, pod_config=self.pod_config, status_manager=self.status, object_store=self.store,
+            health_provider=lambda: {"runtime": self._runtime_health, "pleg": self.pleg.healthy()},
+            runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip,
+        )
+
+    async def _node_runtime_version(self) -> str:
+        """The Node's containerRuntimeVersion, e.g. containerd://1.6.20."""
+        reply = await self.runtime.version()
+        return f"{reply.runtime_name}://{reply.runtime_version}"
 
     def _pod_address(self, uid: str) -> str:
         """Where probes and hooks reach a pod: the node for host-network pods, else the sandbox IP."""
@@ -148,6 +164,8 @@ class Agent:
         self.notifier.status(f"waiting for the container runtime at {self.runtime.endpoint}")
         self._tasks.start("pleg", self.pleg.run())
         self._start_sources()
+        if self.cluster is not None:
+            self.cluster.start(self._tasks)
         self._tasks.start("sync-loop", self.loop.run())
         self._tasks.start("watchdog", self._watchdog())
         if self.config.server.address:
@@ -167,6 +185,8 @@ class Agent:
     async def _shutdown(self) -> None:
         self.notifier.stopping()
         await self._tasks.cancel_all(grace=SHUTDOWN_GRACE)
+        if self.cluster is not None:
+            await self.cluster.close()
         await self.workers.stop()
         await self.prober.close()
         await self.hooks.close()
@@ -194,8 +214,11 @@ class Agent:
 
     def health_checks(self) -> dict[str, Callable[[], tuple[bool, str]]]:
         """What /healthz reports, by check name (the kubelet's runtime and PLEG checks)."""
-        return {"runtime": lambda: self._runtime_health, "pleg": self.pleg.healthy,
-                "syncloop": self._loop_health}
+        checks = {"runtime": lambda: self._runtime_health, "pleg": self.pleg.healthy,
+                  "syncloop": self._loop_health}
+        if self.cluster is not None:
+            checks["apisync"] = self.cluster.health
+        return checks
 
     def _loop_health(self) -> tuple[bool, str]:
         stalled = time.monotonic() - self.loop.alive_at

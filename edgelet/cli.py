@@ -52,10 +52,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .agent import Agent
 
+    from .errors import ConfigError
+
     uvloop.install()
     import asyncio
 
-    asyncio.run(Agent(config).run())
+    try:
+        agent = Agent(config)
+    except ConfigError as exc:  # a file the config points at, such as the kubeconfig
+        print(f"edgelet: invalid config: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    asyncio.run(agent.run())
     return EXIT_OK
 
 

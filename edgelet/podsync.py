@@ -95,6 +95,8 @@ class PodSyncer:
             log.warning("pod %s: volumes not removed yet: %s", podutil.full_name(pod), exc)
         self._agent.pods.pop(uid, None)
         self._agent.status.remove(uid)
+        if self._agent.cluster is not None:
+            self._agent.cluster.pod_terminated(pod)
         self._agent.prober.remove_pod(uid)
         self._agent.workers.forget(uid)
         self.waiting.pop(uid, None)

@@ -86,7 +86,13 @@ class SyncLoop:
     def _handle_config(self, update: PodUpdate) -> None:
         for pod in update.pods:
             uid = podutil.uid(pod)
-            if update.op in (Op.ADD, Op.UPDATE):
+            if update.op in (Op.ADD, Op.UPDATE) and podutil.deletion_requested(pod):
+                # Deleted before the agent knew it (say, while it was down): terminate it, as the
+                # kubelet's pod workers do for any pod that carries a deletionTimestamp.
+                self._agent.pods[uid] = pod
+                self._agent.workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
+                self._agent.prober.update_pod(pod)
+            elif update.op in (Op.ADD, Op.UPDATE):
                 if update.op is Op.ADD and not self._admit(pod):
                     continue
                 self._agent.pods[uid] = pod
