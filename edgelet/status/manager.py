@@ -7,6 +7,7 @@ cluster is configured, a syncer registered with `add_listener` pushes changed st
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,6 +20,11 @@ from ..podutil import Pod
 log = logging.getLogger(__name__)
 
 STATUS_KIND = "pod-status"
+
+
+def status_dir(config) -> str:
+    """Where the statuses live under the agent's state directory."""
+    return os.path.join(config.state_dir, "pods")
 
 
 @dataclass(slots=True)
