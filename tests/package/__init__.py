@@ -1,0 +1,1 @@
+"""Package tests: build, inspect, install and boot the deb and rpm (marker `package`)."""
