@@ -98,6 +98,7 @@ class Agent:
         self._runtime_health = (False, f"waiting for the container runtime at {self.runtime.endpoint}")
         self._stopping = asyncio.Event()
         self._tasks = TaskGroup()
+        self.admit_checks: list = []  # extra admission checks of other managers (eviction, CPU)
         self.cluster = self._make_cluster() if config.cluster is not None else None
 
     def _make_cluster(self):

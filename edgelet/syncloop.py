@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import metrics, podutil
+from .admission import admit, rejected_status
 from .errors import EdgeletError
 from .pleg import PodLifecycleEvent
 from .podconfig.config import Op, PodUpdate
@@ -111,19 +112,17 @@ class SyncLoop:
         self._agent.update_status_line()
 
     def _admit(self, pod: Pod) -> bool:
-        """The kubelet's admission, reduced to what a node agent can check: room for one more pod."""
-        active = sum(1 for uid in self._agent.pods if not self._agent.workers.is_terminating(uid))
-        if active < self._agent.config.max_pods:
+        """The kubelet's admission: a rejected pod gets phase Failed with the reason and never runs."""
+        agent = self._agent
+        active = sum(1 for uid in agent.pods if not agent.workers.is_terminating(uid))
+        verdict = admit(pod, active_pods=active, max_pods=agent.config.max_pods, extra=agent.admit_checks)
+        if verdict.admit:
             return True
         uid = podutil.uid(pod)
         if uid not in self._rejected_uids:
             self._rejected_uids.add(uid)
-            log.warning("pod %s rejected: node has reached max_pods (%d)", podutil.full_name(pod),
-                        self._agent.config.max_pods)
-            self._agent.status.set_pod_status(pod, {
-                "phase": "Failed", "reason": "OutOfpods",
-                "message": f"Node didn't have enough resource: pods, limit: {self._agent.config.max_pods}",
-            })
+            log.warning("pod %s rejected: %s: %s", podutil.full_name(pod), verdict.reason, verdict.message)
+            agent.status.set_pod_status(pod, rejected_status(verdict))
         return False
 
     def _handle_pleg(self, event: PodLifecycleEvent) -> None:

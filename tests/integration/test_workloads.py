@@ -246,3 +246,44 @@ def test_bad_references_are_reported_on_the_pod(agent):
     never = wait_for(lambda: waiting("neverpull"), 60, what="neverpull waiting")
     assert never["reason"] == "ErrImageNeverPull"
     assert agent.proc.poll() is None
+
+
+def test_unsupported_pod_fails_admission_and_others_run(agent):
+    agent.write_manifest("claim.yaml", f"""\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: claim
+        spec:
+          hostNetwork: true
+          volumes:
+            - name: data
+              persistentVolumeClaim:
+                claimName: data
+          containers:
+            - name: main
+              image: {IMAGE}
+              imagePullPolicy: Never
+              command: ["sleep", "3600"]
+        """)
+    agent.write_manifest("fine.yaml", f"""\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: fine
+        spec:
+          hostNetwork: true
+          terminationGracePeriodSeconds: 1
+          containers:
+            - name: main
+              image: {IMAGE}
+              imagePullPolicy: Never
+              command: ["sleep", "3600"]
+        """)
+    claim = wait_for(lambda: (p := agent.pod("claim")) and p["status"].get("phase") == "Failed" and p,
+                     60, what="claim Failed")
+    assert claim["status"]["reason"] == "UnsupportedFeature"
+    assert "persistentVolumeClaim" in claim["status"]["message"]
+    wait_for(lambda: is_running(agent.pod("fine")), 60, what="fine Running")
+    (agent.manifest_dir / "claim.yaml").unlink()
+    wait_for(lambda: agent.pod("claim") is None, 30, what="rejected pod forgotten once its manifest is gone")

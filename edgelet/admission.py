@@ -1,0 +1,70 @@
+"""Pod admission: whether this node can run a pod at all, decided before any container starts (pure).
+
+The kubelet rejects such pods with phase Failed and a reason; so do we, and the pod never runs.
+Other managers (eviction, CPU) add their own checks through `extra`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from . import podutil
+from .podconfig.validation import validate_pod
+from .podutil import Pod
+
+# Volume sources the volume manager can set up; any other is an unsupported feature on this node.
+SUPPORTED_VOLUME_SOURCES = frozenset(
+    {"hostPath", "emptyDir", "secret", "configMap", "projected", "downwardAPI"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    admit: bool
+    reason: str = ""
+    message: str = ""
+
+
+ADMIT = Verdict(True)
+Check = Callable[[Pod], Verdict]
+
+
+def unsupported_features(pod: Pod) -> list[str]:
+    """What the pod asks for that edgelet does not do (a clear no beats a pod that half works)."""
+    problems = []
+    spec = podutil.spec(pod)
+    for i, container in enumerate(podutil.init_containers(pod)):
+        if container.get("restartPolicy") == "Always":
+            problems.append(f"spec.initContainers[{i}]: sidecar containers (restartPolicy Always)")
+    if spec.get("ephemeralContainers"):
+        problems.append("spec.ephemeralContainers")
+    for i, volume in enumerate(spec.get("volumes") or []):
+        kinds = [key for key in volume if key != "name"]
+        unsupported = [k for k in kinds if k not in SUPPORTED_VOLUME_SOURCES]
+        if unsupported:
+            problems.append(f"spec.volumes[{i}] ({volume.get('name', '?')}): {unsupported[0]} volumes")
+    return problems
+
+
+def admit(pod: Pod, *, active_pods: int, max_pods: int, extra: Iterable[Check] = ()) -> Verdict:
+    """The first reason not to run the pod, in the kubelet's order: capacity, then the pod itself."""
+    if active_pods >= max_pods:
+        return Verdict(False, "OutOfpods", f"Node didn't have enough resource: pods, limit: {max_pods}")
+    problems = validate_pod(pod)
+    if problems:
+        detail = "; ".join(f"{path}: {message}" if path else message for path, message in problems[:5])
+        return Verdict(False, "InvalidPodSpec", f"Pod spec rejected by the node: {detail}")
+    unsupported = unsupported_features(pod)
+    if unsupported:
+        return Verdict(False, "UnsupportedFeature", "Not supported by edgelet: " + "; ".join(unsupported))
+    for check in extra:
+        verdict = check(pod)
+        if not verdict.admit:
+            return verdict
+    return ADMIT
+
+
+def rejected_status(verdict: Verdict) -> dict:
+    """The status the kubelet gives a pod it rejects at admission."""
+    return {"phase": "Failed", "reason": verdict.reason, "message": verdict.message}

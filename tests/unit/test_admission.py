@@ -1,0 +1,76 @@
+"""Pod admission decisions, table-tested."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from edgelet.admission import ADMIT, Verdict, admit, rejected_status, unsupported_features
+from edgelet.podconfig.defaults import apply_defaults
+
+RAW = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+    "spec": {"containers": [{"name": "c", "image": "busybox:1"}]},
+}
+
+BASE = apply_defaults(copy.deepcopy(RAW))  # API pods arrive defaulted by the API server
+
+
+def pod_with(**spec_changes):
+    pod = copy.deepcopy(RAW)
+    pod["spec"].update(spec_changes)
+    return apply_defaults(pod)
+
+
+@pytest.mark.parametrize(
+    "pod, active, expected_reason, message_part",
+    [
+        (BASE, 0, "", ""),
+        (BASE, 109, "", ""),
+        (BASE, 110, "OutOfpods", "pods, limit: 110"),
+        (pod_with(containers=[]), 0, "InvalidPodSpec", "spec.containers"),
+        (pod_with(containers=[{"name": "c"}]), 0, "InvalidPodSpec", "spec.containers[0].image"),
+        (pod_with(initContainers=[{"name": "s", "image": "x:1", "restartPolicy": "Always"}]), 0,
+         "UnsupportedFeature", "sidecar"),
+        (pod_with(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]), 0,
+         "UnsupportedFeature", "spec.volumes[0] (data): persistentVolumeClaim"),
+        (pod_with(volumes=[{"name": "cache", "emptyDir": {}}]), 0, "", ""),
+    ],
+)
+def test_admit(pod, active, expected_reason, message_part):
+    verdict = admit(pod, active_pods=active, max_pods=110)
+    assert verdict.admit is (expected_reason == "")
+    assert verdict.reason == expected_reason
+    assert message_part in verdict.message
+
+
+def test_extra_checks_run_last_and_first_rejection_wins():
+    calls = []
+
+    def no(pod):
+        calls.append("no")
+        return Verdict(False, "Evicted", "The node had condition: [MemoryPressure].")
+
+    def never_reached(pod):
+        calls.append("never")
+        return ADMIT
+
+    assert admit(BASE, active_pods=1, max_pods=1, extra=[no]).reason == "OutOfpods"
+    assert calls == []
+    verdict = admit(BASE, active_pods=0, max_pods=10, extra=[lambda p: ADMIT, no, never_reached])
+    assert verdict.reason == "Evicted" and calls == ["no"]
+
+
+def test_unsupported_features_lists_every_problem():
+    pod = pod_with(ephemeralContainers=[{"name": "debug"}],
+                   volumes=[{"name": "a", "nfs": {"server": "s", "path": "/"}}, {"name": "b", "csi": {}}])
+    assert unsupported_features(pod) == [
+        "spec.ephemeralContainers", "spec.volumes[0] (a): nfs volumes", "spec.volumes[1] (b): csi volumes"]
+
+
+def test_rejected_status_is_failed_with_reason():
+    assert rejected_status(Verdict(False, "OutOfpods", "m")) == {
+        "phase": "Failed", "reason": "OutOfpods", "message": "m"}
