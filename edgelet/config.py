@@ -20,6 +20,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
+from edgelet.cm.cpuset import parse_cpuset
 from edgelet.errors import ConfigError
 from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
 from edgelet.quantity import format_bytes, parse_quantity, parse_quantity_bytes
@@ -365,6 +366,27 @@ class EvictionConfig:
         return {signal: Threshold.parse(value) for signal, value in self.hard.items()}
 
 
+def _cpu_list_error(value: str) -> str | None:
+    try:
+        parse_cpuset(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CPUConfig:
+    """The CPU manager (the kubelet's cpuManagerPolicy, reservedSystemCPUs, cpuManagerReconcilePeriod)."""
+
+    policy: str = setting("none", _choice("none", "static"))
+    reserved_cpus: str = setting("", _string(_cpu_list_error))
+    reconcile_period: float = setting("10s", _duration())
+
+    @property
+    def reserved(self) -> frozenset[int]:
+        return parse_cpuset(self.reserved_cpus)
+
+
 @dataclass(frozen=True, slots=True)
 class GCConfig:
     container_min_age: float = setting("0s", _duration(exclusive=False))
@@ -394,6 +416,7 @@ class Config:
     images: ImagesConfig = section(ImagesConfig)
     logs: LogsConfig = section(LogsConfig)
     eviction: EvictionConfig = section(EvictionConfig)
+    cpu: CPUConfig = section(CPUConfig)
     gc: GCConfig = section(GCConfig)
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
