@@ -14,11 +14,15 @@ import time
 from typing import Callable
 
 from . import metrics, podutil
+from .admission import Verdict
 from .backoff import Backoff
+from .cm.cpumanager.manager import CPUManager
+from .cm.cpumanager.state import CPUStateStore
 from .config import Config
 from .containerlogs import LogRotator
 from .cri.client import RuntimeClient
 from .errors import EdgeletError
+from .eviction import EvictionManager, NodeSignals, PodUsageReader, image_fs_mountpoint
 from .images.airgap import AirgapImages
 from .images.gc import ImageGC
 from .images.manager import ImageManager
@@ -30,7 +34,7 @@ from .pleg import GenericPLEG
 from .podconfig.config import PodConfig
 from .podsync import PodSyncer
 from .podutil import Pod
-from .podworkers import PodWorkers
+from .podworkers import PodWorkers, WorkType
 from .prober import HookRunner, ProbeManager
 from .sdnotify import Notifier
 from .server import OpsServer
@@ -74,6 +78,12 @@ class Agent:
         self.store, self.images, self.volumes = self._make_workload_managers()
         self.pods: dict[str, Pod] = {}  # the desired pods by uid (the kubelet's pod manager)
         self.hooks = HookRunner(self.runtime, pod_ip=self._pod_address)
+        self.cpu_manager = CPUManager(
+            config.cpu.policy, CPUStateStore(config.state_dir), self.runtime,
+            active_pods=self.active_pods, runtime_status=self.pleg.get_status,
+            sources_ready=self.pod_config.all_sources_ready, reserved=config.cpu.reserved,
+            reconcile_period=config.cpu.reconcile_period,
+        )
         self.runtime_manager = RuntimeManager(
             self.runtime,
             Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks),
@@ -84,6 +94,17 @@ class Agent:
             runtime_handler=config.runtime.runtime_handler,
             node_ip=lambda: self.node_ip,
             node_allocatable=self.node_allocatable,
+            cpuset_for=self.cpu_manager.cpuset_for,
+        )
+        self.eviction = EvictionManager(
+            config.eviction.thresholds(),
+            signals=NodeSignals(config.root_dir, image_fs_mountpoint=lambda: image_fs_mountpoint(self.runtime)),
+            usage=PodUsageReader(runtime_status=self.pleg.get_status, pods_dir=config.pods_dir,
+                                 logs_dir=config.logs_dir),
+            active_pods=self.active_pods, evict=self._evict_pod,
+            reclaim_images=self.image_gc.free_space, reclaim_containers=self.container_gc.collect,
+            pod_cleaned_up=lambda uid: not self.pleg.get_status(uid).running_containers(),
+            pressure_transition_period=config.eviction.pressure_transition_period,
         )
         self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
                                       max_files=config.logs.container_log_max_files)
@@ -98,7 +119,10 @@ class Agent:
         self._runtime_health = (False, f"waiting for the container runtime at {self.runtime.endpoint}")
         self._stopping = asyncio.Event()
         self._tasks = TaskGroup()
-        self.admit_checks: list = []  # extra admission checks of other managers (eviction, CPU)
+        # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
+        self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
+                             lambda pod: Verdict(*self.cpu_manager.admit(pod))]
+        self.evicted: dict[str, str] = {}  # uid -> eviction message, until the pod is gone
         self.cluster = self._make_cluster() if config.cluster is not None else None
 
     def _make_cluster(self):
@@ -108,6 +132,7 @@ class Agent:
         return ClusterConnection(
             self.config, pod_config=self.pod_config, status_manager=self.status, object_store=self.store,
             health_provider=lambda: {"runtime": self._runtime_health, "pleg": self.pleg.healthy()},
+            pressure_provider=self.eviction.pressure,
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip,
         )
 
@@ -115,6 +140,17 @@ class Agent:
         """The Node's containerRuntimeVersion, e.g. containerd://1.6.20."""
         reply = await self.runtime.version()
         return f"{reply.runtime_name}://{reply.runtime_version}"
+
+    def active_pods(self) -> list[Pod]:
+        """Pods that hold resources: neither evicted nor terminating (the kubelet's GetActivePods)."""
+        return [pod for uid, pod in self.pods.items()
+                if uid not in self.evicted and not self.workers.is_terminating(uid)]
+
+    async def _evict_pod(self, pod: Pod, reason: str, message: str, grace: int) -> None:
+        uid = podutil.uid(pod)
+        log.warning("evicting pod %s: %s", podutil.full_name(pod), message)
+        self.evicted[uid] = message
+        self.workers.update(pod, WorkType.TERMINATE, grace)
 
     def _pod_address(self, uid: str) -> str:
         """Where probes and hooks reach a pod: the node for host-network pods, else the sandbox IP."""
@@ -160,6 +196,7 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         os.makedirs(self.config.root_dir, mode=0o755, exist_ok=True)
+        self.cpu_manager.start()  # a CPU state that does not fit this machine stops us here, kubelet-style
         self.status.load()
         log.info("edgelet starting: node %s, runtime %s", self.node_name, self.runtime.endpoint)
         self.notifier.status(f"waiting for the container runtime at {self.runtime.endpoint}")
@@ -264,6 +301,8 @@ class Agent:
         self._tasks.start("airgap-images", self.airgap.run())
         self._tasks.start("image-gc", self.image_gc.run())
         self._tasks.start("container-gc", self.container_gc.run())
+        self._tasks.start("eviction", self.eviction.run())
+        self._tasks.start("cpu-manager", self.cpu_manager.run())
 
     async def runtime_version(self) -> str:
         try:

@@ -52,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from .agent import Agent
 
-    from .errors import ConfigError
+    from .errors import ConfigError, EdgeletError
 
     uvloop.install()
     import asyncio
@@ -62,7 +62,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # a file the config points at, such as the kubeconfig
         print(f"edgelet: invalid config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    asyncio.run(agent.run())
+    try:
+        asyncio.run(agent.run())
+    except EdgeletError as exc:  # the agent cannot start on this machine as configured (say, CPU state)
+        logging.getLogger("edgelet").error("cannot run: %s", exc)
+        return EXIT_FAILURE
     return EXIT_OK
 
 

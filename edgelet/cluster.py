@@ -84,6 +84,7 @@ class ClusterConnection:
         health_provider: Callable[[], Mapping[str, tuple[bool, str]]],
         runtime_version_provider: Callable[[], str | Awaitable[str]],
         node_ip: str,
+        pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
     ):
         """Raises KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
         cluster = config.cluster
@@ -109,6 +110,7 @@ class ClusterConnection:
             report_frequency=cluster.node_status_report_frequency,
             max_pods=config.max_pods,
             thresholds=pressure_thresholds(config.eviction),
+            pressure_provider=pressure_provider,
         )
         self.lease = LeaseController(self.client, node_name, duration=cluster.lease_duration,
                                      renew_interval=cluster.lease_renew_interval)

@@ -15,7 +15,8 @@ from .errors import EdgeletError
 from .kuberuntime.types import ContainerState, PodRuntimeStatus
 from .podutil import Pod
 from .podworkers import SyncOutcome
-from .status.generate import generate_pod_status
+from .eviction import evicted_status
+from .status.generate import generate_pod_status, rfc3339
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -58,6 +59,9 @@ class PodSyncer:
             started=self._agent.prober.started(uid),
             host_ip=self._agent.node_ip,
         )
+        message = self._agent.evicted.get(uid)
+        if message is not None:
+            status = evicted_status(status, message, rfc3339(time.time()))
         self._agent.status.set_pod_status(pod, status)
         self._observe_start(uid, runtime_status)
         return status
@@ -84,6 +88,7 @@ class PodSyncer:
 
     async def on_terminated(self, pod: Pod) -> None:
         uid = podutil.uid(pod)
+        self._agent.cpu_manager.remove(uid)
         if uid in self._agent.pods and not podutil.deletion_requested(pod):
             return
         runtime_status = await self._agent.pleg.inspect_now(uid)
@@ -95,6 +100,7 @@ class PodSyncer:
             log.warning("pod %s: volumes not removed yet: %s", podutil.full_name(pod), exc)
         self._agent.pods.pop(uid, None)
         self._agent.status.remove(uid)
+        self._agent.evicted.pop(uid, None)
         if self._agent.cluster is not None:
             self._agent.cluster.pod_terminated(pod)
         self._agent.prober.remove_pod(uid)

@@ -132,7 +132,7 @@ class SyncLoop:
 
     def sync_if_known(self, uid: str) -> None:
         pod = self._agent.pods.get(uid)
-        if pod is not None:
+        if pod is not None and uid not in self._agent.evicted:  # an evicted pod never runs again
             self._agent.workers.update(pod)
 
     # -- housekeeping -------------------------------------------------------------------------------

@@ -67,8 +67,14 @@ def select_images_to_remove(
     their sizes add up to what must be freed.
     """
     amount = bytes_to_free(usage, capacity, high, low)
-    if amount <= 0:
-        return []
+    return take_until(removal_candidates(images, in_use, last_used, now, min_age), amount)
+
+
+def removal_candidates(
+    images: Sequence[ImageInfo], in_use: Iterable[str], last_used: Mapping[str, float], now: float, min_age: float
+) -> list[ImageInfo]:
+    """Images that may go, in removal order: not in use, not pinned, old enough; least recently used first
+    (never used counts as oldest), ties by first sight."""
     busy = set(in_use)
     candidates = [
         image
@@ -76,6 +82,11 @@ def select_images_to_remove(
         if image.id not in busy and not image.pinned and now - image.first_seen >= min_age
     ]
     candidates.sort(key=lambda image: (last_used.get(image.id, 0.0), image.first_seen, image.id))
+    return candidates
+
+
+def take_until(candidates: Sequence[ImageInfo], amount: int) -> list[ImageInfo]:
+    """The shortest prefix of `candidates` whose sizes add up to `amount` (all of them if they don't)."""
     selected: list[ImageInfo] = []
     freed = 0
     for image in candidates:
@@ -221,6 +232,25 @@ class ImageGC:
         chosen = select_images_to_remove(
             images, in_use, self._last_used, used, capacity, self.high, self.low, self._clock(), self.min_age
         )
+        await self._remove(chosen, result)
+        if result.to_free and result.freed < result.to_free:
+            log.warning(
+                "image GC: wanted to free %d bytes, but only %d bytes of images could be removed",
+                result.to_free,
+                result.freed,
+            )
+        return result
+
+    async def free_space(self, amount: int) -> int:
+        """Removes unused images, least recently used first, until `amount` bytes are freed (for eviction's
+        node-level reclaim). Returns the bytes freed."""
+        images, in_use = await self.detect()
+        chosen = take_until(removal_candidates(images, in_use, self._last_used, self._clock(), self.min_age), amount)
+        result = GCResult(to_free=amount)
+        await self._remove(chosen, result)
+        return result.freed
+
+    async def _remove(self, chosen: Sequence[ImageInfo], result: GCResult) -> None:
         for image in chosen:
             try:
                 await self._runtime.remove_image(image.id)
@@ -233,13 +263,6 @@ class ImageGC:
             self._first_seen.pop(image.id, None)
             self._last_used.pop(image.id, None)
             log.info("image GC: removed %s (%d bytes)", image.id, image.size)
-        if result.to_free and result.freed < result.to_free:
-            log.warning(
-                "image GC: wanted to free %d bytes, but only %d bytes of images could be removed",
-                result.to_free,
-                result.freed,
-            )
-        return result
 
     async def run(self) -> None:
         """Detects once at start (so first-seen times begin early), then collects every `period` seconds."""

@@ -68,6 +68,7 @@ class RuntimeManager:
         runtime_handler: str = "",
         node_ip: Callable[[], str] = lambda: "",
         node_allocatable: dict[str, str] | None = None,
+        cpuset_for: Callable[[Pod, dict], str] = lambda pod, container: "",
         hasher: Callable[[str, str], str] | None = None,
     ):
         self._runtime = runtime
@@ -82,6 +83,7 @@ class RuntimeManager:
         self._runtime_handler = runtime_handler
         self._node_ip = node_ip
         self._node_allocatable = node_allocatable
+        self._cpuset_for = cpuset_for
         if hasher is None:
             from ..core import container_hash as hasher
         self._hash = hasher
@@ -275,13 +277,16 @@ class RuntimeManager:
         command, args = expand_command(container, env)
         mounts = (self._volumes.mounts_for(pod, container, volume_paths, env=env, pod_ips=pod_ips)
                   if self._volumes is not None else [])
+        resources = linux_resources(pod, container)
+        if cpuset := self._cpuset_for(pod, container):  # exclusive CPUs of the static CPU policy
+            resources["cpuset_cpus"] = cpuset
         return make_container_config(
             pod, container,
             image_ref=image_ref,
             restart_count=restart_count,
             container_hash=self._hash(container["name"], container.get("image", "")),
             env=env, command=command, args=args, mounts=mounts,
-            resources=linux_resources(pod, container),
+            resources=resources,
         )
 
     # -- stopping -----------------------------------------------------------------------------

@@ -198,3 +198,23 @@ def test_select_log_dirs_to_remove():
     names = ["default_web_uid-live", "default_old_uid-gone", "default_dying_uid-dying", "stray"]
     chosen_dirs = select_log_dirs_to_remove(names, active_pod_uids={"uid-live"}, pods_in_runtime={"uid-dying"})
     assert chosen_dirs == ["default_old_uid-gone"]
+
+
+def test_take_until_stops_once_enough_is_freed():
+    from edgelet.images.gc import ImageInfo, take_until
+
+    images = [ImageInfo("a", 10), ImageInfo("b", 20), ImageInfo("c", 30)]
+    assert [i.id for i in take_until(images, 0)] == []
+    assert [i.id for i in take_until(images, 10)] == ["a"]
+    assert [i.id for i in take_until(images, 11)] == ["a", "b"]
+    assert [i.id for i in take_until(images, 1000)] == ["a", "b", "c"]
+
+
+def test_removal_candidates_skip_busy_pinned_and_young_images():
+    from edgelet.images.gc import ImageInfo, removal_candidates
+
+    images = [ImageInfo("busy", 1, first_seen=0), ImageInfo("pinned", 1, pinned=True, first_seen=0),
+              ImageInfo("young", 1, first_seen=95), ImageInfo("old-used", 1, first_seen=0),
+              ImageInfo("never-used", 1, first_seen=0)]
+    chosen = removal_candidates(images, {"busy"}, {"old-used": 50.0}, now=100, min_age=10)
+    assert [i.id for i in chosen] == ["never-used", "old-used"]
