@@ -121,9 +121,9 @@ class GenericPLEG:
             self._reinspect = set()
             for uid in changed:
                 await self._inspect_into_cache(uid, snapshot)
-            for uid in list(self._cache):
-                if uid not in changed and uid not in snapshot.pod_uids():
-                    del self._cache[uid]
+            present = snapshot.pod_uids()
+            for uid in [uid for uid in self._cache if uid not in changed and uid not in present]:
+                del self._cache[uid]
             self._forget_gone(snapshot)
 
             events = [PodLifecycleEvent(uid, kind, cid) for uid, kind, cid in raw_events]
