@@ -134,7 +134,7 @@ class FileSource:
 
     def __init__(self, manifest_dir: str, node_name: str, handle: SourceHandle, *, check_frequency: float = 20.0,
                  on_error: Callable[[ConfigError], None] | None = None,
-                 on_objects: Callable[[list[dict[str, Any]]], None] | None = None, debounce: float = 0.05,
+                 on_objects: Callable[[list[dict[str, Any]]], None] | None = None, debounce: float = 0.005,
                  use_inotify: bool = True):
         self.manifest_dir = os.path.abspath(manifest_dir)
         self.handle = handle
@@ -197,8 +197,10 @@ class FileSource:
                 await self._changed.wait()
         except TimeoutError:
             return
+        # A few milliseconds of quiet are enough for a file copy or a burst of renames to land as one
+        # scan, and short next to a pod start; a never-ending stream of events still gets scanned.
         loop = asyncio.get_running_loop()
-        settle_by = loop.time() + max(self.debounce * 20, 1.0)  # a never-ending stream still gets scanned
+        settle_by = loop.time() + max(self.debounce * 20, 0.1)
         while loop.time() < settle_by:
             self._changed.clear()
             try:
