@@ -12,7 +12,6 @@ import logging
 import time
 from typing import Any, Callable, Mapping
 
-import httpx
 
 from edgelet import podutil
 from edgelet.cri import runtime_v1_pb2 as pb
@@ -22,7 +21,7 @@ from edgelet.kuberuntime.manager import MINIMUM_GRACE_SECONDS
 from .probes import (
     HOOK_HANDLERS,
     HttpGetter,
-    RedirectLimit,
+    HttpGetError,
     describe,
     http_headers,
     http_url,
@@ -156,7 +155,7 @@ class HookRunner:
         try:
             # The kubelet only asks that the request goes through: any HTTP status will do.
             await self._http.get(url, http_headers(action.get("httpHeaders"), "lifecycle"), None)
-        except (httpx.HTTPError, httpx.InvalidURL, OSError, RedirectLimit) as exc:
+        except (HttpGetError, OSError) as exc:
             raise HookError(f"{label} failed: GET {url}: {describe(exc)}") from None
 
     async def _address(self, pod: podutil.Pod, container_id: str) -> str:

@@ -13,7 +13,6 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-import httpx
 from grpc import StatusCode, aio
 
 from edgelet.cri import RuntimeCallError
@@ -282,24 +281,37 @@ def _read_varint(data: bytes, offset: int) -> tuple[int, int]:
 # -- the checks ------------------------------------------------------------------------------
 
 
-class RedirectLimit(Exception):
+class HttpGetError(Exception):
+    """A GET that did not produce a status: connection, protocol, URL or redirect-limit trouble."""
+
+
+class RedirectLimit(HttpGetError):
     pass
 
 
 class HttpGetter:
     """One httpx client for every probe or hook GET: no certificate checks, no proxies, no keep-alive.
 
-    Created on first use, bound to the loop that makes it; `close()` releases it.
+    Created on first use, bound to the loop that makes it; `close()` releases it. httpx is imported
+    only then: a node without HTTP probes or hooks does not carry it in memory.
     """
 
     def __init__(self) -> None:
-        self._client: httpx.AsyncClient | None = None
+        self._client = None
 
     async def get(self, url: str, headers: Sequence[tuple[str, str]], timeout: float | None) -> int:
         """The status of GET `url`, following redirects that stay on the same host (at most ten).
 
-        Raises httpx.HTTPError, httpx.InvalidURL, OSError, TimeoutError or RedirectLimit.
+        Raises HttpGetError (RedirectLimit among them), OSError or TimeoutError.
         """
+        import httpx
+
+        try:
+            return await self._get(httpx, url, headers, timeout)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise HttpGetError(describe(exc)) from exc
+
+    async def _get(self, httpx, url: str, headers: Sequence[tuple[str, str]], timeout: float | None) -> int:
         if self._client is None:
             self._client = httpx.AsyncClient(
                 verify=False, trust_env=False, follow_redirects=False, timeout=None,
@@ -334,7 +346,7 @@ async def http_check(getter: HttpGetter, url: str, headers: Sequence[tuple[str, 
         status = await getter.get(url, headers, timeout)
     except TimeoutError:
         return Outcome(Result.FAILURE, f"Get {url}: timed out after {timeout:g}s")
-    except (httpx.HTTPError, httpx.InvalidURL, OSError, RedirectLimit) as exc:
+    except (HttpGetError, OSError) as exc:
         return Outcome(Result.FAILURE, f"Get {url}: {describe(exc)}")
     result = http_result(status)
     if result is Result.FAILURE:
