@@ -200,6 +200,7 @@ class Agent:
         self.status.load()
         log.info("edgelet starting: node %s, runtime %s", self.node_name, self.runtime.endpoint)
         self.notifier.status(f"waiting for the container runtime at {self.runtime.endpoint}")
+        self._tasks.start("status-writer", self.status.run())
         self._tasks.start("pleg", self.pleg.run())
         self._start_sources()
         if self.cluster is not None:

@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 # The kubelet never gives a container less than this to stop (minimumGracePeriodInSeconds).
 MINIMUM_GRACE_SECONDS = 2
 
+# Sandbox and container starts in flight at once. A small board's runtime starts 110 pods faster
+# 8 at a time than all at once (make bench: 7.7 s against 9.1 s for the same burst); image pulls
+# are not held by this gate.
+MAX_PARALLEL_STARTS = 8
+
 
 class ContainerConfigError(EdgeletError):
     """The container cannot be configured (missing ConfigMap key, bad volume, ...): CreateContainerConfigError."""
@@ -84,6 +89,7 @@ class RuntimeManager:
         self._node_ip = node_ip
         self._node_allocatable = node_allocatable
         self._cpuset_for = cpuset_for
+        self._start_gate = asyncio.Semaphore(MAX_PARALLEL_STARTS)
         if hasher is None:
             from ..core import container_hash as hasher
         self._hash = hasher
@@ -130,8 +136,9 @@ class RuntimeManager:
         if actions.create_sandbox:
             if not self._needs_sandbox(actions):
                 return result
-            os.makedirs(sandbox_config.log_directory, mode=0o755, exist_ok=True)
-            sandbox_id = await self._runtime.run_pod_sandbox(sandbox_config, self._runtime_handler)
+            await asyncio.to_thread(os.makedirs, sandbox_config.log_directory, mode=0o755, exist_ok=True)
+            async with self._start_gate:
+                sandbox_id = await self._runtime.run_pod_sandbox(sandbox_config, self._runtime_handler)
             log.info("pod %s: started sandbox %s (attempt %d)", podutil.full_name(pod), sandbox_id[:13],
                      actions.attempt)
             status = PodRuntimeStatus(uid=status.uid)  # a fresh sandbox starts from no containers
@@ -232,21 +239,23 @@ class RuntimeManager:
             result.requeue(10.0)
             metrics.started_containers_errors.labels(container_type, "CreateContainerConfigError").inc()
             return
-        os.makedirs(os.path.join(sandbox_config.log_directory, name), mode=0o755, exist_ok=True)
-        try:
-            container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
-        except EdgeletError as exc:
-            result.waiting_reasons[name] = ("CreateContainerError", str(exc))
-            result.requeue(1.0)
-            metrics.started_containers_errors.labels(container_type, "CreateContainerError").inc()
-            return
-        try:
-            await self._runtime.start_container(container_id)
-        except EdgeletError as exc:
-            result.waiting_reasons[name] = ("RunContainerError", str(exc))
-            result.requeue(1.0)
-            metrics.started_containers_errors.labels(container_type, "RunContainerError").inc()
-            return
+        await asyncio.to_thread(os.makedirs, os.path.join(sandbox_config.log_directory, name),
+                                mode=0o755, exist_ok=True)
+        async with self._start_gate:
+            try:
+                container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
+            except EdgeletError as exc:
+                result.waiting_reasons[name] = ("CreateContainerError", str(exc))
+                result.requeue(1.0)
+                metrics.started_containers_errors.labels(container_type, "CreateContainerError").inc()
+                return
+            try:
+                await self._runtime.start_container(container_id)
+            except EdgeletError as exc:
+                result.waiting_reasons[name] = ("RunContainerError", str(exc))
+                result.requeue(1.0)
+                metrics.started_containers_errors.labels(container_type, "RunContainerError").inc()
+                return
         metrics.started_containers.labels(container_type).inc()
         result.started.append(name)
         log.info("pod %s: started container %s (%s, restart %d)", podutil.full_name(pod), name,

@@ -22,6 +22,8 @@ _WATCH_MASK = (
     | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF | inotify.IN_ONLYDIR
 )
 _WATCH_GONE = inotify.IN_IGNORED | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF | inotify.IN_UNMOUNT
+# A change this long after the previous scan is scanned without waiting for more to follow.
+QUIET_SPELL = 0.1
 _EDITOR_SUFFIXES = ("~", ".swp", ".swx", ".swo", ".tmp", ".bak", ".dpkg-new", ".dpkg-old", ".dpkg-dist")
 
 
@@ -191,15 +193,22 @@ class FileSource:
         self.handle.mark_ready()
 
     async def _wait_for_change(self) -> None:
-        """Sleep until the next periodic rescan or a change; let a burst of changes settle into one scan."""
+        """Sleep until the next periodic rescan or a change; let a burst of changes settle into one scan.
+
+        The first change after a quiet spell is scanned at once (a dropped manifest should cost no
+        wait); changes that follow closely are settled for `debounce` first.
+        """
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
         try:
             async with asyncio.timeout(self.check_frequency):
                 await self._changed.wait()
         except TimeoutError:
             return
+        if loop.time() - quiet_since >= QUIET_SPELL:
+            return
         # A few milliseconds of quiet are enough for a file copy or a burst of renames to land as one
         # scan, and short next to a pod start; a never-ending stream of events still gets scanned.
-        loop = asyncio.get_running_loop()
         settle_by = loop.time() + max(self.debounce * 20, 0.1)
         while loop.time() < settle_by:
             self._changed.clear()
@@ -246,6 +255,15 @@ class FileSource:
             return
         self._watch = target
 
+    def _still_being_written(self, event: inotify.InotifyEvent) -> bool:
+        """A regular file just created in the manifest directory (a symlink or directory is complete)."""
+        if event.mask & inotify.IN_ISDIR or not event.mask & inotify.IN_CREATE:
+            return False
+        try:
+            return not os.path.islink(os.path.join(self.manifest_dir, event.name))
+        except OSError:
+            return False
+
     def _on_events(self, events: list[inotify.InotifyEvent]) -> None:
         changed = False
         for event in events:
@@ -260,6 +278,8 @@ class FileSource:
                 changed = True
             elif self._watch is not None and self._watch[1] is not None:
                 changed = changed or event.name == self._watch[1]
+            elif self._still_being_written(event):
+                continue  # its IN_CLOSE_WRITE follows; scanning now could read half a manifest
             else:
                 changed = changed or _event_matters(event.name)
         if changed:

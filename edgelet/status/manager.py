@@ -1,11 +1,14 @@
 """The status manager: the last status of every pod, versioned, written to disk only when its hash changes.
 
-`edgelet pods` reads the same files, so it answers whether or not the agent is running. When a
-cluster is configured, a syncer registered with `add_listener` pushes changed statuses to the API.
+`edgelet pods` reads the same files, so it answers whether or not the agent is running. Writes
+happen behind the event loop (`run()` flushes changed statuses in a thread, coalescing bursts), so
+an fsync never stalls pod starts. When a cluster is configured, a syncer registered with
+`add_listener` pushes changed statuses to the API.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -52,6 +55,8 @@ class StatusManager:
         self._store = CheckpointStore(directory, kind=STATUS_KIND, mode=0o600)
         self._entries: dict[str, PodStatusEntry] = {}
         self._listeners: list[Listener] = []
+        self._unwritten: dict[str, bytes | None] = {}  # uid -> payload to write, None to delete
+        self._wake = asyncio.Event()
         self.disk_writes = 0
 
     def load(self) -> None:
@@ -87,15 +92,48 @@ class StatusManager:
         version = entry.version + 1 if entry is not None else 1
         stored = _stored_pod(pod, status)
         self._entries[uid] = PodStatusEntry(stored, digest, version)
-        self._store.write(uid, orjson.dumps(stored))
-        self.disk_writes += 1
+        self._unwritten[uid] = orjson.dumps(stored)
+        self._wake.set()
         for listener in self._listeners:
             listener(stored, version)
         return True
 
     def remove(self, uid: str) -> None:
         if self._entries.pop(uid, None) is not None:
-            self._store.delete(uid)
+            self._unwritten[uid] = None
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Writes changed statuses to disk as they come, a batch at a time, off the event loop."""
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                batch, self._unwritten = self._unwritten, {}
+                try:
+                    await asyncio.to_thread(self._write, batch)
+                except OSError as exc:  # disk full or read-only: keep serving, retry with the next change
+                    log.warning("writing pod statuses under %s failed: %s", self._store.directory, exc)
+                    for uid, payload in batch.items():
+                        self._unwritten.setdefault(uid, payload)
+        finally:
+            self.flush()
+
+    def flush(self) -> None:
+        """Writes whatever is still pending (at shutdown)."""
+        batch, self._unwritten = self._unwritten, {}
+        try:
+            self._write(batch)
+        except OSError as exc:
+            log.warning("writing pod statuses under %s failed: %s", self._store.directory, exc)
+
+    def _write(self, batch: dict[str, bytes | None]) -> None:
+        for uid, payload in batch.items():
+            if payload is None:
+                self._store.delete(uid)
+            else:
+                self._store.write(uid, payload)
+                self.disk_writes += 1
 
     def known_uids(self) -> set[str]:
         return set(self._entries)

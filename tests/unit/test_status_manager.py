@@ -1,0 +1,71 @@
+"""The status manager: no write for an unchanged status, versions, write-behind, removal, reload."""
+
+from __future__ import annotations
+
+import asyncio
+
+from edgelet.status.manager import StatusManager, read_pod_list
+
+
+def pod(uid="u1", name="web", **meta):
+    return {"metadata": {"uid": uid, "name": name, "namespace": "default", **meta},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}
+
+
+RUNNING = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+PENDING = {"phase": "Pending"}
+
+
+def test_identical_status_is_not_written_again(tmp_path):
+    manager = StatusManager(str(tmp_path))
+    assert manager.set_pod_status(pod(), PENDING) is True
+    assert manager.set_pod_status(pod(), dict(PENDING)) is False
+    assert manager.set_pod_status(pod(), RUNNING) is True
+    assert manager.get_entry("u1").version == 2
+    manager.flush()
+    assert manager.disk_writes == 1  # the two changes coalesced into one write
+    assert manager.set_pod_status(pod(), RUNNING) is False
+    manager.flush()
+    assert manager.disk_writes == 1
+
+
+def test_changed_metadata_is_written_even_with_the_same_status(tmp_path):
+    manager = StatusManager(str(tmp_path))
+    manager.set_pod_status(pod(), RUNNING)
+    assert manager.set_pod_status(pod(labels={"a": "b"}), RUNNING) is True
+
+
+def test_listeners_hear_each_change_with_its_version(tmp_path):
+    manager = StatusManager(str(tmp_path))
+    heard = []
+    manager.add_listener(lambda stored, version: heard.append((stored["status"]["phase"], version)))
+    manager.set_pod_status(pod(), PENDING)
+    manager.set_pod_status(pod(), PENDING)
+    manager.set_pod_status(pod(), RUNNING)
+    assert heard == [("Pending", 1), ("Running", 2)]
+
+
+async def test_writer_persists_in_the_background_and_survives_reload(tmp_path):
+    manager = StatusManager(str(tmp_path))
+    writer = asyncio.create_task(manager.run())
+    manager.set_pod_status(pod("u1", "a"), RUNNING)
+    manager.set_pod_status(pod("u2", "b"), PENDING)
+    for _ in range(100):
+        if manager.disk_writes == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert manager.disk_writes == 2
+    listed = read_pod_list(str(tmp_path))
+    assert listed["kind"] == "PodList"
+    assert [(p["metadata"]["name"], p["status"]["phase"]) for p in listed["items"]] == [
+        ("a", "Running"), ("b", "Pending")]
+
+    manager.remove("u2")
+    writer.cancel()  # cancelling flushes what is pending
+    await asyncio.gather(writer, return_exceptions=True)
+    assert [p["metadata"]["name"] for p in read_pod_list(str(tmp_path))["items"]] == ["a"]
+
+    reloaded = StatusManager(str(tmp_path))
+    reloaded.load()
+    assert reloaded.get_status("u1") == RUNNING
+    assert reloaded.set_pod_status(pod("u1", "a"), RUNNING) is False  # hash carried over: no rewrite
