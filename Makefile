@@ -72,6 +72,10 @@ test-unit: build
 test-integration: deps build
 	$(PY) -m pytest -q tests/integration
 
+# Speed and footprint beside their floors, in one run (not part of make test; see docs/benchmarks.md).
+bench: deps build
+	$(PY) -m bench.run
+
 proto: venv
 	hack/gen-proto.sh
 

@@ -1,0 +1,428 @@
+"""Agent benchmarks: the real `edgelet run` starting pods from manifests, beside the raw CRI floor
+(the same calls made directly with edgelet's own CRI client), plus the agent's idle costs.
+
+Every time comes from one clock: the wall clock of this machine. A pod's start ends at the
+container's `started_at` as the runtime records it (ContainerStatus), so how often we poll for it
+does not change the figure; the raw floor also records when StartContainer returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.cri.client import RuntimeClient
+from edgelet.kuberuntime import labels
+from edgelet.podconfig import inotify
+
+REPO = Path(__file__).resolve().parent.parent
+IMAGE = "docker.io/library/busybox:local"
+NODE_NAME = "benchnode"
+RAW_NAMESPACE = "bench-raw"
+# runtime.v1.NamespaceMode
+_POD, _CONTAINER, _NODE = 0, 1, 2
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# How often the benchmark asks the runtime whether the agent's containers run yet. The figures come
+# from the runtime's started_at, so this only sets when the benchmark moves on; polling faster would
+# load containerd while the agent's pod starts (and not while the raw floor's do).
+POLL_INTERVAL = 0.1
+
+
+def pod_manifest(name: str) -> str:
+    """The workload of every agent phase: one busybox `sleep` on the host network, killed at once on delete."""
+    return textwrap.dedent(f"""\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: {name}
+        spec:
+          hostNetwork: true
+          terminationGracePeriodSeconds: 0
+          containers:
+            - name: main
+              image: {IMAGE}
+              imagePullPolicy: IfNotPresent
+              command: ["sleep", "3600"]
+        """)
+
+
+# -- the raw CRI floor ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RawStart:
+    """One pod started with bare CRI calls: wall-clock nanoseconds of each mark."""
+
+    first_call_ns: int
+    returned_ns: int  # StartContainer returned
+    running_ns: int  # the container's started_at, as the runtime recorded it
+    call_ns: tuple[int, int, int] = (0, 0, 0)  # RunPodSandbox, CreateContainer, StartContainer durations
+
+    @property
+    def returned_s(self) -> float:
+        return (self.returned_ns - self.first_call_ns) / 1e9
+
+    @property
+    def running_s(self) -> float:
+        return (self.running_ns - self.first_call_ns) / 1e9
+
+
+def _raw_configs(name: str, log_root: str) -> tuple[pb.PodSandboxConfig, pb.ContainerConfig]:
+    """What the kubelet would send for the benchmark pod, minus everything optional."""
+    uid = str(uuid.uuid4())
+    pod_labels = {labels.POD_NAME: name, labels.POD_NAMESPACE: RAW_NAMESPACE, labels.POD_UID: uid}
+    namespaces = pb.NamespaceOption(network=_NODE, pid=_CONTAINER, ipc=_POD)
+    sandbox = pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace=RAW_NAMESPACE, attempt=0),
+        log_directory=os.path.join(log_root, f"{RAW_NAMESPACE}_{name}_{uid}"),
+        labels=pod_labels,
+        linux=pb.LinuxPodSandboxConfig(
+            security_context=pb.LinuxSandboxSecurityContext(namespace_options=namespaces)),
+    )
+    container = pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name="main", attempt=0),
+        image=pb.ImageSpec(image=IMAGE),
+        command=["sleep", "3600"],
+        log_path="main/0.log",
+        labels={**pod_labels, labels.CONTAINER_NAME: "main"},
+        linux=pb.LinuxContainerConfig(
+            security_context=pb.LinuxContainerSecurityContext(namespace_options=namespaces)),
+    )
+    return sandbox, container
+
+
+async def raw_start(client: RuntimeClient, name: str, log_root: str) -> RawStart:
+    """RunPodSandbox + CreateContainer + StartContainer for one pod, timed from the first call."""
+    sandbox, container = _raw_configs(name, log_root)
+    first_call = time.time_ns()
+    os.makedirs(os.path.join(sandbox.log_directory, "main"), exist_ok=True)
+    before_sandbox = time.time_ns()
+    sandbox_id = await client.run_pod_sandbox(sandbox)
+    before_create = time.time_ns()
+    container_id = await client.create_container(sandbox_id, container, sandbox)
+    before_start = time.time_ns()
+    await client.start_container(container_id)
+    returned = time.time_ns()
+    running = (await client.container_status(container_id)).started_at
+    calls = (before_create - before_sandbox, before_start - before_create, returned - before_start)
+    return RawStart(first_call, returned, running, calls)
+
+
+async def raw_burst(client: RuntimeClient, count: int, log_root: str, *, parallel: int) -> RawStart:
+    """`count` pods, `parallel` at a time; the marks span from the first call to the last pod."""
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(i: int) -> RawStart:
+        async with gate:
+            return await raw_start(client, f"raw-burst-{i:03d}", log_root)
+
+    first_call = time.time_ns()
+    starts = await asyncio.gather(*(one(i) for i in range(count)))
+    return RawStart(first_call, max(s.returned_ns for s in starts), max(s.running_ns for s in starts))
+
+
+# -- the runtime, observed ------------------------------------------------------------------------
+
+
+def running_filter(selector: dict[str, str] | None = None) -> pb.ContainerFilter:
+    """Running containers, optionally only those carrying every label of `selector`."""
+    return pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING),
+                              label_selector=selector or {})
+
+
+async def wait_running(client: RuntimeClient, count: int, selector: dict[str, str] | None = None, *,
+                       timeout: float, interval: float) -> list[pb.Container]:
+    """Polls ListContainers (filtered by the runtime) until `count` matching containers run."""
+    deadline = time.monotonic() + timeout
+    flt = running_filter(selector)
+    while True:
+        running = await client.list_containers(flt)
+        if len(running) >= count:
+            return running
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(running)} of {count} containers running after {timeout:.0f}s")
+        await asyncio.sleep(interval)
+
+
+async def started_at(client: RuntimeClient, containers: list[pb.Container]) -> list[int]:
+    """Each container's start as the runtime recorded it (wall-clock nanoseconds)."""
+    return [(await client.container_status(c.id)).started_at for c in containers]
+
+
+async def wipe_runtime(client: RuntimeClient, *, parallel: int = 8, timeout: float = 120.0) -> None:
+    """Removes every sandbox (and with it its containers), then checks that none is left."""
+    gate = asyncio.Semaphore(parallel)
+
+    async def remove(sandbox_id: str) -> None:
+        async with gate:
+            await client.stop_pod_sandbox(sandbox_id)
+            await client.remove_pod_sandbox(sandbox_id)
+
+    deadline = time.monotonic() + timeout
+    while sandboxes := await client.list_pod_sandbox():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(sandboxes)} sandboxes still there after {timeout:.0f}s")
+        await asyncio.gather(*(remove(s.id) for s in sandboxes))
+    for container in await client.list_containers():
+        await client.remove_container(container.id)
+
+
+# -- the agent process ----------------------------------------------------------------------------
+
+
+def _free_loopback_port() -> int:
+    """A port nothing listens on now (tests and other agents may run beside the benchmark)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class AgentProcess:
+    """One `edgelet run` with its own root_dir, manifest directory and ops port, as a user starts it."""
+
+    def __init__(self, workdir: Path, endpoint: str):
+        self.workdir = workdir
+        self.root_dir = workdir / "root"
+        self.manifest_dir = workdir / "manifests"
+        self.staging_dir = workdir / "staging"  # same file system, so a rename is atomic
+        self.ops_port = _free_loopback_port()
+        self.log_path = workdir / "agent.log"
+        self.config_path = workdir / "edgelet.toml"
+        for directory in (self.manifest_dir, self.staging_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        # Defaults everywhere except the paths: relist 1 s, sync 1 m, housekeeping 2 s, 110 pods.
+        self.config_path.write_text(textwrap.dedent(f"""\
+            node_name = "{NODE_NAME}"
+            root_dir = "{self.root_dir}"
+
+            [runtime]
+            endpoint = "{endpoint}"
+
+            [pods]
+            manifest_dir = "{self.manifest_dir}"
+
+            [server]
+            address = "127.0.0.1:{self.ops_port}"
+            """))
+        self.proc: subprocess.Popen | None = None
+        self.ready_at = 0.0  # monotonic time /healthz first answered 200
+
+    @property
+    def status_dir(self) -> Path:
+        """Where the StatusManager keeps one checkpoint per pod (root_dir/state/pods)."""
+        return self.root_dir / "state" / "pods"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "agent not started"
+        return self.proc.pid
+
+    def start(self) -> AgentProcess:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "edgelet", "run", "--config", str(self.config_path)],
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+        return self
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            tail = self.log_path.read_text(errors="replace").splitlines()[-20:]
+            raise RuntimeError("edgelet exited; last log lines:\n" + "\n".join(tail))
+
+    async def http_get(self, path: str) -> tuple[int, bytes]:
+        """One request to the ops endpoint on loopback."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.ops_port)
+        try:
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: edgelet\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+            reply = await reader.read()
+        finally:
+            writer.close()
+        head, _, body = reply.partition(b"\r\n\r\n")
+        return int(head.split(b" ", 2)[1]), body
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until /healthz answers 200: the runtime answered and the first relist is done."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                status, _ = await self.http_get("/healthz")
+                if status == 200:
+                    self.ready_at = time.monotonic()
+                    return
+            except (OSError, ValueError, IndexError):
+                pass
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"edgelet not healthy within {timeout:.0f}s (log: {self.log_path})")
+
+    def drop_manifests(self, names: list[str]) -> int:
+        """Writes each pod's manifest in staging, then renames them all into the manifest directory.
+
+        Returns the wall-clock nanoseconds just before the first rename: the start of the measurement.
+        """
+        staged = []
+        for name in names:
+            path = self.staging_dir / f"{name}.yaml"
+            path.write_text(pod_manifest(name))
+            staged.append(path)
+        started = time.time_ns()
+        for path in staged:
+            os.rename(path, self.manifest_dir / path.name)
+        return started
+
+    def rss_mb(self) -> float:
+        """VmRSS from /proc/<pid>/status, in MiB."""
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        raise RuntimeError(f"no VmRSS for pid {self.pid}")
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of every thread of the agent so far (/proc/<pid>/stat fields 14 and 15)."""
+        with open(f"/proc/{self.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+# -- the agent's own metrics ----------------------------------------------------------------------
+
+CRI_STEPS = ("run_podsandbox", "create_container", "start_container")
+_OPERATION_SAMPLE = re.compile(
+    r'^kubelet_runtime_operations_duration_seconds_(sum|count)\{operation_type="([a-z_]+)"\} (\S+)$', re.M)
+
+
+def runtime_operation_totals(metrics_text: str) -> dict[str, tuple[float, float]]:
+    """operation -> (seconds, calls) from the agent's kubelet_runtime_operations_duration_seconds."""
+    totals: dict[str, list[float]] = {}
+    for kind, operation, value in _OPERATION_SAMPLE.findall(metrics_text):
+        totals.setdefault(operation, [0.0, 0.0])[0 if kind == "sum" else 1] = float(value)
+    return {operation: (seconds, calls) for operation, (seconds, calls) in totals.items()}
+
+
+async def runtime_operations(agent: "AgentProcess") -> dict[str, tuple[float, float]]:
+    status, body = await agent.http_get("/metrics")
+    if status != 200:
+        raise RuntimeError(f"GET /metrics answered {status}")
+    return runtime_operation_totals(body.decode())
+
+
+def mean_step_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Mean milliseconds per call of each pod-start CRI step between two scrapes."""
+    means = {}
+    for step in CRI_STEPS:
+        seconds = after.get(step, (0.0, 0.0))[0] - before.get(step, (0.0, 0.0))[0]
+        calls = after.get(step, (0.0, 0.0))[1] - before.get(step, (0.0, 0.0))[1]
+        means[step] = 1e3 * seconds / calls if calls else float("nan")
+    return means
+
+
+# -- idle costs -----------------------------------------------------------------------------------
+
+
+class WriteCounter:
+    """Counts checkpoint writes into a directory with inotify: each write is a rename onto its file
+    (temp file + rename), each removal an unlink; temp files (dot-names) are not counted."""
+
+    def __init__(self, directory: Path):
+        self._inotify = inotify.Inotify()
+        self._inotify.add_watch(str(directory), inotify.IN_MOVED_TO | inotify.IN_DELETE | inotify.IN_ONLYDIR)
+        self.total = 0
+        self.overflowed = False
+
+    def poll(self) -> int:
+        """Counts what happened since the last poll; returns that count."""
+        new = 0
+        for event in self._inotify.read():
+            if event.mask & inotify.IN_Q_OVERFLOW:
+                self.overflowed = True
+            elif event.name and not event.name.startswith("."):
+                new += 1
+        self.total += new
+        return new
+
+    async def wait_quiet(self, quiet: float, timeout: float) -> bool:
+        """Until no write for `quiet` seconds (True), or `timeout` passed (False)."""
+        deadline = time.monotonic() + timeout
+        last_write = time.monotonic()
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            if self.poll():
+                last_write = time.monotonic()
+            elif time.monotonic() - last_write >= quiet:
+                return True
+        return False
+
+    def close(self) -> None:
+        self._inotify.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    cpu_pct: float  # % of one core over the window
+    rss_mb: float  # at the end of the window
+    window_s: float
+
+
+async def measure_usage(agent: AgentProcess, seconds: float) -> Usage:
+    """CPU of the agent over `seconds` of doing nothing but its own periodic work, and its RSS after."""
+    cpu_before, started = agent.cpu_seconds(), time.monotonic()
+    await asyncio.sleep(seconds)
+    agent.check_alive()
+    cpu_after, elapsed = agent.cpu_seconds(), time.monotonic() - started
+    return Usage(100.0 * (cpu_after - cpu_before) / elapsed, agent.rss_mb(), elapsed)
+
+
+# -- agent phases ---------------------------------------------------------------------------------
+
+
+def pod_label(name: str) -> dict[str, str]:
+    """The selector of a static pod's containers: the agent names it <name>-<node>."""
+    return {labels.POD_NAME: f"{name}-{NODE_NAME}"}
+
+
+async def agent_start(client: RuntimeClient, agent: AgentProcess, name: str) -> float:
+    """Seconds from renaming one pod's manifest into the manifest directory to its container running."""
+    dropped = agent.drop_manifests([name])
+    running = await wait_running(client, 1, pod_label(name), timeout=60, interval=POLL_INTERVAL)
+    seen = time.time_ns()
+    (started,) = await started_at(client, running)
+    if not dropped <= started <= seen:
+        raise RuntimeError(f"{name}: started_at {started} outside [{dropped}, {seen}]: clocks disagree")
+    agent.check_alive()
+    return (started - dropped) / 1e9
+
+
+async def agent_burst(client: RuntimeClient, agent: AgentProcess, count: int) -> float:
+    """Seconds from the first of `count` manifest renames to the last of their containers running."""
+    names = [f"burst-{i:03d}" for i in range(count)]
+    dropped = agent.drop_manifests(names)
+    running = await wait_running(client, count, timeout=300, interval=POLL_INTERVAL)
+    return (max(await started_at(client, running)) - dropped) / 1e9

@@ -1,0 +1,458 @@
+"""`make bench`: relist, pod start, burst start, idle status writes, RSS and CPU of edgelet, each beside
+its floor (the pure twin, or the raw CRI calls) measured in the same run; prints a table and a BENCH line.
+
+Run it as root from the repository: `python -m bench.run` starts two identical private containerds
+(hack/local-containerd.sh) in a temporary directory, one for the agent and one for the raw CRI floor,
+so that agent pods and raw pods can alternate; both are stopped at the end. See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import bench_agent as agent_bench  # noqa: E402
+from bench import bench_core  # noqa: E402
+from edgelet import core  # noqa: E402
+from edgelet.cri.client import RuntimeClient  # noqa: E402
+from edgelet.errors import EdgeletError  # noqa: E402
+
+REPO = agent_bench.REPO
+LOCAL_CONTAINERD = REPO / "hack" / "local-containerd.sh"
+PAUSE_IMAGE = "edgelet.local/pause:1"
+
+RELIST_SIZES = (220, 1_000, 10_000)
+BURST_PARALLEL = 8  # the raw floor of the burst: 8 pods in flight at a time
+PAUSE_BETWEEN_PODS = 0.5  # lets each sequential pod start on a quiet agent and runtime
+STARTUP_SETTLE = 3.0  # after /healthz: the agent's first housekeeping and GC passes
+SYNC_FREQUENCY = 60.0  # the agent's default full resync ([sync] sync_frequency)
+ORDER_SEED = 1  # which side goes first in each sequential round; fixed so runs compare
+
+GOALS = {  # figure -> (limit, "max" or "min")
+    "relist_10k_ms": (1.5, "max"),
+    "relist_speedup": (10.0, "min"),
+    "pod_start_ratio": (1.1, "max"),
+    "burst_110_ratio": (1.2, "max"),
+    "status_writes_idle": (0, "max"),
+    "rss_110_mb": (50.0, "max"),
+    "idle_cpu_110_pct": (0.5, "max"),
+}
+
+
+@dataclass
+class Results:
+    relist: list[dict] = field(default_factory=list)
+    raw_seq_returned_ms: list[float] = field(default_factory=list)
+    raw_seq_running_ms: list[float] = field(default_factory=list)
+    agent_seq_ms: list[float] = field(default_factory=list)
+    raw_seq_steps_ms: dict[str, float] = field(default_factory=dict)  # mean per CRI step
+    agent_seq_steps_ms: dict[str, float] = field(default_factory=dict)
+    raw_burst_returned_s: list[float] = field(default_factory=list)  # one per round
+    raw_burst_running_s: list[float] = field(default_factory=list)
+    agent_burst_s: list[float] = field(default_factory=list)
+    agent_burst_cpu_s: list[float] = field(default_factory=list)
+    burst_pods: int = 0
+    idle0: agent_bench.Usage | None = None
+    idle110: agent_bench.Usage | None = None
+    status_writes: int = 0
+    status_window_s: float = 0.0
+    status_resyncs: int = 0
+    runtime: str = ""
+    load: list[str] = field(default_factory=list)
+
+    def bench_figures(self) -> dict[str, float]:
+        big = {r["n_containers"]: r for r in self.relist}.get(10_000, {})
+        return {
+            "relist_10k_ms": big.get("compiled_ms", float("nan")),
+            "relist_speedup": big.get("speedup", float("nan")),
+            "pod_start_ratio": _ratio(_median(self.agent_seq_ms), _median(self.raw_seq_returned_ms)),
+            "burst_110_ratio": _ratio(sum(self.agent_burst_s), sum(self.raw_burst_returned_s)),
+            "status_writes_idle": self.status_writes,
+            "rss_110_mb": self.idle110.rss_mb if self.idle110 else float("nan"),
+            "idle_cpu_110_pct": self.idle110.cpu_pct if self.idle110 else float("nan"),
+        }
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _ratio(value: float, floor: float) -> float:
+    return value / floor if floor else float("nan")
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages: how busy the shared machine was."""
+    with open("/proc/loadavg") as loadavg:
+        return " ".join(loadavg.read().split()[:3])
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- containerd ---------------------------------------------------------------------------------------
+
+
+def start_containerd(state_dir: Path) -> str:
+    started = subprocess.run(["bash", str(LOCAL_CONTAINERD), "start", str(state_dir)],
+                             capture_output=True, text=True, timeout=180)
+    if started.returncode != 0:
+        raise RuntimeError(f"hack/local-containerd.sh start failed:\n{started.stderr}")
+    return started.stdout.strip().splitlines()[-1]
+
+
+def stop_containerd(state_dir: Path) -> None:
+    """Stops the instance (safe to repeat); what it could not clean up is reported, not raised."""
+    if not state_dir.exists():
+        return
+    stopped = subprocess.run(["bash", str(LOCAL_CONTAINERD), "stop", str(state_dir)],
+                             capture_output=True, text=True, timeout=180)
+    if stopped.returncode != 0:
+        log(f"hack/local-containerd.sh stop left things behind:\n{stopped.stderr}")
+
+
+async def wait_runtime_ready(client: RuntimeClient, timeout: float = 60.0) -> str:
+    """Until the runtime reports RuntimeReady and has both images; returns "name version"."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            conditions = (await client.status()).status.conditions
+            not_ready = [c.type for c in conditions if c.type == "RuntimeReady" and not c.status]
+            missing = [ref for ref in (agent_bench.IMAGE, PAUSE_IMAGE) if await client.image_status(ref) is None]
+            if not not_ready and not missing:
+                version = await client.version()
+                return f"{version.runtime_name} {version.runtime_version}"
+            last = f"not ready: {not_ready}, images missing: {missing}"
+        except EdgeletError as exc:
+            last = str(exc)
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"container runtime not ready within {timeout:.0f}s ({last})")
+
+
+def unmount_under(directory: Path) -> None:
+    """Detaches whatever the agent's pods left mounted below `directory`, deepest first."""
+    prefix = str(directory.resolve()) + "/"
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [line.split()[4] for line in mountinfo]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
+@dataclass
+class Runtimes:
+    """The agent's containerd and the raw floor's twin (the agent would remove pods it did not start)."""
+
+    agent_endpoint: str
+    agent: RuntimeClient
+    raw: RuntimeClient
+    stop_raw: Callable[[], None]  # the floor's containerd is stopped before the idle measurements
+
+
+# -- the phases -----------------------------------------------------------------------------------------
+
+
+def bench_relist(results: Results) -> None:
+    for n in RELIST_SIZES:
+        log(f"relist: {n:,} containers, compiled and pure")
+        results.relist.append(bench_core.bench_relist(n))
+
+
+async def sleep_until(moment: float) -> None:
+    await asyncio.sleep(max(moment - time.monotonic(), 0.0))
+
+
+async def stop_agent(agent: agent_bench.AgentProcess, runtime: RuntimeClient) -> None:
+    agent.stop()
+    await agent_bench.wipe_runtime(runtime)
+    unmount_under(agent.workdir)
+
+
+async def bench_sequential(rt: Runtimes, workdir: Path, results: Results, opts: argparse.Namespace) -> None:
+    """Idle with no pods, then pods one at a time, alternating agent and raw in a seeded random order."""
+    agent = agent_bench.AgentProcess(workdir / "agent-seq", rt.agent_endpoint).start()
+    raw_logs = str(workdir / "raw-logs")
+    raw = []
+    try:
+        await agent.wait_ready()
+        await asyncio.sleep(STARTUP_SETTLE)
+        log(f"edgelet, no pods: CPU and RSS over {opts.idle0_seconds:.0f}s")
+        results.idle0 = await agent_bench.measure_usage(agent, opts.idle0_seconds)
+        log(f"{opts.seq_pods} pods one at a time, edgelet and raw CRI alternating")
+        before = await agent_bench.runtime_operations(agent)
+        order = random.Random(ORDER_SEED)
+        for i in range(opts.seq_pods):
+            for side in order.sample(("raw", "edgelet"), 2):
+                if side == "raw":
+                    raw.append(await agent_bench.raw_start(rt.raw, f"raw-seq-{i:02d}", raw_logs))
+                else:
+                    results.agent_seq_ms.append(1e3 * await agent_bench.agent_start(rt.agent, agent, f"seq-{i:02d}"))
+                await asyncio.sleep(PAUSE_BETWEEN_PODS)
+        results.agent_seq_steps_ms = agent_bench.mean_step_ms(before, await agent_bench.runtime_operations(agent))
+    finally:
+        await stop_agent(agent, rt.agent)
+        await agent_bench.wipe_runtime(rt.raw)
+    results.raw_seq_returned_ms = [s.returned_s * 1e3 for s in raw]
+    results.raw_seq_running_ms = [s.running_s * 1e3 for s in raw]
+    results.raw_seq_steps_ms = {step: sum(s.call_ns[i] for s in raw) / len(raw) / 1e6
+                                for i, step in enumerate(agent_bench.CRI_STEPS)}
+
+
+async def raw_burst_round(rt: Runtimes, workdir: Path, results: Results, count: int) -> None:
+    log(f"raw CRI: {count} pods, {BURST_PARALLEL} in parallel")
+    burst = await agent_bench.raw_burst(rt.raw, count, str(workdir / "raw-logs"), parallel=BURST_PARALLEL)
+    results.raw_burst_returned_s.append(burst.returned_s)
+    results.raw_burst_running_s.append(burst.running_s)
+    await agent_bench.wipe_runtime(rt.raw)
+
+
+async def agent_burst_round(rt: Runtimes, agent: agent_bench.AgentProcess, results: Results, count: int) -> None:
+    log(f"edgelet: {count} manifests at once")
+    cpu_before = agent.cpu_seconds()
+    results.agent_burst_s.append(await agent_bench.agent_burst(rt.agent, agent, count))
+    results.agent_burst_cpu_s.append(agent.cpu_seconds() - cpu_before)
+
+
+async def bench_burst(rt: Runtimes, workdir: Path, results: Results, opts: argparse.Namespace) -> None:
+    """Bursts in the order edgelet, raw, raw, edgelet: a drift in the machine's load weighs on both sides
+    alike, and no raw burst runs beside the agent's 110 pods. The last agent stays up for the idle figures."""
+    count = results.burst_pods = opts.burst_pods
+    agent = agent_bench.AgentProcess(workdir / "agent-burst", rt.agent_endpoint).start()
+    try:
+        await agent.wait_ready()
+        await asyncio.sleep(STARTUP_SETTLE)
+        await agent_burst_round(rt, agent, results, count)
+    finally:
+        await stop_agent(agent, rt.agent)
+    for _ in range(2):
+        await raw_burst_round(rt, workdir, results, count)
+    rt.stop_raw()
+
+    agent = agent_bench.AgentProcess(workdir / "agent-idle", rt.agent_endpoint).start()
+    counter = None
+    try:
+        await agent.wait_ready()
+        await asyncio.sleep(STARTUP_SETTLE)
+        counter = agent_bench.WriteCounter(agent.status_dir)
+        await agent_burst_round(rt, agent, results, count)
+        await measure_idle(agent, counter, results, opts)
+    finally:
+        if counter is not None:
+            counter.close()
+        await stop_agent(agent, rt.agent)
+
+
+async def measure_idle(agent: agent_bench.AgentProcess, counter: agent_bench.WriteCounter, results: Results,
+                       opts: argparse.Namespace) -> None:
+    """CPU and RSS between two full resyncs; status writes from the burst's end over `opts.resyncs` resyncs."""
+    if not await counter.wait_quiet(quiet=3.0, timeout=120.0):
+        log("status writes did not settle within 120 s after the burst")
+    counter.poll()
+    counter.total = 0
+    window_start = time.monotonic()
+    if opts.resyncs:
+        await sleep_until(agent.ready_at + SYNC_FREQUENCY + 2.0)
+    log(f"edgelet, {results.burst_pods} pods: CPU and RSS over {opts.idle_seconds:.0f}s")
+    results.idle110 = await agent_bench.measure_usage(agent, opts.idle_seconds)
+    if opts.resyncs:
+        log(f"edgelet, {results.burst_pods} pods: counting status writes until {opts.resyncs} full resyncs passed")
+        await sleep_until(agent.ready_at + SYNC_FREQUENCY * opts.resyncs + 5.0)
+    counter.poll()
+    if counter.overflowed:
+        raise RuntimeError("inotify queue overflowed: status writes not counted")
+    agent.check_alive()
+    results.status_writes = counter.total
+    window_end = time.monotonic()
+    results.status_window_s = window_end - window_start
+    results.status_resyncs = sum(1 for k in range(1, 100)
+                                 if window_start <= agent.ready_at + k * SYNC_FREQUENCY <= window_end)
+
+
+async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], workdir: Path,
+                  opts: argparse.Namespace) -> Results:
+    results = Results(load=[_load()])
+    if not opts.skip_relist:
+        bench_relist(results)
+    agent_endpoint, raw_endpoint = rt_endpoints
+    async with RuntimeClient(agent_endpoint, timeout=60.0) as agent_rt, \
+            RuntimeClient(raw_endpoint, timeout=60.0) as raw_rt:
+        results.runtime = await wait_runtime_ready(agent_rt)
+        await wait_runtime_ready(raw_rt)
+        for client in (agent_rt, raw_rt):
+            await agent_bench.wipe_runtime(client)
+        rt = Runtimes(agent_endpoint, agent_rt, raw_rt, stop_raw)
+        await bench_sequential(rt, workdir, results, opts)
+        await bench_burst(rt, workdir, results, opts)
+    results.load.append(_load())
+    return results
+
+
+# -- the report --------------------------------------------------------------------------------------------
+
+
+def verdict(name: str, value: float) -> str:
+    limit, kind = GOALS[name]
+    if value != value:  # NaN: not measured
+        return "n/a"
+    met = value <= limit if kind == "max" else value >= limit
+    return "met" if met else "MISSED"
+
+
+def goal(name: str, value: float) -> str:
+    limit, kind = GOALS[name]
+    return f"{'<=' if kind == 'max' else '>='} {limit:g} ({verdict(name, value)})"
+
+
+def relist_lines(results: Results, figures: dict[str, float]) -> list[str]:
+    lines = [
+        "relist, CRI reply bytes -> snapshot + events (steady state, best of 7)",
+        f"  {'containers':>10} {'compiled ms':>12} {'pure ms':>9} {'speedup':>8}   "
+        f"{'1% changed: compiled':>20} {'pure':>7}",
+    ]
+    for r in results.relist:
+        lines.append(f"  {r['n_containers']:>10,} {r['compiled_ms']:>12.3f} {r['pure_ms']:>9.2f} "
+                     f"{r['speedup']:>7.1f}x   {r['compiled_changed_ms']:>20.3f} {r['pure_changed_ms']:>7.2f}")
+    lines.append(f"  goal at 10,000: compiled ms {goal('relist_10k_ms', figures['relist_10k_ms'])}, "
+                 f"speedup {goal('relist_speedup', figures['relist_speedup'])}")
+    return lines
+
+
+def start_lines(results: Results, figures: dict[str, float]) -> list[str]:
+    agent, raw = results.agent_seq_ms, results.raw_seq_returned_ms
+    lines = [
+        "pod start: manifest renamed -> container running (edgelet) vs first CRI call -> StartContainer "
+        "returned (raw)",
+        f"  {'':34} {'edgelet':>10} {'raw CRI':>10} {'ratio':>7}   goal",
+        f"  {f'{len(agent)} pods one at a time, median':34} {_median(agent):>8.0f}ms {_median(raw):>8.0f}ms "
+        f"{figures['pod_start_ratio']:>7.2f}   {goal('pod_start_ratio', figures['pod_start_ratio'])}",
+        f"  {'  fastest / slowest':34} {min(agent):>4.0f}/{max(agent):<4.0f}ms {min(raw):>4.0f}/{max(raw):<4.0f}ms",
+        f"  {'  raw to started_at instead':34} {'':>10} {_median(results.raw_seq_running_ms):>8.0f}ms "
+        f"{_ratio(_median(agent), _median(results.raw_seq_running_ms)):>7.2f}",
+        f"  {'  where it goes, mean per pod:':34} {'edgelet':>10} {'raw CRI':>10}",
+    ]
+    names = {"run_podsandbox": "RunPodSandbox", "create_container": "CreateContainer",
+             "start_container": "StartContainer"}
+    for step, label in names.items():
+        lines.append(f"  {'    ' + label:34} {results.agent_seq_steps_ms[step]:>8.1f}ms "
+                     f"{results.raw_seq_steps_ms[step]:>8.1f}ms")
+    outside_agent = statistics.fmean(agent) - sum(results.agent_seq_steps_ms.values())
+    outside_raw = statistics.fmean(raw) - sum(results.raw_seq_steps_ms.values())
+    lines.append(f"  {'    everything else':34} {outside_agent:>8.1f}ms {outside_raw:>8.1f}ms")
+    rounds = "+".join(f"{s:.2f}" for s in results.agent_burst_s)
+    raw_rounds = "+".join(f"{s:.2f}" for s in results.raw_burst_returned_s)
+    lines += [
+        f"  {f'{results.burst_pods} pods at once (raw: {BURST_PARALLEL} parallel)':34} "
+        f"{sum(results.agent_burst_s):>9.2f}s {sum(results.raw_burst_returned_s):>9.2f}s "
+        f"{figures['burst_110_ratio']:>7.2f}   {goal('burst_110_ratio', figures['burst_110_ratio'])}",
+        f"  {'  seconds per round':34} {rounds:>10} {raw_rounds:>10}",
+        f"  {'  edgelet CPU during the bursts':34} {sum(results.agent_burst_cpu_s):>9.2f}s",
+    ]
+    return lines
+
+
+def idle_lines(results: Results, figures: dict[str, float]) -> list[str]:
+    pods = results.burst_pods
+    return [
+        f"status sync, {pods} unchanged pods (standalone: checkpoint writes under root_dir/state/pods)",
+        f"  writes over {results.status_window_s:.0f}s spanning {results.status_resyncs} full resyncs "
+        f"(sync_frequency {SYNC_FREQUENCY:.0f}s): {results.status_writes}   "
+        f"goal {goal('status_writes_idle', results.status_writes)}",
+        "",
+        "agent process (relist every 1 s, all other settings default)",
+        f"  {'':34} {'0 pods':>10} {f'{pods} pods':>10}   goal at {pods}",
+        f"  {'RSS MiB (VmRSS)':34} {results.idle0.rss_mb:>10.1f} {results.idle110.rss_mb:>10.1f}   "
+        f"{goal('rss_110_mb', figures['rss_110_mb'])}",
+        f"  {f'idle CPU % of one core ({results.idle0.window_s:.0f}/{results.idle110.window_s:.0f} s)':34} "
+        f"{results.idle0.cpu_pct:>10.2f} {results.idle110.cpu_pct:>10.2f}   "
+        f"{goal('idle_cpu_110_pct', figures['idle_cpu_110_pct'])}",
+    ]
+
+
+def report(results: Results) -> str:
+    figures = results.bench_figures()
+    lines = [
+        f"edgelet benchmarks: core {'compiled' if core.IS_COMPILED else 'PURE (EDGELET_NO_EXTENSIONS)'}, "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {results.runtime}, "
+        f"load {results.load[0]} -> {results.load[-1]}",
+        "",
+    ]
+    if results.relist:
+        lines += relist_lines(results, figures) + [""]
+    lines += start_lines(results, figures) + [""] + idle_lines(results, figures)
+    lines += ["", bench_line(figures)]
+    return "\n".join(lines)
+
+
+def bench_line(figures: dict[str, float]) -> str:
+    return (f"BENCH relist_10k_ms={figures['relist_10k_ms']:.3f} relist_speedup={figures['relist_speedup']:.1f} "
+            f"pod_start_ratio={figures['pod_start_ratio']:.2f} burst_110_ratio={figures['burst_110_ratio']:.2f} "
+            f"status_writes_idle={figures['status_writes_idle']} rss_110_mb={figures['rss_110_mb']:.1f} "
+            f"idle_cpu_110_pct={figures['idle_cpu_110_pct']:.2f}")
+
+
+# -- entry -----------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, help="keep containerd state, agent dirs and logs here")
+    parser.add_argument("--seq-pods", type=int, default=20, help="pods started one at a time, on each side")
+    parser.add_argument("--burst-pods", type=int, default=110)
+    parser.add_argument("--idle0-seconds", type=float, default=20.0)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--resyncs", type=int, default=2,
+                        help="full resyncs the status-write window spans (0: no wait, for a quick try)")
+    parser.add_argument("--skip-relist", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench: needs root to start the private containerds", file=sys.stderr)
+        return 2
+    workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="edgelet-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    agent_dir, raw_dir = workdir / "containerd", workdir / "containerd-raw"
+    try:
+        try:
+            import uvloop  # the agent's loop; the raw floor's client should not run on a slower one
+
+            uvloop.install()
+        except ImportError:
+            pass
+        log(f"starting two private containerds in {workdir}")
+        endpoints = start_containerd(agent_dir), start_containerd(raw_dir)
+        results = asyncio.run(run_all(endpoints, lambda: stop_containerd(raw_dir), workdir, opts))
+    finally:
+        log("stopping the private containerds")
+        for state_dir in (agent_dir, raw_dir):
+            stop_containerd(state_dir)
+        if opts.workdir is None:
+            unmount_under(workdir)
+            shutil.rmtree(workdir, ignore_errors=True)
+    if opts.json:
+        opts.json.write_text(json.dumps(asdict(results), indent=1, default=str))
+    print(report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
