@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 SYNC_TICK = 1.0
 LOG_ROTATION_INTERVAL = 10.0
+RUNTIME_CHECK_INTERVAL = 5.0
 
 
 class SyncLoop:
@@ -34,6 +35,7 @@ class SyncLoop:
         self.alive_at = time.monotonic()  # the watchdog and /healthz read it: a hung loop stops it
         self._rejected_uids: set[str] = set()
         self._next_log_rotation = 0.0
+        self._next_runtime_check = 0.0
 
     async def run(self) -> None:
         await self._wait_for_runtime()
@@ -139,7 +141,10 @@ class SyncLoop:
 
     async def _housekeeping(self) -> None:
         """Kills runtime pods that no source knows, once every source has reported at least once."""
-        await self._agent.check_runtime()
+        now = time.monotonic()
+        if now >= self._next_runtime_check:  # the kubelet asks the runtime's Status every 5 s
+            self._next_runtime_check = now + RUNTIME_CHECK_INTERVAL
+            await self._agent.check_runtime()
         if not self._agent.pod_config.all_sources_ready():
             return
         for uid in self._agent.pleg.runtime_pod_uids() - set(self._agent.pods):
