@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -26,8 +27,6 @@ from edgelet.checkpoint import CheckpointStore
 from edgelet.cri import RuntimeUnavailable
 from edgelet.errors import EdgeletError, PermanentError, TemporaryError
 from edgelet.images import reference
-from edgelet.images.archive import ArchiveError, ArchiveSource, Blob, is_archive_name
-from edgelet.images.registry import Opener, RegistryServer
 from edgelet.podconfig.inotify import (
     IN_CLOSE_WRITE,
     IN_DELETE,
@@ -38,13 +37,23 @@ from edgelet.podconfig.inotify import (
     Inotify,
 )
 
+if TYPE_CHECKING:  # the archive reader and the registry load only once an archive shows up
+    from edgelet.images.archive import ArchiveSource, Blob
+    from edgelet.images.registry import Opener, RegistryServer
+
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL = 5.0
 # A file that changed within this many seconds may still be being copied in; it waits.
 DEFAULT_SETTLE = 2.0
 CHECKPOINT_KIND = "airgap-archive"
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst")
 _WATCH_MASK = IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF
+
+
+def is_archive_name(name: str) -> bool:
+    """Files the directory imports: tars, plain or compressed; dot-files are in-progress copies."""
+    return not name.startswith(".") and name.endswith(ARCHIVE_SUFFIXES)
 
 
 class AirgapError(PermanentError):
@@ -105,7 +114,8 @@ class AirgapImages:
         self.poll_interval = poll_interval
         self._settle = settle
         self._clock = clock
-        self._server = RegistryServer(self, host=host, port=port)
+        self._host, self._port = host, port
+        self._server: RegistryServer | None = None
         self._records: dict[str, _Record] = {}  # archive file name -> record
         self._sources: dict[str, ArchiveSource] = {}  # archive file name -> source, once read
         self._source_signatures: dict[str, tuple[int, int]] = {}  # of the file each source was read from
@@ -123,6 +133,8 @@ class AirgapImages:
     @property
     def registry_address(self) -> str:
         """The loopback registry's "host:port" (once started)."""
+        if self._server is None:
+            raise RuntimeError("the air-gap registry has not served an archive yet")
         return self._server.address
 
     # -- what the image manager and image GC ask ------------------------------------------------
@@ -207,11 +219,19 @@ class AirgapImages:
                 continue
             if os.path.exists(os.path.join(self.directory, name)):
                 self._adopt(name, record)
-        await self._server.start()
 
     async def close(self) -> None:
-        await self._server.close()
+        if self._server is not None:
+            await self._server.close()
         self._started = False
+
+    async def _registry(self) -> str:
+        """The loopback registry's address, starting it on first need (an empty directory costs nothing)."""
+        if self._server is None:
+            from edgelet.images.registry import RegistryServer
+
+            self._server = RegistryServer(self, host=self._host, port=self._port)
+        return await self._server.start()
 
     async def run(self) -> None:
         """Imports new and changed archives: at once when inotify reports a change, and every
@@ -333,6 +353,8 @@ class AirgapImages:
 
     async def _load(self, name: str) -> ArchiveSource:
         """The archive, indexed (and decompressed) for serving; read again if the file changed since."""
+        from edgelet.images.archive import ArchiveError, ArchiveSource
+
         path = os.path.join(self.directory, name)
         try:
             stat = await asyncio.to_thread(os.stat, path)
@@ -348,6 +370,8 @@ class AirgapImages:
 
     async def _import(self, name: str, signature: tuple[int, int]) -> bool:
         """Reads the archive and pulls each of its images; True when all made it into the runtime."""
+        from edgelet.images.archive import ArchiveError
+
         try:
             source = await self._load(name)
         except ArchiveError as err:
@@ -388,7 +412,7 @@ class AirgapImages:
     async def _pull_one(self, name: str, source: ArchiveSource, key: str) -> str:
         ref = reference.parse(key)
         suffix = f"@{ref.digest}" if ref.digest else f":{ref.tag}"
-        mirror = f"{await self._server.start()}/{mirror_repository(ref)}{suffix}"
+        mirror = f"{await self._registry()}/{mirror_repository(ref)}{suffix}"
         try:
             image_id = await self._runtime.pull_image(mirror)
         except RuntimeUnavailable:

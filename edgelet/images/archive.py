@@ -35,7 +35,6 @@ MANIFEST_MEDIA_TYPES = frozenset({MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST, *IN
 CONTAINERD_NAME_ANNOTATION = "io.containerd.image.name"
 OCI_REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 
-ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst")
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -62,10 +61,6 @@ class Blob:
 class ArchiveIndex:
     images: dict[str, str] = field(default_factory=dict)  # normalized name:tag -> manifest digest
     blobs: dict[str, Blob] = field(default_factory=dict)  # digest -> location
-
-
-def is_archive_name(name: str) -> bool:
-    return not name.startswith(".") and name.endswith(ARCHIVE_SUFFIXES)
 
 
 def compression_of(path: str) -> str:
