@@ -148,10 +148,12 @@ def display_status(status: dict[str, Any]) -> str:
 
 
 def _age(start: str | None, now: float) -> str:
+    from .kubetime import parse_time
+
     if not start:
         return "<unknown>"
     try:
-        started = time.mktime(time.strptime(start, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        started = parse_time(start)
     except ValueError:
         return "<unknown>"
     seconds = max(int(now - started), 0)

@@ -16,7 +16,8 @@ from .kuberuntime.types import ContainerState, PodRuntimeStatus
 from .podutil import Pod
 from .podworkers import SyncOutcome
 from .eviction import evicted_status
-from .status.generate import generate_pod_status, rfc3339
+from .kubetime import format_time
+from .status.generate import generate_pod_status
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -61,7 +62,7 @@ class PodSyncer:
         )
         message = self._agent.evicted.get(uid)
         if message is not None:
-            status = evicted_status(status, message, rfc3339(time.time()))
+            status = evicted_status(status, message, format_time(time.time()))
         self._agent.status.set_pod_status(pod, status)
         self._observe_start(uid, runtime_status)
         return status

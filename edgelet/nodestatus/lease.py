@@ -11,10 +11,10 @@ import copy
 import logging
 import random
 import time
-from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Iterator
 
 from edgelet.backoff import jittered_delays
+from edgelet.kubetime import format_micro_time
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound
 
@@ -26,9 +26,6 @@ _MAX_UPDATE_RETRIES = 5
 _RENEW_JITTER = 0.04
 
 
-def micro_time(now: float) -> str:
-    """The API's MicroTime: RFC 3339 with microseconds, e.g. 2026-01-01T00:00:00.000000Z."""
-    return datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def renewed_lease(base: dict[str, Any] | None, node_name: str, duration: int, now: float, node_uid: str) -> dict[str, Any]:
@@ -42,7 +39,7 @@ def renewed_lease(base: dict[str, Any] | None, node_name: str, duration: int, no
     spec = lease.setdefault("spec", {})
     spec["holderIdentity"] = node_name
     spec["leaseDurationSeconds"] = duration
-    spec["renewTime"] = micro_time(now)
+    spec["renewTime"] = format_micro_time(now)
     meta = lease.setdefault("metadata", {})
     if node_uid and not meta.get("ownerReferences"):
         meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from edgelet import __version__
+from edgelet.kubetime import format_time
 
 # The kubelet release whose behaviour edgelet models; the suffix says who actually runs.
 KUBELET_COMPAT_VERSION = "v1.32.0"
@@ -71,8 +71,6 @@ class StatusInputs:
     daemon_port: int = 0
 
 
-def rfc3339(now: float) -> str:
-    return datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- metadata -----------------------------------------------------------------------------------
@@ -205,7 +203,7 @@ def set_pid_pressure_condition(node: Node, inputs: StatusInputs) -> None:
 def _set_condition(node: Node, kind: str, status: str, reason: str, message: str, now: float) -> None:
     """Heartbeat always moves; the transition time only when the status changes."""
     conditions = node.setdefault("status", {}).setdefault("conditions", [])
-    stamp = rfc3339(now)
+    stamp = format_time(now)
     index = next((i for i, c in enumerate(conditions) if isinstance(c, dict) and c.get("type") == kind), None)
     previous = conditions[index] if index is not None else None
     transition = stamp

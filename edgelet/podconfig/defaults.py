@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
+import time
 from typing import Any
 
 from edgelet import podutil
+from edgelet.kubetime import format_micro_time
 
 DEFAULT_SCHEDULER = "default-scheduler"
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
@@ -129,7 +130,8 @@ def static_pod_uid(pod: dict[str, Any], node_name: str, source_location: str, so
 
 
 def now_rfc3339nano() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """The kubelet's config.seen stamp (microseconds; the kubelet writes nanoseconds)."""
+    return format_micro_time(time.time())
 
 
 def make_static(pod: dict[str, Any], node_name: str, source_location: str, *, source: str = podutil.SOURCE_FILE,

@@ -8,11 +8,11 @@ The rules follow the kubelet's generateAPIPodStatus, getPhase and status/generat
 from __future__ import annotations
 
 import copy
-import time
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from edgelet import podutil
+from edgelet.kubetime import format_time
 from edgelet.kuberuntime.actions import has_any_regular_container_created, pod_sandbox_changed, should_restart
 from edgelet.kuberuntime.qos import qos_class
 from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
@@ -51,14 +51,9 @@ _RUNNING_OR_UNKNOWN = (ContainerState.RUNNING, ContainerState.UNKNOWN)
 _NOTHING: Mapping[str, Any] = MappingProxyType({})
 
 
-def rfc3339(seconds: float) -> str:
-    """Kubernetes' metav1.Time text: UTC, whole seconds."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(seconds)))
-
-
 def _time_field(key: str, nanos: int) -> dict[str, str]:
     """{key: time} from CRI nanoseconds; CRI's zero means "never", which the API leaves out."""
-    return {key: rfc3339(nanos // 1_000_000_000)} if nanos > 0 else {}
+    return {key: format_time(nanos // 1_000_000_000)} if nanos > 0 else {}
 
 
 def generate_pod_status(
@@ -117,7 +112,7 @@ def generate_pod_status(
     status: dict[str, Any] = {
         "phase": phase,
         "conditions": _conditions(pod, runtime, old, api_status, init_statuses, app_statuses, phase, now),
-        "startTime": old.get("startTime") or rfc3339(now),
+        "startTime": old.get("startTime") or format_time(now),
         "qosClass": api_status.get("qosClass") or qos_class(pod),
         "containerStatuses": sorted(app_statuses, key=lambda s: s["name"]),
     }
@@ -423,7 +418,7 @@ def _conditions(
                 "lastTransitionTime"):
             condition["lastTransitionTime"] = previous["lastTransitionTime"]
         else:
-            condition["lastTransitionTime"] = rfc3339(now)
+            condition["lastTransitionTime"] = format_time(now)
     return conditions + owned
 
 

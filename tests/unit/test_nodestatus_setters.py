@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from edgelet.nodestatus.facts import goarch
-from edgelet.nodestatus.lease import micro_time, renewed_lease
+from edgelet.kubetime import format_micro_time, format_time
+from edgelet.nodestatus.lease import renewed_lease
 from edgelet.nodestatus.setters import (
     KUBELET_VERSION,
     NodeInfo,
@@ -19,7 +20,6 @@ from edgelet.nodestatus.setters import (
     material_view,
     missing_labels,
     ready_problems,
-    rfc3339,
     set_addresses,
     set_capacity,
     set_labels,
@@ -154,11 +154,11 @@ def test_ready_condition(health: dict, status: str, reason: str, message: str) -
 def test_transition_time_is_kept_while_the_status_holds() -> None:
     first = compute_status(None, inputs())
     same = compute_status(first, inputs(now=T0 + 10))
-    assert condition(same, "Ready")["lastHeartbeatTime"] == rfc3339(T0 + 10)
-    assert condition(same, "Ready")["lastTransitionTime"] == rfc3339(T0)
+    assert condition(same, "Ready")["lastHeartbeatTime"] == format_time(T0 + 10)
+    assert condition(same, "Ready")["lastTransitionTime"] == format_time(T0)
     flipped = compute_status(same, inputs(now=T0 + 20, health={"runtime": (False, "")}))
-    assert condition(flipped, "Ready")["lastTransitionTime"] == rfc3339(T0 + 20)
-    assert condition(flipped, "MemoryPressure")["lastTransitionTime"] == rfc3339(T0)
+    assert condition(flipped, "Ready")["lastTransitionTime"] == format_time(T0 + 20)
+    assert condition(flipped, "MemoryPressure")["lastTransitionTime"] == format_time(T0)
 
 
 def test_material_view_ignores_heartbeats_only() -> None:
@@ -213,7 +213,7 @@ def test_goarch(machine: str, arch: str) -> None:
 
 
 def test_lease_body() -> None:
-    assert micro_time(T0 + 0.25) == "2026-01-01T00:00:00.250000Z"
+    assert format_micro_time(T0 + 0.25) == "2026-01-01T00:00:00.250000Z"
     fresh = renewed_lease(None, "edge-1", 40, T0, "")
     assert fresh["metadata"] == {"name": "edge-1", "namespace": "kube-node-lease"}
     assert fresh["spec"] == {"holderIdentity": "edge-1", "leaseDurationSeconds": 40, "renewTime": "2026-01-01T00:00:00.000000Z"}

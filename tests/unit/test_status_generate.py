@@ -13,7 +13,8 @@ from edgelet.kuberuntime.types import (
     SandboxState,
     SandboxStatus,
 )
-from edgelet.status.generate import generate_pod_status, get_phase, rfc3339
+from edgelet.kubetime import format_time
+from edgelet.status.generate import generate_pod_status, get_phase
 
 RUNNING, EXITED, CREATED, UNKNOWN = (
     ContainerState.RUNNING, ContainerState.EXITED, ContainerState.CREATED, ContainerState.UNKNOWN)
@@ -526,5 +527,5 @@ def test_output_is_deterministic_and_inputs_untouched():
     assert orjson.dumps(again, option=orjson.OPT_SORT_KEYS) == first
 
 
-def test_rfc3339():
-    assert (rfc3339(T0), rfc3339(T1 + 0.999)) == (T0_TEXT, T1_TEXT)
+def test_times_are_whole_seconds():
+    assert (format_time(T0), format_time(T1 + 0.999)) == (T0_TEXT, T1_TEXT)
