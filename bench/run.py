@@ -31,6 +31,7 @@ from bench import bench_core  # noqa: E402
 from edgelet import core  # noqa: E402
 from edgelet.cri.client import RuntimeClient  # noqa: E402
 from edgelet.errors import EdgeletError  # noqa: E402
+from tests.integration.agent_harness import unmount_under  # noqa: E402
 
 REPO = agent_bench.REPO
 LOCAL_CONTAINERD = REPO / "hack" / "local-containerd.sh"
@@ -144,15 +145,6 @@ async def wait_runtime_ready(client: RuntimeClient, timeout: float = 60.0) -> st
             last = str(exc)
         await asyncio.sleep(0.2)
     raise TimeoutError(f"container runtime not ready within {timeout:.0f}s ({last})")
-
-
-def unmount_under(directory: Path) -> None:
-    """Detaches whatever the agent's pods left mounted below `directory`, deepest first."""
-    prefix = str(directory.resolve()) + "/"
-    with open("/proc/self/mountinfo") as mountinfo:
-        points = [line.split()[4] for line in mountinfo]
-    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
 @dataclass

@@ -146,6 +146,34 @@ def busybox_pod(name: str, command: str, *, restart_policy: str = "Always", grac
         {extra_container}"""
 
 
+def fails_first_run_pod(name: str, first_run: str, later_runs: str) -> str:
+    """A pod whose container runs `first_run` and exits 1 once, then runs `later_runs`.
+
+    The marker lives in an emptyDir, which outlives container restarts but not the pod.
+    """
+    script = f"if [ -f /scratch/ran ]; then {later_runs}; fi; touch /scratch/ran; {first_run}; exit 1"
+    return f"""\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: {name}
+        spec:
+          hostNetwork: true
+          terminationGracePeriodSeconds: 1
+          volumes:
+            - name: scratch
+              emptyDir: {{}}
+          containers:
+            - name: main
+              image: docker.io/library/busybox:local
+              imagePullPolicy: Never
+              command: ["sh", "-c", {json.dumps(script)}]
+              volumeMounts:
+                - name: scratch
+                  mountPath: /scratch
+        """
+
+
 def container_state(pod: dict, name: str = "main") -> dict:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         if status["name"] == name:

@@ -9,7 +9,14 @@ import time
 
 import pytest
 
-from tests.integration.agent_harness import REPO, AgentProcess, container_state, is_running, wait_for
+from tests.integration.agent_harness import (
+    REPO,
+    AgentProcess,
+    container_state,
+    fails_first_run_pod,
+    is_running,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -61,29 +68,8 @@ def test_logs_previous_and_follow(tmp_path, containerd):
     agent = AgentProcess(tmp_path, containerd.endpoint)
     try:
         agent.start()
-        agent.write_manifest("twice.yaml", """\
-            apiVersion: v1
-            kind: Pod
-            metadata:
-              name: twice
-            spec:
-              hostNetwork: true
-              terminationGracePeriodSeconds: 1
-              volumes:
-                - name: scratch
-                  emptyDir: {}
-              containers:
-                - name: main
-                  image: docker.io/library/busybox:local
-                  imagePullPolicy: Never
-                  command: ["sh", "-c"]
-                  args:
-                    - if [ -f /scratch/ran ]; then echo second run; while true; do echo tick; sleep 0.2; done; fi;
-                      touch /scratch/ran; echo first run; exit 1
-                  volumeMounts:
-                    - name: scratch
-                      mountPath: /scratch
-            """)
+        agent.write_manifest("twice.yaml", fails_first_run_pod(
+            "twice", "echo first run", "echo second run; while true; do echo tick; sleep 0.2; done"))
         wait_for(lambda: (p := agent.pod("twice")) and is_running(p) and container_state(p)["restartCount"] == 1,
                  40, what="second run")
         previous = agent.cli("logs", "twice", "--previous", "-c", "main")
