@@ -13,7 +13,7 @@ ARCH ?= $(shell dpkg --print-architecture)
 # What building and booting packages needs on top (Debian names).
 PACKAGE_OS_PACKAGES := debootstrap systemd-container rpm qemu-user-static binfmt-support dpkg-dev
 
-.PHONY: all deps package-deps venv build run stop test test-unit test-integration test-package bench proto package clean
+.PHONY: all deps package-deps e2e-deps venv build run stop test test-unit test-integration test-e2e test-package bench proto package clean
 
 all: build
 
@@ -65,6 +65,16 @@ package-deps: deps
 # Package contents, the packaged binary in an empty environment, and a real systemd boot (slow).
 test-package: package-deps build
 	$(PY) -m pytest -q -p no:cacheprovider -m package tests/package
+
+# The agent joined to a real kube-apiserver 1.20.2 + etcd + kube-controller-manager, driven with kubectl.
+# The first run builds the control plane from Debian's source package (cached; see hack/control-plane.sh).
+test-e2e: e2e-deps build
+	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
+
+e2e-deps: deps
+	@command -v kubectl >/dev/null || { echo "installing kubectl (kubernetes-client)"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends kubernetes-client; }
+	hack/control-plane.sh build >/dev/null
 
 test-unit: build
 	$(PY) -m pytest -q tests/unit

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane for edgelet's end-to-end tests: kube-apiserver and kube-controller-manager
+# built once from Debian's `kubernetes` source package (upstream v1.20.2), etcd from `etcd-server`, all on
+# loopback with an openssl PKI, Node,RBAC authorization, NodeRestriction and an audit log.
+#
+#   hack/control-plane.sh build              build (or find cached) binaries; prints the bin directory
+#   hack/control-plane.sh start DIR [NODE]   PKI, etcd, apiserver (+ controller-manager unless
+#                                            EDGELET_E2E_KCM=0) under DIR; kubeconfigs for admin and NODE
+#   hack/control-plane.sh stop DIR           stops everything started under DIR
+#   hack/control-plane.sh kubeconfig DIR NAME CN [ORG]   a client certificate + kubeconfig for any user
+#   hack/control-plane.sh restart-apiserver DIR [DOWN_SECONDS] | stop-apiserver DIR | start-apiserver DIR
+#
+# Test knobs (environment, read by start): EDGELET_E2E_KCM=0 (no controller-manager),
+# EDGELET_E2E_TOLERATION_SECONDS (default 300), EDGELET_E2E_NODE_MONITOR_GRACE (default 40s),
+# EDGELET_E2E_SIGNING_DURATION (default 24h).
+#
+# Binaries are cached under ${EDGELET_CACHE:-/var/cache/edgelet}/control-plane/<version>; a second build is
+# a no-op. Everything this needs from Debian it installs itself (it must run as root for that).
+set -euo pipefail
+
+K8S_VERSION=v1.20.2
+CACHE=${EDGELET_CACHE:-/var/cache/edgelet}
+PREFIX=$CACHE/control-plane/$K8S_VERSION
+BIN=$PREFIX/bin
+# Bump when the build recipe changes, so cached binaries built the old way are rebuilt.
+RECIPE=2
+GO=/usr/lib/go-1.19/bin/go
+BUILD_PACKAGES=(golang-1.19-go golang-github-modern-go-reflect2-dev dpkg-dev)
+RUN_PACKAGES=(etcd-server openssl curl)
+
+log() { echo "control-plane: $*" >&2; }
+die() { echo "control-plane: $*" >&2; exit 1; }
+
+install_missing() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    log "installing ${missing[*]}"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# apt-get source needs a deb-src line for the suite the machine already uses.
+ensure_deb_src() {
+    if apt-get source --print-uris kubernetes >/dev/null 2>&1; then
+        return 0
+    fi
+    local suite
+    suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+    log "adding a deb-src entry for $suite"
+    cat > /etc/apt/sources.list.d/edgelet-deb-src.sources <<EOF
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: $suite
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    apt-get update -q >/dev/null
+}
+
+# The packages openapi-gen must read: every Go package of the tree (staging named as vendor/) with a
+# `+k8s:openapi-gen=` tag, as upstream's build/root/Makefile.generated_files selects them for KUBE.
+openapi_inputs() {
+    find -H . -not \( \( -path ./_\* -o -path ./.\* -o -path ./vendor \) -prune \) -type f -name '*.go' \
+        | sed 's|^./staging/src|vendor|; s|^./||; s|/[^/]*$||' | LC_ALL=C sort -u \
+        | while read -r dir; do
+            local real=$dir
+            [[ $dir == vendor/k8s.io/* ]] && real=staging/src/${dir#vendor/}
+            grep -l --color=never '^// *+k8s:' "$real"/*.go 2>/dev/null || true
+        done \
+        | xargs grep -l --color=never '+k8s:openapi-gen=' \
+        | sed 's|^staging/src|vendor|; s|/[^/]*$||' \
+        | grep -v -e '^vendor/k8s.io/code-generator/' -e '^vendor/k8s.io/sample-apiserver/' \
+        | LC_ALL=C sort -u | sed 's|^|k8s.io/kubernetes/|' | paste -sd, -
+}
+
+cmd_build() {
+    if [[ $(cat "$PREFIX/recipe" 2>/dev/null) == "$RECIPE" ]]; then
+        echo "$BIN"
+        return 0
+    fi
+    install_missing "${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}"
+    ensure_deb_src
+    local work=$CACHE/control-plane/build
+    rm -rf "$work"
+    mkdir -p "$work/src" "$work/gopath/src/k8s.io"
+    log "fetching Debian's kubernetes source package"
+    (cd "$work/src" && apt-get source --download-only kubernetes >/dev/null 2>&1) \
+        || die "apt-get source kubernetes failed (is a deb-src entry reachable?)"
+    (cd "$work/src" && dpkg-source -x ./kubernetes_*.dsc tree >/dev/null)
+    mv "$work/src/tree" "$work/gopath/src/k8s.io/kubernetes"
+    local tree=$work/gopath/src/k8s.io/kubernetes
+    # The vendored reflect2 1.0.1 crashes under Go >= 1.18 (json-iterator map encoding); Debian's 1.0.2 is fixed.
+    rm -rf "$tree/vendor/github.com/modern-go/reflect2"
+    cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 "$tree/vendor/github.com/modern-go/reflect2"
+    export GOPATH=$work/gopath GO111MODULE=off CGO_ENABLED=0 GOFLAGS= GOCACHE=$work/gocache
+    cd "$tree"
+    log "generating pkg/generated/openapi"
+    "$GO" build -o "$work/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
+    "$work/openapi-gen" --logtostderr -v 0 -i "$(openapi_inputs)" \
+        -p k8s.io/kubernetes/pkg/generated/openapi -O zz_generated.openapi \
+        -h hack/boilerplate/boilerplate.generatego.txt -r "$work/openapi-report.txt" 2>"$work/openapi-gen.log" \
+        || { tail -20 "$work/openapi-gen.log" >&2; die "openapi-gen failed"; }
+    local ldflags="-s -w"
+    # GOPATH mode with vendor/: the version packages live under k8s.io/kubernetes/vendor/.
+    for pkg in k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version \
+            k8s.io/kubernetes/vendor/k8s.io/component-base/version; do
+        ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=20"
+        ldflags+=" -X $pkg.gitTreeState=clean"
+        ldflags+=" -X $pkg.buildDate=2021-01-13T13:20:00Z"
+    done
+    mkdir -p "$BIN.tmp"
+    for cmd in kube-apiserver kube-controller-manager; do
+        log "building $cmd (a few minutes on 2 cores)"
+        "$GO" build -trimpath -ldflags "$ldflags" -o "$BIN.tmp/$cmd" "./cmd/$cmd"
+    done
+    rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
+    echo "$RECIPE" > "$PREFIX/recipe"
+    cd / && rm -rf "$work"
+    echo "$BIN"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# A client certificate signed by the cluster CA and a kubeconfig using it: kubeconfig DIR NAME CN [ORG].
+cmd_kubeconfig() {
+    local dir=$1 name=$2 cn=$3 org=${4:-}
+    local pki=$dir/pki subject="/CN=$cn"
+    [[ -n $org ]] && subject="/O=$org/CN=$cn"
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "$subject" \
+        -keyout "$pki/$name.key" -out "$pki/$name.csr" 2>/dev/null
+    openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+        -days 2 -sha256 -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment') \
+        -out "$pki/$name.crt" 2>/dev/null
+    chmod 600 "$pki/$name.key"
+    local server
+    server=$(. "$dir/env" && echo "$APISERVER")
+    cat > "$dir/$name.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: $server
+    certificate-authority: $pki/ca.crt
+users:
+- name: $name
+  user:
+    client-certificate: $pki/$name.crt
+    client-key: $pki/$name.key
+contexts:
+- name: $name@e2e
+  context: {cluster: e2e, user: $name}
+current-context: $name@e2e
+EOF
+    echo "$dir/$name.kubeconfig"
+}
+
+make_pki() {
+    local pki=$1
+    mkdir -p "$pki" && chmod 700 "$pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3 -subj "/CN=edgelet-e2e-ca" \
+        -keyout "$pki/ca.key" -out "$pki/ca.crt" \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    openssl req -new -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+        -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" 2>/dev/null
+    openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+        -days 2 -sha256 -out "$pki/apiserver.crt" -extfile <(printf '%s\n' \
+            'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default' \
+            'extendedKeyUsage=serverAuth' 'keyUsage=critical,digitalSignature,keyEncipherment') 2>/dev/null
+    openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+    chmod 600 "$pki"/*.key
+}
+
+write_audit_policy() {
+    cat > "$1" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+EOF
+}
+
+wait_healthy() {
+    local dir=$1 what=$2 url=$3 deadline=$((SECONDS + ${4:-90}))
+    until curl -sf --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" \
+            "$url" >/dev/null 2>&1; do
+        if (( SECONDS > deadline )); then
+            tail -20 "$dir/$what.log" >&2
+            die "$what did not become healthy at $url"
+        fi
+        sleep 0.3
+    done
+}
+
+start_etcd() {
+    local dir=$1
+    . "$dir/env"
+    setsid etcd --name e2e --data-dir "$dir/etcd" \
+        --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" \
+        --unsafe-no-fsync --quota-backend-bytes=$((2 * 1024 ** 3)) \
+        >"$dir/etcd.log" 2>&1 </dev/null &
+    echo $! > "$dir/etcd.pid"
+    local deadline=$((SECONDS + 30))
+    until curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1; do
+        (( SECONDS > deadline )) && { tail -20 "$dir/etcd.log" >&2; die "etcd did not start"; }
+        sleep 0.2
+    done
+}
+
+start_apiserver() {
+    local dir=$1 pki=$1/pki
+    . "$dir/env"
+    setsid "$BIN/kube-apiserver" \
+        --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+        --insecure-port=0 --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+        --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+        --disable-admission-plugins=ServiceAccount --enable-bootstrap-token-auth=true \
+        --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$pki/sa.pub" \
+        --service-account-signing-key-file="$pki/sa.key" --service-cluster-ip-range=10.96.0.0/24 \
+        --endpoint-reconciler-type=none --allow-privileged=true \
+        --client-ca-file="$pki/ca.crt" --tls-cert-file="$pki/apiserver.crt" \
+        --tls-private-key-file="$pki/apiserver.key" \
+        --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" \
+        --kubelet-client-key="$pki/apiserver-kubelet-client.key" \
+        --kubelet-certificate-authority="$pki/ca.crt" \
+        --kubelet-preferred-address-types=Hostname \
+        --default-not-ready-toleration-seconds="$TOLERATION_SECONDS" \
+        --default-unreachable-toleration-seconds="$TOLERATION_SECONDS" \
+        --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/audit.log" \
+        --audit-log-maxsize=1024 --event-ttl=1h \
+        >>"$dir/apiserver.log" 2>&1 </dev/null &
+    echo $! > "$dir/apiserver.pid"
+    wait_healthy "$dir" apiserver "$APISERVER/readyz" 120
+}
+
+start_controller_manager() {
+    local dir=$1 pki=$1/pki
+    . "$dir/env"
+    setsid "$BIN/kube-controller-manager" --kubeconfig="$dir/controller-manager.kubeconfig" \
+        --port=0 --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
+        --controllers='*,bootstrapsigner,tokencleaner' --use-service-account-credentials=false \
+        --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
+        --cluster-signing-duration="$SIGNING_DURATION" \
+        --node-monitor-grace-period="$NODE_MONITOR_GRACE" --node-monitor-period=1s \
+        --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
+        --leader-elect=false \
+        >>"$dir/controller-manager.log" 2>&1 </dev/null &
+    echo $! > "$dir/controller-manager.pid"
+}
+
+stop_pidfile() {
+    local file=$1
+    [[ -f $file ]] || return 0
+    local pid
+    pid=$(cat "$file")
+    if kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$file"
+}
+
+cmd_start() {
+    local dir=${1:?start needs a directory} node=${2:-}
+    cmd_build >/dev/null
+    install_missing "${RUN_PACKAGES[@]}"
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    local apiserver_port
+    apiserver_port=$(free_port)
+    cat > "$dir/env" <<EOF
+BIN=$BIN
+ETCD_PORT=$(free_port)
+ETCD_PEER_PORT=$(free_port)
+APISERVER_PORT=$apiserver_port
+APISERVER=https://127.0.0.1:$apiserver_port
+KCM_PORT=$(free_port)
+TOLERATION_SECONDS=${EDGELET_E2E_TOLERATION_SECONDS:-300}
+NODE_MONITOR_GRACE=${EDGELET_E2E_NODE_MONITOR_GRACE:-40s}
+SIGNING_DURATION=${EDGELET_E2E_SIGNING_DURATION:-24h}
+EOF
+    make_pki "$dir/pki"
+    write_audit_policy "$dir/audit-policy.yaml"
+    cmd_kubeconfig "$dir" admin admin system:masters >/dev/null
+    cmd_kubeconfig "$dir" apiserver-kubelet-client kube-apiserver-kubelet-client system:masters >/dev/null
+    cmd_kubeconfig "$dir" controller-manager system:kube-controller-manager system:masters >/dev/null
+    [[ -n $node ]] && cmd_kubeconfig "$dir" "node-$node" "system:node:$node" system:nodes >/dev/null
+    start_etcd "$dir"
+    start_apiserver "$dir"
+    [[ ${EDGELET_E2E_KCM:-1} == 1 ]] && start_controller_manager "$dir"
+    log "up: $(. "$dir/env" && echo "$APISERVER"), admin kubeconfig $dir/admin.kubeconfig"
+}
+
+cmd_stop() {
+    local dir=${1:?stop needs a directory}
+    for what in controller-manager apiserver etcd; do
+        stop_pidfile "$dir/$what.pid"
+    done
+}
+
+# Stops the apiserver, waits DOWN_SECONDS, starts it again on the same port (its watch cache is new).
+cmd_restart_apiserver() {
+    local dir=${1:?restart-apiserver needs a directory} down=${2:-0}
+    stop_pidfile "$dir/apiserver.pid"
+    sleep "$down"
+    start_apiserver "$dir"
+}
+
+cmd_stop_apiserver() { stop_pidfile "${1:?}/apiserver.pid"; }
+cmd_start_apiserver() { start_apiserver "${1:?}"; }
+
+main() {
+    local cmd=${1:-}
+    shift || true
+    case $cmd in
+        build) cmd_build "$@" ;;
+        start) cmd_start "$@" ;;
+        stop) cmd_stop "$@" ;;
+        kubeconfig) cmd_kubeconfig "$@" ;;
+        restart-apiserver) cmd_restart_apiserver "$@" ;;
+        stop-apiserver) cmd_stop_apiserver "$@" ;;
+        start-apiserver) cmd_start_apiserver "$@" ;;
+        *) die "usage: $0 build | start DIR [NODE] | stop DIR | kubeconfig DIR NAME CN [ORG] |"\
+" restart-apiserver DIR [SECONDS] | stop-apiserver DIR | start-apiserver DIR" ;;
+    esac
+}
+
+main "$@"

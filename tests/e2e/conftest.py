@@ -1,0 +1,289 @@
+"""Fixtures for end-to-end tests: the real agent on the private containerd, joined to a real control plane.
+
+`control_plane` starts kube-apiserver 1.20.2, etcd and kube-controller-manager on loopback once per session
+through hack/control-plane.sh (which builds the binaries from Debian's source package the first time and
+caches them). `kubectl` drives it as an operator would; `audit` counts requests from the apiserver's audit
+log; `cluster_agent` starts `edgelet run` joined to the cluster with the node's own client certificate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.integration.agent_harness import AgentProcess, unmount_under, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+CONTROL_PLANE = REPO / "hack" / "control-plane.sh"
+# Shortened cluster timings so node-lifecycle behaviour is observable in seconds (kubelet ratios kept:
+# the Lease is renewed every quarter of its duration, the controller's grace covers several renewals).
+LEASE_DURATION_S = 8
+NODE_MONITOR_GRACE = "12s"
+TOLERATION_SECONDS = 20
+CLUSTER_TOML = """
+[cluster]
+kubeconfig = "{kubeconfig}"
+lease_duration = "{lease}s"
+lease_renew_interval = "{renew}s"
+node_status_update_frequency = "2s"
+node_status_report_frequency = "1m"
+status_resync = "2s"
+"""
+
+
+def loopback_node_name() -> str:
+    """A node name the apiserver resolves to loopback (it dials the node's Hostname address for logs/exec)."""
+    hostname = socket.gethostname().lower()
+    try:
+        if socket.gethostbyname(hostname).startswith("127."):
+            return hostname
+    except OSError:
+        pass
+    return "localhost"
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane: its directory (PKI, kubeconfigs, logs, audit log) and API address."""
+
+    dir: Path
+    server: str
+    node: str
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.dir / "admin.kubeconfig"
+
+    def node_kubeconfig(self, node: str | None = None) -> Path:
+        node = node or self.node
+        path = self.dir / f"node-{node}.kubeconfig"
+        if not path.exists():
+            self.kubeconfig_for(f"node-{node}", f"system:node:{node}", "system:nodes")
+        return path
+
+    def kubeconfig_for(self, name: str, common_name: str, organization: str = "") -> Path:
+        """A client certificate signed by the cluster CA for any user, and a kubeconfig that uses it."""
+        args = ["bash", str(CONTROL_PLANE), "kubeconfig", str(self.dir), name, common_name]
+        if organization:
+            args.append(organization)
+        subprocess.run(args, check=True, capture_output=True, text=True, timeout=60)
+        return self.dir / f"{name}.kubeconfig"
+
+    def script(self, *args: str, timeout: float = 180) -> None:
+        result = subprocess.run(["bash", str(CONTROL_PLANE), *args, str(self.dir)], capture_output=True,
+                                text=True, timeout=timeout)
+        if result.returncode != 0:
+            raise AssertionError(f"control-plane.sh {' '.join(args)} failed:\n{result.stderr}")
+
+    def stop_apiserver(self) -> None:
+        self.script("stop-apiserver")
+
+    def start_apiserver(self) -> None:
+        self.script("start-apiserver")
+
+    @property
+    def audit_log(self) -> Path:
+        return self.dir / "audit.log"
+
+
+def _cannot_run(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"e2e tests cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    if os.geteuid() != 0:
+        _cannot_run("needs root (the control plane's build installs Debian packages)")
+    if shutil.which("kubectl") is None:
+        _cannot_run("kubectl is missing (make test-e2e installs it)")
+    directory = tmp_path_factory.mktemp("control-plane")
+    node = loopback_node_name()
+    env = dict(os.environ, EDGELET_E2E_NODE_MONITOR_GRACE=NODE_MONITOR_GRACE,
+               EDGELET_E2E_TOLERATION_SECONDS=str(TOLERATION_SECONDS))
+    started = subprocess.run(["bash", str(CONTROL_PLANE), "start", str(directory), node], env=env,
+                             capture_output=True, text=True, timeout=1800)
+    try:
+        if started.returncode != 0:
+            pytest.fail(f"hack/control-plane.sh start failed:\n{started.stderr[-4000:]}", pytrace=False)
+        server = next(line.split("=", 1)[1] for line in (directory / "env").read_text().splitlines()
+                      if line.startswith("APISERVER="))
+        plane = ControlPlane(dir=directory, server=server, node=node)
+        wait_for(lambda: Kubectl(plane.admin_kubeconfig).ok("get", "--raw", "/readyz"), 60,
+                 what="apiserver ready for kubectl")
+        yield plane
+    finally:
+        subprocess.run(["bash", str(CONTROL_PLANE), "stop", str(directory)], capture_output=True, timeout=120)
+
+
+class Kubectl:
+    """The real kubectl against the test cluster, as an operator runs it."""
+
+    def __init__(self, kubeconfig: Path):
+        self.kubeconfig = kubeconfig
+
+    def run(self, *args: str, input: str | None = None, timeout: float = 60,
+            check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], input=input,
+                                capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+        return result
+
+    def __call__(self, *args: str, **kwargs) -> str:
+        return self.run(*args, **kwargs).stdout
+
+    def ok(self, *args: str) -> bool:
+        return self.run(*args, check=False).returncode == 0
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "-o", "json").stdout)
+
+    def get(self, kind: str, name: str, namespace: str | None = "default") -> dict | None:
+        args = ["get", kind, name, "-o", "json"] + (["-n", namespace] if namespace else [])
+        result = self.run(*args, check=False)
+        if result.returncode != 0:
+            if "NotFound" in result.stderr:
+                return None
+            raise AssertionError(f"kubectl get {kind} {name}: {result.stderr}")
+        return json.loads(result.stdout)
+
+    def apply(self, manifest: str, namespace: str = "default") -> None:
+        self.run("apply", "-n", namespace, "-f", "-", input=manifest)
+
+
+@pytest.fixture(scope="session")
+def kubectl(control_plane: ControlPlane) -> Kubectl:
+    return Kubectl(control_plane.admin_kubeconfig)
+
+
+class AuditLog:
+    """Requests as the apiserver's audit log records them (one JSON object a line, stage ResponseComplete)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def events(self, *, user: str | None = None, since: float | None = None,
+               until: float | None = None) -> list[dict]:
+        found = []
+        if not self.path.exists():
+            return found
+        with open(self.path) as log:
+            for line in log:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("stage") != "ResponseComplete":
+                    continue
+                if user is not None and event.get("user", {}).get("username") != user:
+                    continue
+                stamp = _epoch(event.get("requestReceivedTimestamp", ""))
+                if since is not None and stamp < since:
+                    continue
+                if until is not None and stamp > until:
+                    continue
+                found.append(event)
+        return found
+
+    @staticmethod
+    def describe(events: list[dict]) -> list[str]:
+        """`verb uri -> code` lines, for assertion messages."""
+        return [f"{e.get('verb')} {e.get('requestURI')} -> {e.get('responseStatus', {}).get('code')}"
+                for e in events]
+
+
+def _epoch(stamp: str) -> float:
+    from datetime import datetime
+
+    if not stamp:
+        return 0.0
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.fixture(scope="session")
+def audit(control_plane: ControlPlane) -> AuditLog:
+    return AuditLog(control_plane.audit_log)
+
+
+def cluster_toml(kubeconfig: Path) -> str:
+    return CLUSTER_TOML.format(kubeconfig=kubeconfig, lease=LEASE_DURATION_S, renew=LEASE_DURATION_S / 4)
+
+
+@pytest.fixture
+def cluster_agent(control_plane: ControlPlane, containerd, tmp_path: Path, kubectl: Kubectl):
+    """Starts `edgelet run` as the control plane's node; stops it, its pods and the Node object afterwards."""
+    agents: list[AgentProcess] = []
+
+    def start(extra_toml: str = "", *, node: str | None = None, workdir: Path | None = None) -> AgentProcess:
+        node = node or control_plane.node
+        agent = AgentProcess(workdir or tmp_path / f"agent-{len(agents)}", containerd.endpoint, node_name=node,
+                             extra_toml=cluster_toml(control_plane.node_kubeconfig(node)) + extra_toml)
+        agents.append(agent)
+        return agent.start()
+
+    yield start
+    for agent in agents:
+        agent.stop()
+    _remove_everything(containerd)
+    for agent in agents:
+        unmount_under(agent.workdir)
+    kubectl.run("delete", "pods", "--all", "-n", "default", "--grace-period=0", "--force", "--wait=false",
+                check=False)
+    for agent in {a.node_name for a in agents}:
+        kubectl.run("delete", "node", agent, "--wait=false", check=False)
+
+
+def _remove_everything(containerd) -> None:
+    """Removes every sandbox and container of the private containerd (pods outlive a stopped agent)."""
+    import asyncio
+
+    from edgelet.cri.client import RuntimeClient
+
+    async def clean() -> None:
+        async with RuntimeClient(containerd.endpoint, timeout=60.0) as client:
+            for container in await client.list_containers():
+                await client.remove_container(container.id)
+            for sandbox in await client.list_pod_sandbox():
+                await client.stop_pod_sandbox(sandbox.id)
+                await client.remove_pod_sandbox(sandbox.id)
+
+    asyncio.run(clean())
+
+
+def wait_pod(kubectl: Kubectl, name: str, predicate, timeout: float = 60, namespace: str = "default") -> dict:
+    """Waits until the API's view of a pod satisfies `predicate`; returns that pod."""
+    return wait_for(lambda: (lambda pod: pod if pod and predicate(pod) else None)(
+        kubectl.get("pod", name, namespace)), timeout, interval=0.2, what=f"pod {namespace}/{name}")
+
+
+def pod_phase(pod: dict) -> str:
+    return (pod.get("status") or {}).get("phase", "")
+
+
+def condition(obj: dict, kind: str) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond.get("status", "")
+    return ""
+
+
+def container_status(pod: dict, name: str = "main") -> dict:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == name:
+            return status
+    return {}
+
+
+def now() -> float:
+    return time.time()
