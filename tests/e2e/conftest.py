@@ -244,6 +244,15 @@ def cluster_agent(control_plane: ControlPlane, containerd, tmp_path: Path, kubec
         kubectl.run("delete", "node", agent, "--wait=false", check=False)
 
 
+@pytest.fixture
+def node_ready(cluster_agent, control_plane, kubectl) -> AgentProcess:
+    """The agent of the control plane's node, started and reported Ready."""
+    agent = cluster_agent()
+    wait_for(lambda: condition(kubectl.get("node", control_plane.node, None) or {}, "Ready") == "True", 60,
+             interval=0.3, what="node Ready")
+    return agent
+
+
 def _remove_everything(containerd) -> None:
     """Removes every sandbox and container of the private containerd (pods outlive a stopped agent)."""
     import asyncio
