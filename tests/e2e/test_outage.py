@@ -30,6 +30,8 @@ def test_apiserver_restart_and_a_60s_outage(node_ready, control_plane, kubectl, 
     container_id = running_container_id(steady)
 
     # A restart: the watch resumes from a resourceVersion the new watch cache does not know (410 -> re-list).
+    # A write the pod watch does not see makes sure its last resourceVersion predates the new cache.
+    kubectl("create", "configmap", "bump-resource-version")
     control_plane.stop_apiserver()
     restarted = time.time()
     control_plane.start_apiserver()
@@ -38,6 +40,7 @@ def test_apiserver_restart_and_a_60s_outage(node_ready, control_plane, kubectl, 
     relists = [e for e in audit.events(user=f"system:node:{node}", since=restarted)
                if e.get("verb") == "list" and e.get("objectRef", {}).get("resource") == "pods"]
     assert relists, "the agent did not re-list its pods after the apiserver restart"
+    kubectl("delete", "configmap", "bump-resource-version")
 
     # A 60 s outage: local pods run on; when the API is back the Lease and the pod watch resume.
     lease_before = kubectl.get("lease", node, "kube-node-lease")["spec"]["renewTime"]
