@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates the CRI Python modules from edgelet/cri/runtime_v1.proto.
+# Regenerates the Python modules of edgelet's .proto files: the CRI subset (edgelet/cri/runtime_v1.proto,
+# messages and gRPC stubs) and the gRPC health protocol subset the grpc probe calls
+# (edgelet/prober/health_v1.proto, messages only).
 #
 # Usage: hack/gen-proto.sh [--check]
 #   --check   generate into a temporary directory and fail if the committed files differ.
@@ -12,7 +14,6 @@ set -euo pipefail
 
 GRPC_TOOLS_VERSION="${GRPC_TOOLS_VERSION:-1.63.2}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cri="$repo/edgelet/cri"
 mode="${1:-write}"
 
 work="$(mktemp -d)"
@@ -21,28 +22,36 @@ trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet --disable-pip-version-check "grpcio-tools==$GRPC_TOOLS_VERSION"
 
-out="$work/out"
-mkdir -p "$out"
-"$work/venv/bin/python" -m grpc_tools.protoc -I"$cri" \
-    --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
-    "$cri/runtime_v1.proto"
+# generate DIR PROTO GRPC: writes PROTO's modules (and its gRPC stubs when GRPC=1) into $work/out/DIR.
+generate() {
+    local dir=$1 proto=$2 grpc=$3 out="$work/out/$1"
+    mkdir -p "$out"
+    local stubs=()
+    [[ $grpc == 1 ]] && stubs=(--grpc_python_out="$out")
+    "$work/venv/bin/python" -m grpc_tools.protoc -I"$repo/$dir" --python_out="$out" --pyi_out="$out" \
+        "${stubs[@]}" "$repo/$dir/$proto"
+}
+
+generate edgelet/cri runtime_v1.proto 1
+generate edgelet/prober health_v1.proto 0
 
 # protoc writes a top-level import; inside the package the stub must import its sibling.
-sed -i 's/^import runtime_v1_pb2 as /from . import runtime_v1_pb2 as /' "$out/runtime_v1_pb2_grpc.py"
-grep -q '^from \. import runtime_v1_pb2 as ' "$out/runtime_v1_pb2_grpc.py" || {
+sed -i 's/^import runtime_v1_pb2 as /from . import runtime_v1_pb2 as /' "$work/out/edgelet/cri/runtime_v1_pb2_grpc.py"
+grep -q '^from \. import runtime_v1_pb2 as ' "$work/out/edgelet/cri/runtime_v1_pb2_grpc.py" || {
     echo "gen-proto: could not rewrite the pb2 import in runtime_v1_pb2_grpc.py" >&2
     exit 1
 }
 
 status=0
-for f in runtime_v1_pb2.py runtime_v1_pb2.pyi runtime_v1_pb2_grpc.py; do
+for f in edgelet/cri/runtime_v1_pb2.py edgelet/cri/runtime_v1_pb2.pyi edgelet/cri/runtime_v1_pb2_grpc.py \
+        edgelet/prober/health_v1_pb2.py edgelet/prober/health_v1_pb2.pyi; do
     if [[ "$mode" == "--check" ]]; then
-        if ! cmp -s "$out/$f" "$cri/$f"; then
-            echo "gen-proto: edgelet/cri/$f is stale; run hack/gen-proto.sh" >&2
+        if ! cmp -s "$work/out/$f" "$repo/$f"; then
+            echo "gen-proto: $f is stale; run hack/gen-proto.sh" >&2
             status=1
         fi
     else
-        cp "$out/$f" "$cri/$f"
+        cp "$work/out/$f" "$repo/$f"
     fi
 done
 [[ "$mode" == "--check" && $status -eq 0 ]] && echo "gen-proto: generated files are up to date"

@@ -1,7 +1,7 @@
 """The probe and hook actions: their spec (parsed and checked once) and the checks themselves.
 
 exec runs through CRI ExecSync, httpGet through httpx, tcpSocket is a plain connect and grpc calls
-grpc.health.v1.Health/Check with a hand-encoded message. The rules follow the kubelet's
+grpc.health.v1.Health/Check with the messages generated from health_v1.proto. The rules follow the kubelet's
 pkg/probe: failures are verdicts about the container; errors (nothing could be asked) are not.
 """
 
@@ -13,11 +13,13 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from google.protobuf.message import DecodeError
 from grpc import StatusCode, aio
 
 from edgelet.cri import RuntimeCallError
 from edgelet.errors import ConfigError, EdgeletError
 from edgelet.kuberuntime.env import expand
+from edgelet.prober import health_v1_pb2
 from edgelet.nodestatus.setters import KUBELET_COMPAT_VERSION
 
 from .results import Outcome, ProbeError, ProbeType, Result
@@ -224,58 +226,26 @@ def truncate(data: bytes | str) -> str:
     return text if len(text) <= MAX_OUTPUT_BYTES else text[:MAX_OUTPUT_BYTES] + "..."
 
 
-# grpc.health.v1: HealthCheckRequest{string service = 1}, HealthCheckResponse{ServingStatus status = 1}.
 HEALTH_CHECK_METHOD = "/grpc.health.v1.Health/Check"
-SERVING_STATUS = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
-SERVING = 1
 
 
 def encode_health_request(service: str) -> bytes:
-    data = service.encode()
-    return b"\x0a" + _varint(len(data)) + data if data else b""
+    return health_v1_pb2.HealthCheckRequest(service=service).SerializeToString()
 
 
 def decode_health_response(data: bytes) -> int:
-    """The status field of a HealthCheckResponse (0 when absent); ValueError when it is not protobuf."""
-    status, offset = 0, 0
-    while offset < len(data):
-        key, offset = _read_varint(data, offset)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            value, offset = _read_varint(data, offset)
-            if number == 1:
-                status = value
-        elif wire_type == 2:
-            length, offset = _read_varint(data, offset)
-            offset += length
-        elif wire_type in (1, 5):
-            offset += 8 if wire_type == 1 else 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire_type}")
-        if offset > len(data):
-            raise ValueError("truncated message")
-    return status
+    """The status of a HealthCheckResponse (0 when absent); ValueError when it is not one."""
+    try:
+        return health_v1_pb2.HealthCheckResponse.FromString(data).status
+    except DecodeError as exc:
+        raise ValueError(str(exc)) from exc
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _read_varint(data: bytes, offset: int) -> tuple[int, int]:
-    value = shift = 0
-    while offset < len(data):
-        byte = data[offset]
-        offset += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, offset
-        shift += 7
-    raise ValueError("truncated varint")
+def serving_status_name(status: int) -> str:
+    try:
+        return health_v1_pb2.HealthCheckResponse.ServingStatus.Name(status)
+    except ValueError:
+        return str(status)
 
 
 # -- the checks ------------------------------------------------------------------------------
@@ -411,8 +381,8 @@ async def grpc_check(host: str, port: int, service: str, timeout: float) -> Outc
         status = decode_health_response(reply)
     except ValueError as exc:
         return Outcome(Result.FAILURE, f"error: undecodable health response: {exc}")
-    if status != SERVING:
-        return Outcome(Result.FAILURE, f"service unhealthy (responded with {SERVING_STATUS.get(status, status)!r})")
+    if status != health_v1_pb2.HealthCheckResponse.SERVING:
+        return Outcome(Result.FAILURE, f"service unhealthy (responded with {serving_status_name(status)!r})")
     return Outcome(Result.SUCCESS, "service healthy")
 
 

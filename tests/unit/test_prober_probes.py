@@ -11,6 +11,7 @@ from edgelet.prober.probes import (
     HOOK_HANDLERS,
     ProbeSpec,
     decode_health_response,
+    serving_status_name,
     encode_health_request,
     expand_static,
     http_headers,
@@ -172,3 +173,9 @@ def test_health_response_garbage(wire):
     (30, 0.0, 30), (30, 0.9, 30), (30, 10.9, 20), (30, 27.5, 3), (30, 29, 2), (30, 45, 2), (5, 4, 2), (2, 0, 2)])
 def test_pre_stop_grace(grace, elapsed, remaining):
     assert remaining_grace(grace, elapsed) == remaining
+
+
+@pytest.mark.parametrize("status, name", [(0, "UNKNOWN"), (1, "SERVING"), (2, "NOT_SERVING"),
+                                          (3, "SERVICE_UNKNOWN"), (7, "7")])
+def test_serving_status_names(status, name):
+    assert serving_status_name(status) == name
