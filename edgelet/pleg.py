@@ -1,4 +1,4 @@
-"""The pod lifecycle event generator: relists the runtime, turns differences into events, and caches pod state.
+"""The pod lifecycle event generator: relists the runtime, turns differences into events, and feeds the pod cache.
 
 The relist itself (wire bytes -> snapshot -> events) runs in `edgelet.core`; this module does the I/O
 around it: the two List calls, the inspection of pods that changed, and the health verdict.
@@ -24,6 +24,7 @@ from .kuberuntime.types import (
     SandboxStatus,
 )
 from .kuberuntime import labels
+from .kuberuntime.cache import PodCache
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class GenericPLEG:
         self._clock = clock
         self.events: asyncio.Queue[PodLifecycleEvent] = asyncio.Queue()
         self._snapshot: core.Snapshot | None = None
-        self._cache: dict[str, PodRuntimeStatus] = {}
+        self.cache = PodCache()
         self._reinspect: set[str] = set()
         # Inspection results reused while a container's state and creation time are unchanged.
         self._inspected: dict[str, ContainerStatus] = {}
@@ -112,6 +113,8 @@ class GenericPLEG:
         """One relist: list, diff, inspect changed pods, publish events. Returns the events."""
         async with self._lock:
             started = time.perf_counter()
+            # What the lists return is at least as new as this moment: the pod cache orders by it.
+            observed_at = time.time()
             sandboxes_wire = await self._runtime.list_pod_sandbox_raw()
             containers_wire = await self._runtime.list_containers_raw()
             snapshot, raw_events = core.relist(self._snapshot, sandboxes_wire, containers_wire)
@@ -120,11 +123,13 @@ class GenericPLEG:
             changed = {uid for uid, _, _ in raw_events} | self._reinspect
             self._reinspect = set()
             for uid in changed:
-                await self._inspect_into_cache(uid, snapshot)
+                await self._inspect_into_cache(uid, snapshot, observed_at)
             present = snapshot.pod_uids()
-            for uid in [uid for uid in self._cache if uid not in changed and uid not in present]:
-                del self._cache[uid]
+            for uid in [uid for uid in self.cache.uids() if uid not in changed and uid not in present]:
+                self.cache.delete(uid, observed_at)
             self._forget_gone(snapshot)
+            if not self._reinspect:
+                self.cache.update_time(observed_at)
 
             events = [PodLifecycleEvent(uid, kind, cid) for uid, kind, cid in raw_events]
             for event in events:
@@ -137,9 +142,9 @@ class GenericPLEG:
             self._first_relist.set()
             return events
 
-    async def _inspect_into_cache(self, uid: str, snapshot: core.Snapshot) -> None:
+    async def _inspect_into_cache(self, uid: str, snapshot: core.Snapshot, observed_at: float) -> None:
         try:
-            self._cache[uid] = await self._inspect(uid, snapshot)
+            self.cache.set(await self._inspect(uid, snapshot, observed_at))
         except EdgeletError as exc:
             # The kubelet retries a failed inspection at the next relist; so do we.
             log.info("PLEG: inspecting pod %s failed, retrying next relist: %s", uid, exc)
@@ -160,9 +165,10 @@ class GenericPLEG:
         the status calls of what changed; the cache is updated too.
         """
         selector = {labels.POD_UID: uid}
+        observed_at = time.time()
         sandboxes = await self._runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector))
         containers = await self._runtime.list_containers(pb.ContainerFilter(label_selector=selector))
-        status = PodRuntimeStatus(uid=uid, timestamp=time.time())
+        status = PodRuntimeStatus(uid=uid, timestamp=observed_at)
         for sandbox in sorted(sandboxes, key=lambda s: s.created_at, reverse=True):
             status.sandboxes.append(
                 await self._sandbox_status(sandbox.id, sandbox.state, sandbox.created_at)
@@ -174,11 +180,12 @@ class GenericPLEG:
                 )
             )
         self._fill_names(status)
-        self._cache[uid] = status
-        return status
+        # A relist that began before this inspection and ends after it must not undo it (and vice versa).
+        self.cache.set(status)
+        return self.cache.get(uid)
 
-    async def _inspect(self, uid: str, snapshot: core.Snapshot) -> PodRuntimeStatus:
-        status = PodRuntimeStatus(uid=uid, timestamp=time.time())
+    async def _inspect(self, uid: str, snapshot: core.Snapshot, observed_at: float) -> PodRuntimeStatus:
+        status = PodRuntimeStatus(uid=uid, timestamp=observed_at)
         for record in snapshot.sandboxes_of(uid):
             sid, _uid, _name, _ns, state, created_at, _attempt = record
             status.sandboxes.append(await self._sandbox_status(sid, state, created_at))
@@ -251,7 +258,7 @@ class GenericPLEG:
     # -- what others read -------------------------------------------------------------------
 
     def get_status(self, uid: str) -> PodRuntimeStatus:
-        return self._cache.get(uid) or PodRuntimeStatus(uid=uid)
+        return self.cache.get(uid)
 
     def runtime_pod_uids(self) -> set[str]:
         return self._snapshot.pod_uids() if self._snapshot is not None else set()

@@ -1,0 +1,68 @@
+"""The pod cache's ordering rule: a status observed earlier never replaces one observed later."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from edgelet.kuberuntime.cache import PodCache
+from edgelet.kuberuntime.types import PodRuntimeStatus
+
+
+def status(uid: str, observed_at: float, name: str = "") -> PodRuntimeStatus:
+    return PodRuntimeStatus(uid=uid, name=name, timestamp=observed_at)
+
+
+@pytest.mark.parametrize("writes, kept", [
+    ([(10.0, "a")], "a"),
+    ([(10.0, "a"), (11.0, "b")], "b"),
+    ([(11.0, "b"), (10.0, "a")], "b"),  # the late write of an earlier observation loses
+    ([(10.0, "a"), (10.0, "b")], "b"),  # the same moment: the last write is as fresh, it wins
+])
+def test_only_newer_or_equal_observations_replace(writes, kept):
+    cache = PodCache()
+    for observed_at, name in writes:
+        cache.set(status("u", observed_at, name))
+    assert cache.get("u").name == kept
+
+
+def test_unknown_pods_read_as_empty_and_delete_respects_later_sightings():
+    cache = PodCache()
+    assert cache.get("nope") == PodRuntimeStatus(uid="nope")
+    cache.set(status("u", 20.0, "seen"))
+    cache.delete("u", observed_at=15.0)  # a relist that began before the pod was seen
+    assert cache.get("u").name == "seen"
+    cache.delete("u", observed_at=25.0)
+    assert cache.uids() == []
+
+
+@pytest.mark.parametrize("entry, global_time, minimum, newer", [
+    (None, 0.0, 5.0, False),
+    (10.0, 0.0, 5.0, True),
+    (10.0, 0.0, 10.0, False),
+    (None, 12.0, 10.0, True),  # a later relist that saw no change proves the status still holds
+    (3.0, 4.0, 5.0, False),
+])
+def test_newer_than(entry, global_time, minimum, newer):
+    cache = PodCache()
+    if entry is not None:
+        cache.set(status("u", entry))
+    cache.update_time(global_time)
+    assert cache.is_newer_than("u", minimum) is newer
+
+
+async def test_get_newer_than_waits_for_a_later_observation():
+    cache = PodCache()
+    cache.set(status("u", 10.0, "old"))
+    waiter = asyncio.ensure_future(cache.get_newer_than("u", 10.0))
+    await asyncio.sleep(0)
+    cache.set(status("u", 9.0, "stale"))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    cache.set(status("u", 11.0, "new"))
+    assert (await asyncio.wait_for(waiter, 1)).name == "new"
+    waiter = asyncio.ensure_future(cache.get_newer_than("u", 11.0))
+    await asyncio.sleep(0)
+    cache.update_time(12.0)
+    assert (await asyncio.wait_for(waiter, 1)).name == "new"
