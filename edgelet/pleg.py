@@ -54,6 +54,10 @@ class PodLifecycleEvent:
         return self.type != core.CONTAINER_REMOVED
 
 
+def _newest_first(records: list[tuple], created_at_field: int) -> list[tuple]:
+    return sorted(records, key=lambda record: record[created_at_field], reverse=True)
+
+
 def _int_annotation(annotations, key: str, default: int) -> int:
     try:
         return int(annotations.get(key, default))
@@ -166,34 +170,27 @@ class GenericPLEG:
         """
         selector = {labels.POD_UID: uid}
         observed_at = time.time()
-        sandboxes = await self._runtime.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector))
-        containers = await self._runtime.list_containers(pb.ContainerFilter(label_selector=selector))
-        status = PodRuntimeStatus(uid=uid, timestamp=observed_at)
-        for sandbox in sorted(sandboxes, key=lambda s: s.created_at, reverse=True):
-            status.sandboxes.append(
-                await self._sandbox_status(sandbox.id, sandbox.state, sandbox.created_at)
-            )
-        for container in sorted(containers, key=lambda c: c.created_at, reverse=True):
-            status.containers.append(
-                await self._container_status(
-                    container.id, container.pod_sandbox_id, container.state, container.created_at
-                )
-            )
-        self._fill_names(status)
+        sandboxes = core.parse_sandboxes(
+            await self._runtime.list_pod_sandbox_raw(pb.PodSandboxFilter(label_selector=selector)))
+        containers = core.parse_containers(
+            await self._runtime.list_containers_raw(pb.ContainerFilter(label_selector=selector)))
+        status = await self._status_of(uid, _newest_first(sandboxes, 5), _newest_first(containers, 5),
+                                       observed_at)
         # A relist that began before this inspection and ends after it must not undo it (and vice versa).
         self.cache.set(status)
         return self.cache.get(uid)
 
     async def _inspect(self, uid: str, snapshot: core.Snapshot, observed_at: float) -> PodRuntimeStatus:
+        return await self._status_of(uid, snapshot.sandboxes_of(uid), snapshot.containers_of(uid), observed_at)
+
+    async def _status_of(self, uid: str, sandbox_records, container_records, observed_at: float) -> PodRuntimeStatus:
+        """The pod's status from its relist records (newest first), asking the runtime only about the
+        sandboxes and containers whose records changed since they were last inspected."""
         status = PodRuntimeStatus(uid=uid, timestamp=observed_at)
-        for record in snapshot.sandboxes_of(uid):
-            sid, _uid, _name, _ns, state, created_at, _attempt = record
+        for sid, _uid, _name, _ns, state, created_at, _attempt in sandbox_records:
             status.sandboxes.append(await self._sandbox_status(sid, state, created_at))
-        for record in snapshot.containers_of(uid):
-            cid, _uid, sandbox_id, _name, state, created_at = record[:6]
-            status.containers.append(
-                await self._container_status(cid, sandbox_id, state, created_at)
-            )
+        for record in container_records:
+            status.containers.append(await self._container_status(record))
         self._fill_names(status)
         return status
 
@@ -224,15 +221,15 @@ class GenericPLEG:
         self._sandbox_inspected[sid] = result
         return result
 
-    async def _container_status(
-        self, cid: str, sandbox_id: str, state: int, created_at: int
-    ) -> ContainerStatus:
+    async def _container_status(self, record: tuple) -> ContainerStatus:
+        """One container's status; its hash and restart count come from the relist record (read by the
+        core's one parser, with the kubelet's rules), the rest from ContainerStatus when the record changed."""
+        cid, _uid, sandbox_id, _name, state, created_at, _attempt, container_hash, restart_count = record
         cached = self._inspected.get(cid)
         if cached is not None and cached.state == state and cached.created_at == created_at:
             return cached
         st = await self._runtime.container_status(cid)
         annotations = st.annotations
-        restart_count = _int_annotation(annotations, labels.CONTAINER_RESTART_COUNT, 0)
         result = ContainerStatus(
             id=cid,
             name=st.metadata.name,
@@ -246,7 +243,7 @@ class GenericPLEG:
             message=st.message,
             image=st.image.image,
             image_ref=st.image_ref,
-            hash=annotations.get(labels.CONTAINER_HASH, ""),
+            hash=container_hash,
             restart_count=restart_count,
             attempt=st.metadata.attempt,
             log_path=st.log_path,
