@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from . import podutil
+from .errors import cut_long_values
 from .podconfig.validation import validate_pod
 from .podutil import Pod
 
@@ -53,7 +54,7 @@ def admit(pod: Pod, *, active_pods: int, max_pods: int, extra: Iterable[Check] =
         return Verdict(False, "OutOfpods", f"Node didn't have enough resource: pods, limit: {max_pods}")
     problems = validate_pod(pod)
     if problems:
-        detail = "; ".join(f"{path}: {message}" if path else message for path, message in problems[:5])
+        detail = cut_long_values("; ".join(f"{path}: {message}" if path else message for path, message in problems[:5]))
         return Verdict(False, "InvalidPodSpec", f"Pod spec rejected by the node: {detail}")
     unsupported = unsupported_features(pod)
     if unsupported:

@@ -36,6 +36,7 @@ from .podsync import PodSyncer
 from .podutil import Pod
 from .podworkers import PodWorkers, WorkType
 from .prober import HookRunner, ProbeManager
+from .rootlock import RootLock
 from .sdnotify import Notifier
 from .server import OpsServer
 from .status.manager import StatusManager, status_dir
@@ -58,6 +59,9 @@ class Agent:
 
     def __init__(self, config: Config):
         self.config = config
+        # First of all: a second agent on this root_dir must stop before it touches a single file there.
+        self._root_lock = RootLock(config.root_dir)
+        self._root_lock.acquire()
         self.node_name = config.node_name
         self.runtime = RuntimeClient(
             config.runtime.endpoint,
@@ -117,8 +121,10 @@ class Agent:
         self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated)
         self.loop = SyncLoop(self)
         self._runtime_health = (False, f"waiting for the container runtime at {self.runtime.endpoint}")
+        self.runtime_lost = False  # the runtime was unreachable since the last sync that could reach it
         self._stopping = asyncio.Event()
-        self._tasks = TaskGroup()
+        self._tasks = TaskGroup(on_crash=self._on_task_crash)
+        self._fatal: str | None = None  # why the agent stops on its own (a crashed task)
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
                              lambda pod: Verdict(*self.cpu_manager.admit(pod))]
@@ -215,6 +221,16 @@ class Agent:
             await self._stopping.wait()
         finally:
             await self._shutdown()
+        if self._fatal is not None:
+            raise EdgeletError(self._fatal)
+
+    def _on_task_crash(self, name: str, exc: BaseException) -> None:
+        """A dead task would leave a half-working agent: stop, exit non-zero, let systemd start us again."""
+        if self._stopping.is_set():
+            return
+        self._fatal = f"task {name} crashed: {exc!r}"[:500]
+        self.notifier.status(f"stopping: {self._fatal}")
+        self._stopping.set()
 
     def request_stop(self) -> None:
         if not self._stopping.is_set():
@@ -231,6 +247,7 @@ class Agent:
         await self.hooks.close()
         await self.airgap.close()
         await self.runtime.close()
+        self._root_lock.release()
         log.info("edgelet stopped")
 
     def _start_sources(self) -> None:
@@ -242,6 +259,7 @@ class Agent:
                 pods.manifest_dir, self.node_name, self.pod_config.source("file"),
                 check_frequency=pods.file_check_frequency,
                 on_objects=self._on_local_objects,
+                incumbent_uids=self.status.known_uids,
             )
             self._tasks.start("source:file", source.run())
         if pods.http_url:
@@ -254,7 +272,7 @@ class Agent:
     def health_checks(self) -> dict[str, Callable[[], tuple[bool, str]]]:
         """What /healthz reports, by check name (the kubelet's runtime and PLEG checks)."""
         checks = {"runtime": lambda: self._runtime_health, "pleg": self.pleg.healthy,
-                  "syncloop": self._loop_health}
+                  "syncloop": self._loop_health, "tasks": self._tasks.health}
         if self.cluster is not None:
             checks["apisync"] = self.cluster.health
         return checks
@@ -272,11 +290,26 @@ class Agent:
             reply = await self.runtime.status()
         except EdgeletError as exc:
             self._runtime_health = (False, f"container runtime is down: {exc}")
+            self.note_runtime_lost(str(exc))
             return
         failing = [f"{c.type}={c.status} ({c.reason}: {c.message})"
                    for c in reply.status.conditions if not c.status and c.type == "RuntimeReady"]
         self._runtime_health = (False, "container runtime not ready: " + "; ".join(failing)) if failing \
             else (True, "ok")
+
+    def note_runtime_lost(self, why: str) -> None:
+        """Containers that die with the runtime did not crash: their restart back-off starts over, now and
+        again once the runtime is back (attempts made while it was away must not count either)."""
+        if not self.runtime_lost:
+            self.runtime_lost = True
+            log.warning("container runtime lost (%s): container restart back-off starts over", why)
+        self.runtime_manager.forget_crash_backoff()
+
+    def note_runtime_back(self) -> None:
+        if self.runtime_lost:
+            self.runtime_lost = False
+            self.runtime_manager.forget_crash_backoff()
+            log.info("container runtime reachable again: restarting pods without back-off")
 
     def _on_local_objects(self, objects: list[dict]) -> None:
         """ConfigMaps and Secrets from the manifest directory (standalone nodes)."""
@@ -286,10 +319,11 @@ class Agent:
         interval = self.notifier.watchdog_interval()
         if interval is None:
             return
-        # The loop itself records liveness; a hung loop stops the pings and systemd restarts us.
+        # The loop itself records liveness; a hung loop or a crashed task stops the pings and systemd
+        # restarts us.
         while True:
             await asyncio.sleep(interval)
-            if time.monotonic() - self.loop.alive_at < max(interval * 2, 10.0):
+            if time.monotonic() - self.loop.alive_at < max(interval * 2, 10.0) and self._tasks.health()[0]:
                 self.notifier.watchdog()
 
     async def start_image_managers(self) -> None:

@@ -67,6 +67,10 @@ class Backoff:
     def reset(self, key: Hashable) -> None:
         self._entries.pop(key, None)
 
+    def clear(self) -> None:
+        """Forget every key (say, the failures were not the keys' own doing)."""
+        self._entries.clear()
+
     def gc(self) -> None:
         """Forget every key that has been quiet long enough to start over anyway."""
         now = self._clock()

@@ -95,6 +95,38 @@ def filename_to_key(name: str) -> str | None:
         return None
 
 
+def replace_file(target: str | os.PathLike[str], data: bytes, *, temp: str | os.PathLike[str], mode: int,
+                 exclusive: bool = True) -> None:
+    """Write `data` to `temp`, fsync it, rename it over `target` and fsync the directory: after a crash or a
+    failed write (ENOSPC) at any point, `target` holds the old bytes or the new ones, never a part. An
+    `exclusive` temp name must not exist yet; otherwise a leftover of an earlier crash is overwritten."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(temp, flags, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the exact mode, whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    sync_directory(os.path.dirname(os.fspath(target)))
+
+
+def sync_directory(directory: str | os.PathLike[str]) -> None:
+    """fsync a directory so a rename or unlink in it survives a power cut."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class CheckpointStore:
     """Keyed checkpoints of one kind in one directory (give every kind its own directory).
 
@@ -118,27 +150,17 @@ class CheckpointStore:
     def write(self, key: str, payload: bytes) -> None:
         """Replace `key` atomically: after a crash at any point, a read returns the old or the new payload."""
         target = self._path(key)
-        data = encode(self.kind, payload)
         temp = self.directory / f"{_TEMP_PREFIX}{secrets.token_hex(6)}-{target.name}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self.mode)
-        try:
-            try:
-                os.fchmod(fd, self.mode)  # the exact mode, whatever the umask
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, target)
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
-        self._sync_directory()
+        replace_file(target, encode(self.kind, payload), temp=temp, mode=self.mode)
 
     def read(self, key: str) -> bytes | None:
         """The payload of `key`, or None when it is absent or was damaged (then it is moved to corrupt/)."""
         return self._read_path(self._path(key))
+
+    def set_aside(self, key: str, problem: str) -> None:
+        """For a payload whose checksum is fine but whose content the caller cannot use (say, `null` where a pod
+        belongs): moved to corrupt/ with one warning, exactly like byte damage, and never read again."""
+        self._set_aside(self._path(key), problem)
 
     def _checkpoint_names(self) -> list[str]:
         try:
@@ -212,9 +234,4 @@ class CheckpointStore:
                     log.warning("cannot remove unfinished checkpoint write %s: %s", self.directory / name, exc)
 
     def _sync_directory(self) -> None:
-        """fsync the directory so the rename or unlink itself survives a power cut."""
-        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_directory(self.directory)

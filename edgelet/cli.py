@@ -62,6 +62,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # a file the config points at, such as the kubeconfig
         print(f"edgelet: invalid config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    except EdgeletError as exc:  # say, another agent holds root_dir
+        print(f"edgelet: cannot run: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     try:
         asyncio.run(agent.run())
     except EdgeletError as exc:  # the agent cannot start on this machine as configured (say, CPU state)

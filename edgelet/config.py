@@ -22,6 +22,7 @@ from typing import Any
 
 from edgelet.cm.cpuset import parse_cpuset
 from edgelet.errors import ConfigError
+from edgelet.podconfig.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
 from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
 from edgelet.quantity import format_bytes, parse_quantity, parse_quantity_bytes
 
@@ -37,17 +38,25 @@ _NS_PER_UNIT = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_00
 _SEGMENT = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h)"
 _DURATION = re.compile(rf"[+-]?(?:{_SEGMENT})+")
 _SEGMENTS = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
+_MAX_DURATION_NS = 2**63 - 1  # Go's time.Duration
+_MAX_DURATION_TEXT = 64
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration ("1m30s", "500ms", "2h", "0"); ValueError if malformed."""
+    """Seconds in a Go-style duration ("1m30s", "500ms", "2h", "0"); ValueError if malformed.
+
+    Like Go's time.ParseDuration, a duration beyond int64 nanoseconds (about 292 years) is out of range.
+    """
     if not isinstance(text, str):
         raise ValueError(f'expected a duration string like "10s", got {text!r}')
     if text in ("0", "+0", "-0"):
         return 0.0
-    if not _DURATION.fullmatch(text):
-        raise ValueError(f'{text!r} is not a duration (write it like "10s", "5m", "1m30s" or "500ms")')
+    if len(text) > _MAX_DURATION_TEXT or not _DURATION.fullmatch(text):
+        raise ValueError(f'{text[:_MAX_DURATION_TEXT]!r} is not a duration (write it like "10s", "5m", "1m30s" '
+                         'or "500ms")')
     nanoseconds = sum(Fraction(number) * _NS_PER_UNIT[unit] for number, unit in _SEGMENTS.findall(text))
+    if nanoseconds > _MAX_DURATION_NS:
+        raise ValueError(f"{text!r} is out of range (at most {format_duration(_MAX_DURATION_NS / 1e9)})")
     return (-1 if text.startswith("-") else 1) * round(nanoseconds) / 1e9
 
 
@@ -109,16 +118,29 @@ def _choice(*choices: str) -> _Kind:
     return _string(lambda v: None if v in choices else f"must be one of {', '.join(choices)}; got {v!r}")
 
 
-def _path() -> _Kind:
-    return dataclasses.replace(_string(), is_path=True)
+def _path_error(required: bool) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        if required and not value:
+            return "must not be empty"
+        if "\0" in value:
+            return "must not contain a NUL character"
+        return None
+    return check
+
+
+def _path(*, required: bool = False) -> _Kind:
+    return dataclasses.replace(_string(_path_error(required)), is_path=True)
 
 
 def _integer(low: int, high: int | None = None) -> _Kind:
+    """An integer in [low, high]; without `high`, at most int32 (no setting needs more, and none is unbounded)."""
     def read(value: Any) -> int:
         _expect(value, int, "an integer")
-        if value < low or (high is not None and value > high):
-            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise ValueError(f"must be {bound}, got {value}")
+        if high is not None and not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}, got {describe_int(value)}")
+        if value < low or value > _INT32_MAX:
+            bound = f"at least {low}" if value < low else f"at most {_INT32_MAX}"
+            raise ValueError(f"must be {bound}, got {describe_int(value)}")
         return value
     return _Kind(read)
 
@@ -403,7 +425,7 @@ class Config:
     """Every setting; `Config()` is the all-defaults configuration."""
 
     node_name: str = setting("", _string(dns1123_subdomain_error), factory=_default_node_name)
-    root_dir: str = setting("/var/lib/edgelet", _path())
+    root_dir: str = setting("/var/lib/edgelet", _path(required=True))
     log_level: str = setting("info", _choice("debug", "info", "warning", "error"))
     max_pods: int = setting(110, _integer(1, 10_000))
     runtime: RuntimeConfig = section(RuntimeConfig)
@@ -463,18 +485,30 @@ class Config:
 
 # -- reading --------------------------------------------------------------------------------------
 
+# The settings fit in a few kilobytes and three levels; anything far beyond is not a config file.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_DEPTH = 8
+
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and check a config file; any problem raises ConfigError naming the file and the dotted key."""
     path = os.fspath(path)
     try:
         with open(path, "rb") as file:
-            data = tomllib.load(file)
+            raw = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(path, "", f"cannot read config file: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(path, "", f"config file is more than the {MAX_CONFIG_BYTES} bytes allowed")
+    try:
+        data = tomllib.loads(raw.decode())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, "", f"TOML syntax error: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(path, "", f"not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise ConfigError(path, "", f"nested more than {MAX_CONFIG_DEPTH} levels deep") from None
+    if problem := document_problem(data, max_depth=MAX_CONFIG_DEPTH):
+        raise ConfigError(path, problem[0], problem[1])
     return parse_config(data, path, base_dir=os.path.dirname(os.path.abspath(path)))
 
 

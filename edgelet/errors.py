@@ -1,5 +1,28 @@
 """Error types shared by every module: temporary errors are retried with backoff, permanent ones are reported."""
 
+import re
+
+# A quoted value longer than this is cut in messages: a 1 MB field must not land whole in every log line.
+SHOWN_VALUE_CHARS = 200
+_MAX_MESSAGE_CHARS = 2000
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+
+
+def cut_long_values(text: str) -> str:
+    """`text` with every quoted value beyond SHOWN_VALUE_CHARS cut to that, marked "…(N bytes)"; the whole
+    message is capped the same way."""
+    def cut(match: re.Match[str]) -> str:
+        value = match.group()
+        return value if len(value) <= SHOWN_VALUE_CHARS else _cut(value, SHOWN_VALUE_CHARS)
+    if len(text) <= SHOWN_VALUE_CHARS:
+        return text
+    text = _QUOTED.sub(cut, text)
+    return text if len(text) <= _MAX_MESSAGE_CHARS else _cut(text, _MAX_MESSAGE_CHARS)
+
+
+def _cut(text: str, keep: int) -> str:
+    return f"{text[:keep]}…({len(text.encode('utf-8', 'replace'))} bytes)"
+
 
 class EdgeletError(Exception):
     """Base of edgelet's own errors."""
@@ -18,7 +41,7 @@ class ConfigError(PermanentError):
 
     def __init__(self, path: str, key: str, message: str):
         self.path = path
-        self.key = key
-        self.message = message
+        self.key = key = cut_long_values(key)
+        self.message = message = cut_long_values(message)
         where = f"{path}: {key}" if key else str(path)
         super().__init__(f"{where}: {message}")

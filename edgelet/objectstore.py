@@ -11,7 +11,8 @@ import binascii
 import logging
 from typing import Any, Callable, Iterable
 
-from .errors import PermanentError
+from .errors import PermanentError, cut_long_values
+from .podconfig.limits import document_problem
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,9 @@ OnChange = Callable[[str, str, str, "dict[str, Any] | None"], None]
 
 class InvalidObjectError(PermanentError):
     """A ConfigMap or Secret that cannot be used; the message names the object and the field."""
+
+    def __init__(self, message: str):
+        super().__init__(cut_long_values(message))
 
 
 def object_key(obj: Any) -> Key:
@@ -86,8 +90,10 @@ def secret_data(secret: dict[str, Any]) -> dict[str, bytes]:
 
 
 def validate_object(obj: Any) -> Key:
-    """Checks that the object can be served (identity, string maps, base64); returns its key."""
+    """Checks that the object can be served (identity, string maps, base64, sane depth); returns its key."""
     key = object_key(obj)
+    if problem := document_problem(obj):
+        raise InvalidObjectError(f"{_describe(obj)}: {problem[0]}: {problem[1]}")
     if key[0] == CONFIGMAP:
         configmap_data(obj)
         configmap_binary_data(obj)

@@ -65,6 +65,7 @@ class PodWorkers:
         self._tasks: dict[str, asyncio.Task] = {}
         self._terminating: set[str] = set()
         self._next_sync: dict[str, float] = {}
+        self._last_error: dict[str, str] = {}  # uid -> the failure last logged, so a repeat is not logged again
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -102,6 +103,7 @@ class PodWorkers:
 
     def forget(self, uid: str) -> None:
         self._next_sync.pop(uid, None)
+        self._last_error.pop(uid, None)
         self._terminating.discard(uid)
 
     async def wait_idle(self) -> None:
@@ -138,12 +140,18 @@ class PodWorkers:
                 if uid not in self._pending:
                     await self._on_terminated(work.pod)
                     self._terminating.discard(uid)
+            if self._last_error.pop(uid, None) is not None:
+                log.info("pod %s (%s) synced again", name, uid)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("error syncing pod %s (%s), retrying in %.0fs: %s",
-                      name, uid, ERROR_RETRY_DELAY, exc,
-                      exc_info=not isinstance(exc, EdgeletError))
+            # Once per change: the same failure every 2 s would bury everything else in the log.
+            message = f"{type(exc).__name__}: {exc}"
+            if self._last_error.get(uid) != message:
+                self._last_error[uid] = message
+                log.error("error syncing pod %s (%s), retrying every %.0fs: %s",
+                          name, uid, ERROR_RETRY_DELAY, exc,
+                          exc_info=not isinstance(exc, EdgeletError))
             if uid not in self._pending:
                 if work.kind is WorkType.TERMINATE:
                     # Termination must finish: retry it rather than leaving a half-killed pod.

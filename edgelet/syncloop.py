@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 SYNC_TICK = 1.0
 LOG_ROTATION_INTERVAL = 10.0
 RUNTIME_CHECK_INTERVAL = 5.0
+# How long the start-up clean-up waits for every pod source's first full view before it stops what it can.
+STARTUP_SOURCES_WAIT = 10.0
 
 
 class SyncLoop:
@@ -39,6 +41,7 @@ class SyncLoop:
 
     async def run(self) -> None:
         await self._wait_for_runtime()
+        await self._stop_unwanted_pods()
         config_get: asyncio.Task | None = None
         pleg_get: asyncio.Task | None = None
         next_housekeeping = time.monotonic() + self._agent.config.sync.housekeeping_interval
@@ -85,6 +88,62 @@ class SyncLoop:
         await self._agent.start_image_managers()
         self._agent.notifier.ready()
         self._agent.update_status_line()
+
+    async def _stop_unwanted_pods(self) -> None:
+        """Before any pod is synced: stop the runtime pods no source wants (removed or edited while the agent
+        was down, old versions of edited pods), and wait until they are gone. An agent that dies young, again
+        and again, so never leaves more than one version of a pod behind.
+
+        A pod counts as unwanted once its own source (from its sandbox's config.source annotation) has given
+        its first full view; pods of a source still silent are left to housekeeping.
+        """
+        agent = self._agent
+        pod_config = agent.pod_config
+        if not pod_config.all_sources_ready():
+            try:
+                await self._turning(asyncio.wait_for(pod_config.wait_ready(), STARTUP_SOURCES_WAIT))
+            except asyncio.TimeoutError:
+                pass
+        ready = {name for name in pod_config.sources() if pod_config.source(name).ready}
+        wanted = {podutil.uid(pod) for pod in pod_config.get_pods()}
+        unwanted = []
+        for uid in sorted(agent.pleg.runtime_pod_uids() - wanted):
+            if await self._runtime_pod_source(uid) in ready:
+                unwanted.append(uid)
+        if not unwanted:
+            return
+        log.info("stopping %d pods that no source wants any more before syncing any other", len(unwanted))
+        for uid in unwanted:
+            self._terminate_orphan(uid, "no source wants it any more")
+        await self._turning(agent.workers.wait_idle())
+
+    async def _runtime_pod_source(self, uid: str) -> str | None:
+        """The source (file, http, api) a runtime pod came from, as its newest sandbox records it."""
+        sandboxes = self._agent.pleg.get_status(uid).sandboxes
+        if not sandboxes:
+            return None
+        try:
+            reply = await self._agent.runtime.pod_sandbox_status(sandboxes[0].id)
+        except EdgeletError:
+            return None
+        return reply.status.annotations.get(podutil.CONFIG_SOURCE_ANNOTATION, podutil.SOURCE_API)
+
+    async def _turning(self, awaitable) -> None:
+        """Awaits while telling /healthz and the watchdog that the loop is alive (start-up can take a while)."""
+        task = asyncio.ensure_future(awaitable)
+        try:
+            while not task.done():
+                self.alive_at = time.monotonic()
+                await asyncio.wait({task}, timeout=SYNC_TICK)
+            task.result()
+        finally:
+            task.cancel()
+
+    def _terminate_orphan(self, uid: str, why: str) -> None:
+        status = self._agent.pleg.get_status(uid)
+        orphan = {"metadata": {"uid": uid, "name": status.name, "namespace": status.namespace}}
+        log.info("removing pod %s_%s (%s): %s", status.name, status.namespace, uid, why)
+        self._agent.workers.update(orphan, WorkType.TERMINATE)
 
     def _handle_config(self, update: PodUpdate) -> None:
         for pod in update.pods:
@@ -150,11 +209,7 @@ class SyncLoop:
         for uid in self._agent.pleg.runtime_pod_uids() - set(self._agent.pods):
             if self._agent.workers.is_terminating(uid) or self._agent.workers.known(uid):
                 continue
-            status = self._agent.pleg.get_status(uid)
-            orphan = {"metadata": {"uid": uid, "name": status.name, "namespace": status.namespace}}
-            log.info("housekeeping: removing pod %s_%s (%s) that no source knows",
-                     status.name, status.namespace, uid)
-            self._agent.workers.update(orphan, WorkType.TERMINATE)
+            self._terminate_orphan(uid, "housekeeping: no source knows it")
         await self._remove_orphaned_volumes()
         await self._rotate_logs()
         self._update_metrics()

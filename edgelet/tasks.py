@@ -1,18 +1,25 @@
-"""Named, guarded long-running tasks: a crash is logged at once, and shutdown cancels them in one place."""
+"""Named, guarded long-running tasks: a crash is logged at once, fails the group's health, and shutdown cancels
+them in one place.
+
+A task that dies is never restarted quietly: the agent reports it on /healthz, stops feeding the systemd
+watchdog and exits non-zero, so the service manager starts a whole agent again (the kubelet dies on a panic
+the same way). A half-dead agent that answers "ok" while no pod is ever synced is the failure to avoid.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Coroutine
+from typing import Callable, Coroutine
 
 log = logging.getLogger(__name__)
 
 
 class TaskGroup:
-    def __init__(self) -> None:
+    def __init__(self, on_crash: Callable[[str, BaseException], None] | None = None) -> None:
         self._tasks: dict[str, asyncio.Task] = {}
         self.crashed: dict[str, BaseException] = {}
+        self._on_crash = on_crash
 
     def start(self, name: str, coro: Coroutine) -> asyncio.Task:
         task = asyncio.create_task(coro, name=name)
@@ -28,6 +35,14 @@ class TaskGroup:
         if exc is not None:
             self.crashed[task.get_name()] = exc
             log.error("task %s crashed: %r", task.get_name(), exc, exc_info=exc)
+            if self._on_crash is not None:
+                self._on_crash(task.get_name(), exc)
+
+    def health(self) -> tuple[bool, str]:
+        """The /healthz check: failing as soon as any task of the group crashed."""
+        if not self.crashed:
+            return True, "ok"
+        return False, "; ".join(f"task {name} crashed: {exc!r}"[:300] for name, exc in sorted(self.crashed.items()))
 
     def names(self) -> list[str]:
         return sorted(self._tasks)

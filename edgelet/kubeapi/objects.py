@@ -151,8 +151,8 @@ class ObjectSyncer:
                 if key is None or validate_object(obj) != key:
                     raise InvalidObjectError("does not hold the object its name says")
             except (orjson.JSONDecodeError, InvalidObjectError) as e:
-                log.warning("object cache entry %s is unusable (%s); removed, it is fetched again", text, e)
-                self._disk.delete(text)
+                # Valid checksum, unusable content: set aside like byte damage; it is fetched again.
+                self._disk.set_aside(text, f"unusable content: {e}")
                 continue
             self._objects[key] = obj
             self._on_disk[key] = payload

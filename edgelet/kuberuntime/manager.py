@@ -193,6 +193,11 @@ class RuntimeManager:
 
     # -- starting a container ---------------------------------------------------------------
 
+    def forget_crash_backoff(self) -> None:
+        """Containers that ended because the runtime went away did not crash: none of it counts toward
+        CrashLoopBackOff, so pods come back at once when the runtime does."""
+        self._backoff.clear()
+
     def backoff_key(self, pod: Pod, container: dict) -> str:
         return f"{podutil.uid(pod)}_{container['name']}_{self._hash(container['name'], container.get('image', ''))}"
 
@@ -210,8 +215,14 @@ class RuntimeManager:
     ) -> None:
         name = container["name"]
         previous = status.latest_container(name)
+        restart_count = previous.restart_count + 1 if previous is not None else 0
+        if previous is not None and previous.state == ContainerState.CREATED:
+            # Created but never started (the agent died in between): start that one rather than a second.
+            if await self._adopt_created(pod, container, previous, sandbox_id, result, container_type):
+                return
+            restart_count = previous.restart_count  # its replacement takes its place; it never ran
         # Restart back-off (CrashLoopBackOff) applies to containers that ran and ended before.
-        if previous is not None and previous.state == ContainerState.EXITED:
+        elif previous is not None and previous.state == ContainerState.EXITED:
             key = self.backoff_key(pod, container)
             if self._backoff.in_backoff(key):
                 remaining = self._backoff.remaining(key)
@@ -223,7 +234,6 @@ class RuntimeManager:
                 result.requeue(remaining)
                 return
             self._backoff.next(key)
-        restart_count = previous.restart_count + 1 if previous is not None else 0
         try:
             image_ref = await self._images.ensure_image(pod, container, self._pull_secrets(pod))
         except EdgeletError as exc:
@@ -264,6 +274,33 @@ class RuntimeManager:
             failure = await self._hooks.post_start(pod, container, container_id, self)
             if failure:
                 result.waiting_reasons[name] = ("PostStartHookError", failure)
+
+    async def _adopt_created(self, pod: Pod, container: dict, created: ContainerStatus, sandbox_id: str,
+                             result: SyncResult, container_type: str) -> bool:
+        """Starts a container an earlier run created but did not start, when it is of this sandbox and spec;
+        otherwise removes it deliberately (the caller then creates a fresh one). True when it was started."""
+        name = container["name"]
+        if created.sandbox_id == sandbox_id and created.hash == self._hash(name, container.get("image", "")):
+            try:
+                async with self._start_gate:
+                    await self._runtime.start_container(created.id)
+            except EdgeletError as exc:
+                log.info("pod %s: container %s (%s) was created but cannot be started (%s); replacing it",
+                         podutil.full_name(pod), name, created.id[:13], exc)
+            else:
+                metrics.started_containers.labels(container_type).inc()
+                result.started.append(name)
+                log.info("pod %s: started container %s (%s) created before a restart", podutil.full_name(pod),
+                         name, created.id[:13])
+                if self._hooks is not None:
+                    failure = await self._hooks.post_start(pod, container, created.id, self)
+                    if failure:
+                        result.waiting_reasons[name] = ("PostStartHookError", failure)
+                return True
+        log.info("pod %s: removing container %s (%s) that was created but never started", podutil.full_name(pod),
+                 name, created.id[:13])
+        await self._runtime.remove_container(created.id)
+        return False
 
     def _pull_secrets(self, pod: Pod) -> list[dict]:
         if self._store is None:

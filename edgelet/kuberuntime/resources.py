@@ -24,6 +24,8 @@ GUARANTEED_OOM_SCORE_ADJ = -997
 BEST_EFFORT_OOM_SCORE_ADJ = 1000
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 SYSTEM_NODE_CRITICAL = "system-node-critical"
+# CRI fields are int64: a quantity beyond it saturates there, as Quantity.Value() does in the kubelet.
+INT64_MAX = 2**63 - 1
 
 # Limits the downward API reads as node allocatable when a container sets none (the kubelet's
 # defaultPodLimitsForDownwardAPI).
@@ -148,12 +150,12 @@ def linux_resources(
     cpu_request = container_quantity(container, "requests", "cpu")
     cpu_limit = container_quantity(container, "limits", "cpu")
     memory_limit = container_quantity(container, "limits", "memory")
-    limit_millis = to_millis_ceil(cpu_limit) if cpu_limit is not None else 0
+    limit_millis = min(to_millis_ceil(cpu_limit), INT64_MAX // QUOTA_PERIOD) if cpu_limit is not None else 0
     # A request left out defaults to the limit, as the API server would have done.
     shares_millis = to_millis_ceil(cpu_request) if cpu_request is not None else limit_millis
     result: dict[str, Any] = {
         "cpu_shares": milli_cpu_to_shares(shares_millis),
-        "memory_limit_in_bytes": to_int_ceil(memory_limit) if memory_limit is not None else 0,
+        "memory_limit_in_bytes": min(to_int_ceil(memory_limit), INT64_MAX) if memory_limit is not None else 0,
         "oom_score_adj": oom_score_adj(
             pod, container, machine_memory_capacity() if memory_capacity is None else memory_capacity),
     }

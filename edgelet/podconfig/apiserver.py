@@ -17,8 +17,11 @@ from typing import Any, Awaitable, Callable, Iterator
 
 from edgelet.backoff import jittered_delays
 from edgelet.kubeapi.client import ApiClient
+from edgelet.errors import cut_long_values
 from edgelet.kubeapi.errors import ApiError, Gone, Unauthorized, WatchStreamError
 from edgelet.podconfig.config import SourceHandle
+from edgelet.podconfig.limits import document_problem
+from edgelet.podconfig.validation import validate_object_meta
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,15 @@ def pod_problem(obj: Any, node_name: str) -> str | None:
             return f"spec.containers[{index}] has no name"
     if "status" in obj and not isinstance(obj["status"], dict):
         return "has a status that is not an object"
+    if problem := document_problem(obj):  # numbers beyond int64, absurd nesting: nothing later may meet them
+        return f"has a bad field {problem[0]}: {problem[1]}"
+    problems: list[tuple[str, str]] = []  # what every layer reads before admission must have its type
+    validate_object_meta(meta, problems, namespaced=True)
+    grace = meta.get("deletionGracePeriodSeconds")
+    if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace < 0):
+        problems.append(("metadata.deletionGracePeriodSeconds", f"must be a non-negative integer, got {grace!r}"))
+    if problems:
+        return cut_long_values(f"has a bad field {problems[0][0]}: {problems[0][1]}")
     return None
 
 

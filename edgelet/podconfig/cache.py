@@ -10,7 +10,6 @@ damaged entry is set aside and reported, never trusted and never fatal.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import os
 import time
@@ -19,7 +18,7 @@ from typing import Any, Awaitable, Callable, Iterable
 import orjson
 
 from .. import core, podutil
-from ..checkpoint import CORRUPT_DIR, SUFFIX, CheckpointStore, key_to_filename
+from ..checkpoint import SUFFIX, CheckpointStore
 from ..podutil import Pod
 from .apiserver import pod_problem
 from .config import SourceHandle
@@ -41,21 +40,6 @@ def content_version(pod: Pod) -> int:
     """
     meta = {k: v for k, v in podutil.meta(pod).items() if k not in _VOLATILE_METADATA}
     return core.status_hash({"metadata": meta, "spec": podutil.spec(pod)})
-
-
-def set_aside(store: CheckpointStore, key: str, problem: str) -> None:
-    """Moves an entry whose checksum is fine but whose content is unusable into corrupt/, as the store
-    does for damaged files, so it is kept for a post-mortem and never read again."""
-    source = store.directory / key_to_filename(key)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    destination = store.directory / CORRUPT_DIR / f"{source.name}.{stamp}"
-    try:
-        destination.parent.mkdir(mode=0o700, exist_ok=True)
-        os.replace(source, destination)
-    except OSError as e:
-        log.warning("pod cache entry %s is unusable (%s) and could not be set aside: %s", source, problem, e)
-        return
-    log.warning("pod cache entry %s is unusable (%s); moved it to %s and ignored it", source, problem, destination)
 
 
 class PodCache:
@@ -87,7 +71,7 @@ class PodCache:
             try:
                 pod = orjson.loads(payload)
             except orjson.JSONDecodeError as e:
-                set_aside(self._store, key, f"not JSON: {e}")
+                self._store.set_aside(key, f"not JSON: {e}")
                 damaged = True
                 continue
             problem = pod_problem(pod, self.node_name)
@@ -101,7 +85,7 @@ class PodCache:
                     log.info("pod cache entry %s belongs to another node name; dropped", key)
                     self._versions[key] = None  # deleted at the next sync
                 else:
-                    set_aside(self._store, key, problem)
+                    self._store.set_aside(key, problem)
                     damaged = True
                 continue
             self._versions[key] = content_version(pod)

@@ -89,7 +89,8 @@ def merge_source(existing: dict[str, Pod], incoming: Iterable[Pod], source: str,
     result = MergeResult(state={})
     changes: dict[Op, list[Pod]] = {op: [] for op in _OP_ORDER}
     names: set[str] = set()
-    for pod in incoming:
+    # A pod the source already had keeps its name against a newcomer, wherever the newcomer is listed.
+    for pod in sorted(incoming, key=lambda pod: podutil.uid(pod) not in existing):
         pod_uid = podutil.uid(pod)
         if not pod_uid:
             result.rejected.append((pod, "has no metadata.uid"))

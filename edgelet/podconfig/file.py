@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import os
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgelet import podutil
 from edgelet.errors import ConfigError
 from edgelet.podconfig import inotify
 from edgelet.podconfig.config import SourceHandle
@@ -56,28 +59,39 @@ class ManifestScanner:
     """Loads every manifest under a path, re-parsing only files whose bytes changed, so an unchanged broken
     file is reported once and an unchanged good one is not parsed again on every rescan. Blocking I/O."""
 
-    def __init__(self, manifest_path: str, node_name: str):
+    def __init__(self, manifest_path: str, node_name: str, *,
+                 incumbent_uids: Callable[[], Collection[str]] = frozenset):
         self.manifest_path = manifest_path
         self.node_name = node_name
         self._cache: dict[str, _Cached] = {}
         self._listing_error = ""
+        self._incumbent_uids = incumbent_uids  # pods the agent ran before it started: they keep their name
+        self._owners: dict[str, str] = {}  # pod namespace/name -> the file that defines it
+        self._reported: set[str] = set()  # messages about special files and duplicate names already given
 
-    def _paths(self) -> list[str] | None:
-        """The manifest files, or None when the path does not exist; a single file is its own list."""
+    def _paths(self) -> tuple[list[str] | None, list[ConfigError]]:
+        """The manifest files (None when the path does not exist; a single file is its own list), and what
+        in the directory is not a manifest file although its name says it would be."""
         try:
             if not os.path.isdir(self.manifest_path):
-                return [self.manifest_path] if os.path.isfile(self.manifest_path) else None
+                return ([self.manifest_path] if os.path.isfile(self.manifest_path) else None), []
             with os.scandir(self.manifest_path) as entries:
                 names = sorted(entry.name for entry in entries if is_manifest_name(entry.name))
         except FileNotFoundError:
-            return None
-        paths = (os.path.join(self.manifest_path, name) for name in names)
-        # isfile follows symlinks; subdirectories are not recursed into, as with the kubelet.
-        return [path for path in paths if os.path.isfile(path)]
+            return None, []
+        paths, skipped = [], []
+        for path in (os.path.join(self.manifest_path, name) for name in names):
+            # Symlinks are followed; subdirectories are not recursed into, as with the kubelet.
+            problem = _not_a_regular_file(path)
+            if problem is None:
+                paths.append(path)
+            elif problem:
+                skipped.append(ConfigError(path, "", f"not a manifest file: {problem}; skipped"))
+        return paths, skipped
 
     def scan(self) -> ScanResult:
         try:
-            paths = self._paths()
+            paths, skipped = self._paths()
         except OSError as exc:
             error = ConfigError(self.manifest_path, "", f"cannot list manifests: {exc.strerror or exc}")
             is_new = str(error) != self._listing_error
@@ -87,7 +101,7 @@ class ManifestScanner:
         if paths is None:
             self._cache.clear()
             return ScanResult(ManifestObjects(), missing=True)
-        results: list[ManifestObjects] = []
+        results: list[tuple[str, ManifestObjects]] = []
         new_errors: list[ConfigError] = []
         recovered: list[str] = []
         for path in paths:
@@ -102,10 +116,45 @@ class ManifestScanner:
             elif previous is not None and previous.error is not None:
                 recovered.append(path)
             if current.objects is not None:
-                results.append(current.objects)
+                results.append((path, current.objects))
         for gone in set(self._cache) - set(paths):
             del self._cache[gone]
-        return ScanResult(ManifestObjects.merge(results), False, new_errors, recovered)
+        notes = skipped + self._drop_duplicate_names(results)
+        reported = {str(note) for note in notes}
+        new_errors.extend(note for note in notes if str(note) not in self._reported)
+        self._reported = reported
+        return ScanResult(ManifestObjects.merge(objects for _, objects in results), False, new_errors, recovered)
+
+    def _drop_duplicate_names(self, results: list[tuple[str, ManifestObjects]]) -> list[ConfigError]:
+        """One pod per namespace/name: the file that defined it before keeps it (also when edited), else one
+        whose pod the agent already ran, else the first file by name. The others' pods are left out, in
+        place; never does a second definition replace a running pod."""
+        candidates: dict[str, list[tuple[str, str]]] = {}  # name -> [(path, uid)] in file order
+        for path, objects in results:
+            for pod in objects.pods:
+                candidates.setdefault(_pod_key(pod), []).append((path, podutil.uid(pod)))
+        owners: dict[str, str] = {}
+        incumbents: Collection[str] | None = None
+        for key, found in candidates.items():
+            paths = [path for path, _ in found]
+            owner = self._owners.get(key)
+            if owner not in paths and len(found) > 1:
+                incumbents = self._incumbent_uids() if incumbents is None else incumbents
+                owner = next((path for path, uid in found if uid in incumbents), None)
+            owners[key] = owner if owner in paths else paths[0]
+        self._owners = owners
+        notes = []
+        for index, (path, objects) in enumerate(results):
+            losers = [pod for pod in objects.pods if owners[_pod_key(pod)] != path]
+            if not losers:
+                continue
+            for pod in losers:
+                key = _pod_key(pod)
+                notes.append(ConfigError(path, "metadata.name", f"pod {key} is already defined in {owners[key]}, "
+                                                                "which wins; this one is ignored"))
+            kept = tuple(pod for pod in objects.pods if owners[_pod_key(pod)] == path)
+            results[index] = (path, dataclasses.replace(objects, pods=kept))
+        return notes
 
     def _load(self, path: str, previous: _Cached | None) -> _Cached | None:
         try:
@@ -127,6 +176,25 @@ class ManifestScanner:
             return _Cached(digest, None, ConfigError(path, "", f"unexpected error: {exc!r}"))
 
 
+def _pod_key(pod: dict[str, Any]) -> str:
+    return f"{podutil.namespace(pod)}/{podutil.name(pod)}"
+
+
+def _not_a_regular_file(path: str) -> str | None:
+    """Why `path` cannot be a manifest ("" for a vanished entry, None for a regular file or a link to one)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a dangling symlink" if os.path.islink(path) else ""
+    except OSError as exc:  # ELOOP for a symlink loop, EACCES, ...
+        return exc.strerror or str(exc)
+    if stat.S_ISREG(mode):
+        return None
+    kinds = {stat.S_ISDIR: "a directory (subdirectories are not read)", stat.S_ISFIFO: "a FIFO",
+             stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device"}
+    return next((kind for test, kind in kinds.items() if test(mode)), "not a regular file")
+
+
 class FileSource:
     """Feeds the pods of a manifest directory into a `SourceHandle`.
 
@@ -137,13 +205,13 @@ class FileSource:
     def __init__(self, manifest_dir: str, node_name: str, handle: SourceHandle, *, check_frequency: float = 20.0,
                  on_error: Callable[[ConfigError], None] | None = None,
                  on_objects: Callable[[list[dict[str, Any]]], None] | None = None, debounce: float = 0.005,
-                 use_inotify: bool = True):
+                 use_inotify: bool = True, incumbent_uids: Callable[[], Collection[str]] = frozenset):
         self.manifest_dir = os.path.abspath(manifest_dir)
         self.handle = handle
         self.check_frequency = check_frequency
         self.debounce = debounce
         self.scan_count = 0
-        self._scanner = ManifestScanner(self.manifest_dir, node_name)
+        self._scanner = ManifestScanner(self.manifest_dir, node_name, incumbent_uids=incumbent_uids)
         self._on_error = on_error
         self._on_objects = on_objects
         self._use_inotify = use_inotify

@@ -15,13 +15,15 @@ import yaml
 from edgelet import podutil
 from edgelet.errors import ConfigError
 from edgelet.podconfig.defaults import apply_defaults, make_static
+from edgelet.podconfig.limits import MAX_DEPTH, document_problem
 from edgelet.podconfig.validation import configmap_key_error, validate_object_meta, validate_pod
 
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _LIST_KINDS = ("List", "PodList")
 _OBJECT_KINDS = ("Pod", "ConfigMap", "Secret")
-# Far beyond any real pod list; it keeps a stray disk image in the manifest directory from eating the memory.
-MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+# Beyond any real pod list (the API server stores objects of at most 1.5 MB); it keeps a stray disk image in
+# the manifest directory from eating the memory: a 3 MB YAML list already takes 160 MB while it is parsed.
+MAX_MANIFEST_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,8 @@ def parse_manifest(data: bytes, path: str, node_name: str, *, source: str = podu
     collector = _Collector(path, node_name, source, location or path, seen)
     for index, document in enumerate(documents):
         where = f"document {index + 1}: " if len(documents) > 1 else ""
+        if problem := document_problem(document):
+            raise ConfigError(path, f"{where}{problem[0]}".rstrip(": "), problem[1])
         document = _plain(document, path, where)
         if not isinstance(document, dict):
             got = type(document).__name__
@@ -103,7 +107,8 @@ def parse_manifest(data: bytes, path: str, node_name: str, *, source: str = podu
 
 def _decode(data: bytes, path: str) -> list[Any]:
     if len(data) > MAX_MANIFEST_BYTES:
-        raise ConfigError(path, "", f"manifest is {len(data)} bytes, more than the {MAX_MANIFEST_BYTES} allowed")
+        raise ConfigError(path, "", f"manifest is {len(data)} bytes or more, more than the {MAX_MANIFEST_BYTES} "
+                                    "bytes allowed")
     text = _text(data, path)
     json_error = None
     if text.lstrip()[:1] in ("{", "["):
@@ -111,7 +116,10 @@ def _decode(data: bytes, path: str) -> list[Any]:
             return [json.loads(text)]  # the fast path for JSON manifests
         except json.JSONDecodeError as exc:
             json_error = ConfigError(path, "", f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")
+        except RecursionError:
+            raise ConfigError(path, "", f"document is nested more than {MAX_DEPTH} levels deep") from None
     try:
+        _check_yaml_events(text, path)
         return list(yaml.load_all(text, Loader=_SafeLoader))  # also YAML flow style, like {kind: Pod}
     except yaml.YAMLError as exc:
         if json_error is not None:
@@ -120,6 +128,26 @@ def _decode(data: bytes, path: str) -> list[Any]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(path, "", f"invalid YAML{where}: {problem}") from None
+
+
+def _check_yaml_events(text: str, path: str) -> None:
+    """Refuses anchors and aliases (a manifest is data: an alias bomb of a few hundred bytes would expand
+    to gigabytes) and nesting beyond MAX_DEPTH, before anything is built. libyaml's event parser is not
+    recursive, so any depth is safe to look at here."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            mark = event.start_mark
+            raise ConfigError(path, "", f"YAML anchors and aliases are not allowed (line {mark.line + 1}, "
+                                        f"column {mark.column + 1}): write the value out")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                raise ConfigError(path, "", f"document is nested more than {MAX_DEPTH} levels deep "
+                                            f"(line {mark.line + 1})")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _text(data: bytes, path: str) -> str:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from edgelet.podconfig.limits import INT32_MAX, INT64_MAX, describe_int
 from edgelet.quantity import parse_quantity
 
 Problems = list[tuple[str, str]]
@@ -136,14 +137,20 @@ def _check(problems: Problems, path: str, error: str | None) -> None:
         problems.append((path, error))
 
 
-def _int_in(value: Any, path: str, problems: Problems, low: int, high: int | None = None) -> None:
+def _int_in(value: Any, path: str, problems: Problems, low: int, high: int | None = None, *, bits: int = 64) -> None:
+    """An integer in [low, high]; without `high`, bounded by its API type (int64, or int32 with bits=32)."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
         problems.append((path, f"must be an integer, got {value!r}"))
-    elif value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        problems.append((path, f"must be {bound}, got {value}"))
+        return
+    top = high if high is not None else (INT32_MAX if bits == 32 else INT64_MAX)
+    if value < low or value > top:
+        if high is not None:
+            bound = f"between {low} and {high}"
+        else:  # the type's own bound: name the side that was crossed
+            bound = f"at least {low}" if value < low else f"at most {top}"
+        problems.append((path, f"must be {bound}, got {describe_int(value)}"))
 
 
 def _one_of(value: Any, path: str, problems: Problems, allowed: tuple[str, ...], *, required: bool = False) -> None:
@@ -231,6 +238,7 @@ def _validate_spec(spec: dict[str, Any], problems: Problems) -> None:
     _validate_dns_config(spec.get("dnsConfig"), dns_policy, problems)
     _int_in(spec.get("terminationGracePeriodSeconds"), "spec.terminationGracePeriodSeconds", problems, 0)
     _int_in(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", problems, 1)
+    _int_in(spec.get("priority"), "spec.priority", problems, -INT32_MAX - 1, bits=32)
     for field in ("hostname", "subdomain"):
         if spec.get(field) not in (None, ""):
             _check(problems, f"spec.{field}", dns1123_label_error(spec[field]))
@@ -444,10 +452,10 @@ def _validate_mounts(value: Any, path: str, problems: Problems, volumes: set[str
 def _validate_probe(value: Any, path: str, problems: Problems, *, single_success: bool) -> None:
     probe = _mapping(value, path, problems)
     _validate_handler(probe, path, problems, _PROBE_HANDLERS)
-    _int_in(probe.get("initialDelaySeconds"), f"{path}.initialDelaySeconds", problems, 0)
-    for field in ("periodSeconds", "timeoutSeconds", "successThreshold", "failureThreshold",
-                  "terminationGracePeriodSeconds"):
-        _int_in(probe.get(field), f"{path}.{field}", problems, 1)
+    _int_in(probe.get("initialDelaySeconds"), f"{path}.initialDelaySeconds", problems, 0, bits=32)
+    for field in ("periodSeconds", "timeoutSeconds", "successThreshold", "failureThreshold"):
+        _int_in(probe.get(field), f"{path}.{field}", problems, 1, bits=32)
+    _int_in(probe.get("terminationGracePeriodSeconds"), f"{path}.terminationGracePeriodSeconds", problems, 1)
     if single_success and probe.get("successThreshold") not in (None, 1):
         problems.append((f"{path}.successThreshold", "must be 1 for liveness and startup probes"))
 

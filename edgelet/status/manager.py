@@ -18,6 +18,7 @@ import orjson
 
 from .. import core, podutil
 from ..checkpoint import CheckpointStore
+from ..podconfig.limits import document_problem
 from ..podutil import Pod
 
 log = logging.getLogger(__name__)
@@ -62,14 +63,11 @@ class StatusManager:
     def load(self) -> None:
         """Takes the statuses the previous run left, so transition and start times carry over."""
         for key, payload in self._store.load_all().items():
-            try:
-                pod = orjson.loads(payload)
-                uid = podutil.uid(pod)
-            except (orjson.JSONDecodeError, AttributeError, TypeError):
-                log.warning("ignoring unreadable pod status %s", key)
+            pod, problem = decode_stored_pod(payload)
+            if pod is None:
+                self._store.set_aside(key, problem)
                 continue
-            if uid:
-                self._entries[uid] = PodStatusEntry(pod, core.status_hash(pod.get("status") or {}), 0)
+            self._entries[podutil.uid(pod)] = PodStatusEntry(pod, core.status_hash(pod["status"]), 0)
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -91,8 +89,15 @@ class StatusManager:
             return False
         version = entry.version + 1 if entry is not None else 1
         stored = _stored_pod(pod, status)
+        try:
+            payload = orjson.dumps(stored)
+        except TypeError as exc:
+            # Sources bound every number and depth before a pod gets here; should one slip through, it costs
+            # this pod's status, never the sync loop that called us.
+            log.error("pod %s: status not recorded: %s", podutil.full_name(pod), exc)
+            return False
         self._entries[uid] = PodStatusEntry(stored, digest, version)
-        self._unwritten[uid] = orjson.dumps(stored)
+        self._unwritten[uid] = payload
         self._wake.set()
         for listener in self._listeners:
             listener(stored, version)
@@ -145,6 +150,25 @@ class StatusManager:
         return orjson.dumps(pod_list(self.pods()))
 
 
+def decode_stored_pod(payload: bytes) -> tuple[Pod | None, str]:
+    """(the pod a status checkpoint holds, "") or (None, what is wrong with it): checked like any input."""
+    try:
+        pod = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        return None, f"not JSON: {exc}"
+    if not isinstance(pod, dict):
+        return None, f"holds a JSON {type(pod).__name__}, not a pod"
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("uid"), str) or not meta["uid"]:
+        return None, "holds no metadata.uid"
+    for field in ("spec", "status"):
+        if not isinstance(pod.get(field), dict):
+            return None, f"holds no {field} object"
+    if problem := document_problem(pod):
+        return None, f"{problem[0]}: {problem[1]}"
+    return pod, ""
+
+
 def pod_list(pods: list[Pod]) -> dict[str, Any]:
     ordered = sorted(pods, key=lambda p: (podutil.namespace(p), podutil.name(p)))
     return {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": ordered}
@@ -155,8 +179,7 @@ def read_pod_list(directory: str) -> dict[str, Any]:
     store = CheckpointStore(directory, kind=STATUS_KIND, mode=0o600)
     pods = []
     for payload in store.load_all().values():
-        try:
-            pods.append(orjson.loads(payload))
-        except orjson.JSONDecodeError:
-            continue
+        pod, _ = decode_stored_pod(payload)
+        if pod is not None:
+            pods.append(pod)
     return pod_list(pods)

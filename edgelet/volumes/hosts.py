@@ -1,15 +1,19 @@
-"""The pod's managed /etc/hosts (pure): its hostname and domain, and the file the kubelet writes."""
+"""The pod's managed /etc/hosts: its hostname and domain and the file the kubelet writes (pure), and the crash-safe
+write of that file under the pod's directory."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 from .. import podutil
+from ..checkpoint import replace_file
 from ..podutil import Pod
 
 MANAGED_HEADER = "# Kubernetes-managed hosts file.\n"
 MANAGED_HEADER_HOST_NETWORK = "# Kubernetes-managed hosts file (host network).\n"
 _HOSTNAME_MAX = 63
+TEMP_SUFFIX = ".tmp"
 
 
 def pod_hostname_and_domain(pod: Pod, cluster_domain: str) -> tuple[str, str]:
@@ -59,3 +63,22 @@ def pod_hosts_file(pod: Pod, pod_ips: Sequence[str], cluster_domain: str, node_h
         return host_network_hosts(node_hosts or "", aliases)
     hostname, domain = pod_hostname_and_domain(pod, cluster_domain)
     return managed_hosts(pod_ips, hostname, domain, aliases)
+
+
+def write_hosts_file(path: str, content: bytes) -> bool:
+    """Makes `path` hold `content`: temp file, fsync, rename, fsync of the directory, so a crash or a full disk
+    leaves the old file or the new one, never half of one. A file that differs (damaged, or the pod's IPs
+    changed) is replaced; returns whether it was. Containers already running keep the inode they mounted.
+    """
+    try:
+        with open(path, "rb") as stream:
+            if stream.read(len(content) + 1) == content:
+                return False
+    except (FileNotFoundError, IsADirectoryError):
+        pass
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.rmdir(path)  # an empty directory in its place (left by a bad mount): the file goes there
+    # One fixed temp name (writes for a pod come from the event loop one at a time): what a crash leaves is
+    # overwritten by the next write and removed with the pod directory.
+    replace_file(path, content, temp=path + TEMP_SUFFIX, mode=0o644, exclusive=False)
+    return True

@@ -18,7 +18,7 @@ from ..quantity import parse_quantity, to_int_ceil
 from . import plugins
 from .atomic_writer import FileProjection
 from .errors import VolumeError
-from .hosts import pod_hosts_file
+from .hosts import TEMP_SUFFIX, pod_hosts_file, write_hosts_file
 from .mountutil import MountInfo, read_mounts, remove_tree, unmount_all_under
 from .projection import Store, volume_payload
 from .subpath import expand_subpath_expr, prepare_safe_subpath, subpath_error
@@ -30,7 +30,7 @@ ETC_HOSTS = "/etc/hosts"
 _KINDS = ("emptyDir", "hostPath") + plugins.WRITTEN_KINDS
 _PROPAGATION = {None: 0, "None": 0, "HostToContainer": 1, "Bidirectional": 2}  # CRI MountPropagation
 # What the volume manager creates in a pod directory; teardown removes exactly these.
-_POD_ENTRIES = ("volume-subpaths", "volumes", "containers", "etc-hosts", "plugins")
+_POD_ENTRIES = ("volume-subpaths", "volumes", "containers", "etc-hosts", "etc-hosts" + TEMP_SUFFIX, "plugins")
 
 
 def _component(value: Any, what: str) -> str:
@@ -298,17 +298,7 @@ class VolumeManager:
         content = pod_hosts_file(pod, pod_ips, self.cluster_domain, node_hosts).encode()
         path = os.path.join(pod_dir, "etc-hosts")
         os.makedirs(pod_dir, mode=0o750, exist_ok=True)
-        # Rewritten in place, not replaced: running containers bind-mount this very inode.
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            with os.fdopen(fd, "r+b", closefd=False) as stream:
-                if stream.read() != content:
-                    stream.seek(0)
-                    stream.truncate()
-                    stream.write(content)
-            os.fchmod(fd, 0o644)
-        finally:
-            os.close(fd)
+        write_hosts_file(path, content)
         return path
 
     @staticmethod

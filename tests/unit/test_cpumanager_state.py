@@ -107,10 +107,17 @@ def test_state_of_another_machine_refuses_to_start_with_advice(tmp_path):
     assert "cpu_manager_state.ckpt" in message and "doesn't match" in message and "drain this node" in message
 
 
-def test_well_formed_file_with_impossible_content_is_an_error(tmp_path):
-    CPUStateStore(str(tmp_path))._store.write("cpu_manager_state", b'{"policyName": "static", "defaultCpuSet": 7}')
-    with pytest.raises(CPUStateError, match="defaultCpuSet: expected a CPU list"):
-        manager(tmp_path).start()
+@pytest.mark.parametrize("payload", [b'{"policyName": "static", "defaultCpuSet": 7}', b"null", b"[]"])
+def test_valid_checksum_with_content_of_the_wrong_shape_is_damage_not_a_refusal(tmp_path, payload, caplog):
+    # Like byte damage: set aside with one warning naming the file, and the agent starts.
+    CPUStateStore(str(tmp_path))._store.write("cpu_manager_state", payload)
+    started = manager(tmp_path)
+    started.start()
+    assert started.state.assignments == {} and started.state.default == FOUR.all_cpus
+    (aside,) = (tmp_path / "cpumanager" / "corrupt").iterdir()
+    assert aside.read_bytes().endswith(payload)
+    assert [r.getMessage() for r in caplog.records if "cpu_manager_state" in r.getMessage()
+            and "damaged" in r.getMessage()]
 
 
 def test_policy_none_pins_nothing_and_refuses_static_assignments(tmp_path):

@@ -206,7 +206,8 @@ def test_scanner_loads_good_files_and_reports_bad_ones_once(tmp_path):
     scanner = ManifestScanner(str(tmp_path), "n")
     first = scanner.scan()
     assert [p["metadata"]["name"] for p in first.objects.pods] == ["a-n"]
-    assert [(e.path, e.key) for e in first.new_errors] == [(str(tmp_path / "b.yaml"), "metadata.name")]
+    assert [(e.path, e.key) for e in first.new_errors] == [(str(tmp_path / "b.yaml"), "metadata.name"),
+                                                           (str(tmp_path / "sub"), "")]  # said once, not read
     second = scanner.scan()
     assert second.new_errors == [] and second.objects.pods[0] is first.objects.pods[0]  # cached, not re-parsed
     (tmp_path / "b.yaml").write_text(POD_YAML % "B" + "# edited, still wrong\n")

@@ -1,0 +1,47 @@
+"""The bounds every document from outside keeps before any other layer sees it: nesting depth and number ranges.
+
+Manifests, API objects and checkpoints all pass `document_problem` where they enter, so no later layer (a JSON
+encoder, a protobuf field, a time computation) ever meets a number the API server would not have stored (its
+integers are int64 at most) or a document nested deeper than a pod can be.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+INT32_MAX = 2**31 - 1
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+# A pod is about 12 levels deep; the JSON encoders the agent uses stop at 254 and Python's stack near 1000.
+MAX_DEPTH = 100
+
+
+def document_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[str, str] | None:
+    """The first (field path, message) that puts `value` out of bounds, or None. Iterative: any depth is safe."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 1)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > max_depth:
+                return path, f"is nested more than {max_depth} levels deep"
+            if isinstance(item, dict):
+                children = [(child, f"{path}.{key}" if path else str(key)) for key, child in item.items()]
+            else:
+                children = [(child, f"{path}[{index}]") for index, child in enumerate(item)]
+            stack.extend((child, child_path, depth + 1) for child, child_path in reversed(children))
+        elif isinstance(item, bool):
+            continue
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                return path, f"integer out of range: {describe_int(item)} does not fit in 64 bits"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return path, f"number out of range: {item}"
+    return None
+
+
+def describe_int(value: int) -> str:
+    """A short spelling of any integer (str() refuses more than 4300 digits and a million digits is no message)."""
+    if abs(value) < 10**30:
+        return str(value)
+    return f"{'-' if value < 0 else ''}2^{abs(value).bit_length() - 1} or more"
