@@ -290,7 +290,6 @@ class Agent:
             reply = await self.runtime.status()
         except EdgeletError as exc:
             self._runtime_health = (False, f"container runtime is down: {exc}")
-            self.note_runtime_lost(str(exc))
             return
         failing = [f"{c.type}={c.status} ({c.reason}: {c.message})"
                    for c in reply.status.conditions if not c.status and c.type == "RuntimeReady"]

@@ -36,10 +36,6 @@ class PodSyncer:
 
     async def sync_pod(self, pod: Pod) -> SyncOutcome:
         uid = podutil.uid(pod)
-        if self._agent.pleg.last_error:  # the relist cannot reach the runtime: what we see of it is stale
-            self._agent.note_runtime_lost(self._agent.pleg.last_error)
-        else:
-            self._agent.note_runtime_back()
         runtime_status = self._agent.pleg.get_status(uid)
         result = await self._agent.runtime_manager.sync_pod(
             pod, runtime_status,

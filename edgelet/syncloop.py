@@ -54,6 +54,7 @@ class SyncLoop:
                                              return_when=asyncio.FIRST_COMPLETED)
                 now = time.monotonic()
                 self.alive_at = now
+                self._watch_runtime()
                 if config_get in done:
                     self._handle_config(config_get.result())
                     config_get = None
@@ -73,6 +74,17 @@ class SyncLoop:
             for task in (config_get, pleg_get):
                 if task is not None:
                     task.cancel()
+
+    def _watch_runtime(self) -> None:
+        """A relist that cannot reach the runtime means it is gone; once it answers again every pod is synced
+        at once, with the restart back-off the loss reset (the agent's note_runtime_lost)."""
+        agent = self._agent
+        if agent.pleg.last_error:
+            agent.note_runtime_lost(agent.pleg.last_error)
+        elif agent.runtime_lost:
+            agent.note_runtime_back()
+            for uid in list(agent.pods):
+                self.sync_if_known(uid)
 
     async def _wait_for_runtime(self) -> None:
         """No sync before the first relist: adopting running containers needs to see them first."""

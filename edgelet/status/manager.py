@@ -24,6 +24,8 @@ from ..podutil import Pod
 log = logging.getLogger(__name__)
 
 STATUS_KIND = "pod-status"
+# A failed write (disk full, read-only) is tried again this often until it succeeds.
+WRITE_RETRY_DELAY = 5.0
 
 
 def status_dir(config) -> str:
@@ -58,6 +60,7 @@ class StatusManager:
         self._listeners: list[Listener] = []
         self._unwritten: dict[str, bytes | None] = {}  # uid -> payload to write, None to delete
         self._wake = asyncio.Event()
+        self._write_failing = False
         self.disk_writes = 0
 
     def load(self) -> None:
@@ -117,10 +120,18 @@ class StatusManager:
                 batch, self._unwritten = self._unwritten, {}
                 try:
                     await asyncio.to_thread(self._write, batch)
-                except OSError as exc:  # disk full or read-only: keep serving, retry with the next change
-                    log.warning("writing pod statuses under %s failed: %s", self._store.directory, exc)
+                except OSError as exc:  # disk full or read-only: keep serving, try again a little later
+                    if not self._write_failing:
+                        log.warning("writing pod statuses under %s failed: %s; retrying every %.0fs",
+                                    self._store.directory, exc, WRITE_RETRY_DELAY)
+                    self._write_failing = True
                     for uid, payload in batch.items():
                         self._unwritten.setdefault(uid, payload)
+                    asyncio.get_running_loop().call_later(WRITE_RETRY_DELAY, self._wake.set)
+                else:
+                    if self._write_failing:
+                        log.info("pod statuses under %s are written again", self._store.directory)
+                    self._write_failing = False
         finally:
             self.flush()
 

@@ -1,0 +1,175 @@
+"""The agent under hostile conditions, against the private containerd: a second agent on one root_dir, stale pod
+versions after a kill, a kill between CreateContainer and StartContainer, runtime loss and CrashLoopBackOff,
+a manifest that once stopped the sync loop for good."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from edgelet.backoff import Backoff
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.images.manager import ImageManager
+from edgelet.kuberuntime import labels
+from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
+from edgelet.kuberuntime.types import ContainerState
+from edgelet.pleg import GenericPLEG
+from edgelet.podconfig.defaults import apply_defaults
+from tests.integration.agent_harness import (
+    REPO,
+    AgentProcess,
+    busybox_pod,
+    container_state,
+    is_running,
+    wait_for,
+)
+from tests.integration.test_agent import SocketProxy, runtime_objects
+
+pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+
+@pytest.fixture
+def agent(tmp_path, containerd):
+    process = AgentProcess(tmp_path, containerd.endpoint)
+    yield process
+    process.close()
+
+
+def since_last_start(agent: AgentProcess) -> list[str]:
+    text = agent.log_text()
+    return text[text.rindex("edgelet starting"):].splitlines()
+
+
+def test_second_agent_on_the_same_root_dir_exits_at_once(agent):
+    agent.start()
+    lock = agent.root_dir / "edgelet.lock"
+    wait_for(lambda: lock.exists() and lock.read_text().strip() == str(agent.proc.pid), 30, what="the lock")
+    started = time.monotonic()
+    second = subprocess.run([sys.executable, "-m", "edgelet", "run", "--config", str(agent.config_path)],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1
+    assert time.monotonic() - started < 20
+    (line,) = second.stderr.strip().splitlines()
+    assert str(agent.root_dir) in line and f"PID {agent.proc.pid}" in line
+    assert agent.proc.poll() is None  # the first one runs on
+
+
+def test_stale_pod_versions_are_stopped_before_any_pod_is_synced(agent, containerd):
+    agent.start()
+    agent.write_manifest("web.yaml", busybox_pod("web", "exec sleep 3600"))
+    agent.write_manifest("gone.yaml", busybox_pod("gone", "exec sleep 3600"))
+    old = wait_for(lambda: (p := agent.pod("web")) and is_running(p) and p, 60, what="web Running")
+    gone = wait_for(lambda: (p := agent.pod("gone")) and is_running(p) and p, 60, what="gone Running")
+    agent.kill9()
+    agent.write_manifest("web.yaml", busybox_pod("web", "echo edited; exec sleep 3600"))
+    (agent.manifest_dir / "gone.yaml").unlink()
+    agent.start()
+    new = wait_for(lambda: (p := agent.pod("web")) and is_running(p) and p["metadata"]["uid"] != old["metadata"]["uid"]
+                   and p, 60, what="the edited web Running")
+    for stale in (old, gone):
+        uid = stale["metadata"]["uid"]
+        wait_for(lambda: runtime_objects(containerd.endpoint, uid) == ([], []), 30, what=f"{uid} removed")
+    lines = since_last_start(agent)
+    first_start = next(i for i, line in enumerate(lines) if "started sandbox" in line)
+    for stale in (old, gone):
+        uid = stale["metadata"]["uid"]
+        (removal,) = [i for i, line in enumerate(lines) if f"({uid}): no source wants it any more" in line]
+        assert removal < first_start, f"{uid} was removed after the first new sandbox started"
+    assert new["metadata"]["uid"] not in {old["metadata"]["uid"], gone["metadata"]["uid"]}
+
+
+class AgentKilled(BaseException):
+    """Stands for SIGKILL between CreateContainer and StartContainer."""
+
+
+class DiesBeforeStart:
+    """The real runtime client, except that the process "dies" where StartContainer would be sent."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    async def start_container(self, container_id: str) -> None:
+        raise AgentKilled(container_id)
+
+
+def app_pod() -> dict:
+    return apply_defaults({
+        "metadata": {"name": f"adopt-{uuid.uuid4().hex[:8]}", "namespace": "default", "uid": str(uuid.uuid4())},
+        "spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 1, "containers": [
+            {"name": "app", "image": "docker.io/library/busybox:local", "imagePullPolicy": "Never",
+             "command": ["sh", "-c", "exec sleep 3600"]}]},
+    })
+
+
+async def test_container_created_before_a_kill_is_started_not_doubled(cri, tmp_path):
+    pod = app_pod()
+    uid = pod["metadata"]["uid"]
+    pleg = GenericPLEG(cri)
+
+    def manager(client):
+        images = ImageManager(client, pull_backoff=Backoff(10, 300))
+        return RuntimeManager(client, Collaborators(images=images), logs_root=str(tmp_path / "logs"),
+                              crash_backoff=Backoff(10, 300))
+
+    await pleg.relist()
+    with pytest.raises(AgentKilled) as killed:
+        await manager(DiesBeforeStart(cri)).sync_pod(pod, pleg.get_status(uid))
+    created_id = killed.value.args[0]
+    await pleg.relist()
+    [created] = pleg.get_status(uid).containers
+    assert created.id == created_id and created.state == ContainerState.CREATED
+
+    result = await manager(cri).sync_pod(pod, pleg.get_status(uid))  # the restarted agent's first sync
+    assert result.started == ["app"]
+    containers = await cri.list_containers(pb.ContainerFilter(label_selector={labels.POD_UID: uid}))
+    assert [(c.id, c.state) for c in containers] == [(created_id, pb.CONTAINER_RUNNING)]
+
+
+def test_runtime_loss_does_not_count_toward_crash_loop_backoff(tmp_path, containerd):
+    proxy_path = str(tmp_path / "cri.sock")
+    proxy = SocketProxy(proxy_path, containerd.socket)
+    agent = AgentProcess(tmp_path, f"unix://{proxy_path}")
+    # A long back-off, so a restart within seconds after the runtime returns can only mean it was reset.
+    agent.config_path.write_text(agent.config_path.read_text()
+                                 .replace('crashloop_initial = "1s"', 'crashloop_initial = "90s"')
+                                 .replace('crashloop_max = "4s"', 'crashloop_max = "300s"'))
+    agent.write_manifest("crash.yaml", busybox_pod("crash", "sleep 1; exit 3"))
+    proxy.up()
+    try:
+        agent.start()
+        backing_off = wait_for(
+            lambda: (p := agent.pod("crash")) and container_state(p).get("restartCount") == 1
+            and (container_state(p)["state"].get("waiting") or {}).get("reason") == "CrashLoopBackOff" and p,
+            60, what="CrashLoopBackOff after one restart")
+        assert "back-off 90s" in container_state(backing_off)["state"]["waiting"]["message"]
+        proxy.down()
+        wait_for(lambda: "container runtime lost" in agent.log_text(), 15, what="the loss noticed")
+        proxy.up()
+        back = time.monotonic()
+        wait_for(lambda: (p := agent.pod("crash")) and container_state(p).get("restartCount") == 2, 30,
+                 what="a restart without the 90 s back-off")
+        assert time.monotonic() - back < 30
+    finally:
+        agent.close()
+        proxy.down()
+
+
+def test_a_pod_with_an_out_of_range_number_never_stops_the_node(agent):
+    agent.start()
+    big = busybox_pod("big", "exec sleep 3600").replace(
+        "terminationGracePeriodSeconds: 1", f"terminationGracePeriodSeconds: 1\n          activeDeadlineSeconds: {2**70}")
+    agent.write_manifest("big.yaml", big)
+    agent.write_manifest("later.yaml", busybox_pod("later", "exec sleep 3600"))
+    wait_for(lambda: is_running(agent.pod("later")), 60, what="a later pod Running")
+    log = agent.log_text()
+    assert "big.yaml: spec.activeDeadlineSeconds: integer out of range" in log
+    assert "Traceback" not in log and agent.proc.poll() is None
+    assert json.loads(agent.cli("pods", "-o", "json").stdout)["kind"] == "PodList"
