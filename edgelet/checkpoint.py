@@ -73,6 +73,10 @@ def decode(data: bytes, kind: str) -> bytes:
     return payload
 
 
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
 def key_to_filename(key: str) -> str:
     """A reversible, safe file name: anything but letters, digits, '_' and '-' is percent-encoded,
     so no key can climb out of the directory, hide as a dot-file or clash with the corrupt/ directory."""
@@ -141,8 +145,17 @@ class CheckpointStore:
         self.kind = kind
         self.mode = mode
         self._unmovable: set[tuple[str, str]] = set()
+        if self.directory.exists() and not self.directory.is_dir():
+            self._move_non_directory_aside()
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._remove_leftover_temp_files()
+
+    def _move_non_directory_aside(self) -> None:
+        """A file where the store's directory belongs is damage too: kept beside it, never fatal."""
+        destination = self.directory.with_name(f"{self.directory.name}.{CORRUPT_DIR}-{_stamp()}")
+        os.replace(self.directory, destination)
+        log.warning("checkpoint directory %s was not a directory; moved it to %s and started empty",
+                    self.directory, destination)
 
     def _path(self, key: str) -> Path:
         return self.directory / key_to_filename(key)
@@ -208,9 +221,8 @@ class CheckpointStore:
 
     def _set_aside(self, path: Path, problem: str) -> None:
         """Move a damaged file into corrupt/ with a timestamp, keeping it for a post-mortem, and warn once."""
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         corrupt_dir = self.directory / CORRUPT_DIR
-        destination = corrupt_dir / f"{path.name}.{stamp}"
+        destination = corrupt_dir / f"{path.name}.{_stamp()}"
         try:
             corrupt_dir.mkdir(mode=0o700, exist_ok=True)
             os.replace(path, destination)

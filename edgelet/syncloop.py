@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 SYNC_TICK = 1.0
 LOG_ROTATION_INTERVAL = 10.0
 RUNTIME_CHECK_INTERVAL = 5.0
-# How long the start-up clean-up waits for every pod source's first full view before it stops what it can.
+# How long the start-up clean-up waits for the first full view of the sources its candidates came from.
 STARTUP_SOURCES_WAIT = 10.0
 
 
@@ -106,22 +106,27 @@ class SyncLoop:
         was down, old versions of edited pods), and wait until they are gone. An agent that dies young, again
         and again, so never leaves more than one version of a pod behind.
 
-        A pod counts as unwanted once its own source (from its sandbox's config.source annotation) has given
-        its first full view; pods of a source still silent are left to housekeeping.
+        A pod counts as unwanted once its own source (its sandbox's config.source annotation) has given its
+        first full view (waiting at most STARTUP_SOURCES_WAIT for it), or when that source is not configured
+        any more; pods of a source still silent are left to housekeeping.
         """
         agent = self._agent
         pod_config = agent.pod_config
-        if not pod_config.all_sources_ready():
-            try:
-                await self._turning(asyncio.wait_for(pod_config.wait_ready(), STARTUP_SOURCES_WAIT))
-            except asyncio.TimeoutError:
-                pass
-        ready = {name for name in pod_config.sources() if pod_config.source(name).ready}
+        candidates = agent.pleg.runtime_pod_uids() - {podutil.uid(pod) for pod in pod_config.get_pods()}
+        if not candidates:
+            return
+        sources = {uid: await self._runtime_pod_source(uid) for uid in sorted(candidates)}
+
+        def ready(source: str | None) -> bool:
+            return source is not None and (source not in pod_config.sources() or pod_config.source(source).ready)
+
+        deadline = time.monotonic() + STARTUP_SOURCES_WAIT
+        while not all(ready(source) for source in sources.values() if source is not None) \
+                and time.monotonic() < deadline:
+            self.alive_at = time.monotonic()
+            await asyncio.sleep(0.05)
         wanted = {podutil.uid(pod) for pod in pod_config.get_pods()}
-        unwanted = []
-        for uid in sorted(agent.pleg.runtime_pod_uids() - wanted):
-            if await self._runtime_pod_source(uid) in ready:
-                unwanted.append(uid)
+        unwanted = [uid for uid, source in sources.items() if uid not in wanted and ready(source)]
         if not unwanted:
             return
         log.info("stopping %d pods that no source wants any more before syncing any other", len(unwanted))

@@ -72,7 +72,7 @@ class _Record:
 
     @classmethod
     def decode(cls, payload: bytes) -> _Record:
-        """Raises ValueError (InvalidReference is one), KeyError or TypeError on a malformed record."""
+        """Raises ValueError (InvalidReference is one), AttributeError, KeyError or TypeError on a malformed record."""
         data = orjson.loads(payload)
         size, mtime_ns = data["signature"]
         images = {str(key): str(image_id) for key, image_id in data["images"].items()}
@@ -214,7 +214,7 @@ class AirgapImages:
         for name, payload in payloads.items():
             try:
                 record = _Record.decode(payload)
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as err:
                 log.warning("air-gap: checkpoint of %s is unreadable (%s); the archive is imported again", name, err)
                 continue
             if os.path.exists(os.path.join(self.directory, name)):

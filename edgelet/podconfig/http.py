@@ -13,7 +13,7 @@ import httpx
 from edgelet import podutil
 from edgelet.errors import ConfigError
 from edgelet.podconfig.config import SourceHandle
-from edgelet.podconfig.manifest import ManifestObjects, parse_manifest, publish_objects
+from edgelet.podconfig.manifest import MAX_MANIFEST_BYTES, ManifestObjects, parse_manifest, publish_objects
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,13 @@ class HTTPSource:
         """One fetch; True when the pods were (re)published. Never raises for network or content problems."""
         self.fetch_count += 1
         try:
-            response = await client.get(self.url)
+            status, body = await self._get(client)
         except httpx.HTTPError as exc:
             self._report(ConfigError(self.url, "", f"fetching pod manifests failed: {exc!r}"))
             return False
-        if response.status_code != 200:
-            self._report(ConfigError(self.url, "", f"fetching pod manifests failed: HTTP {response.status_code}"))
+        if status != 200:
+            self._report(ConfigError(self.url, "", f"fetching pod manifests failed: HTTP {status}"))
             return False
-        body = response.content
         if not body:
             # The kubelet treats an empty answer as "no pods" but still reports it: it is usually a mistake.
             self._report(ConfigError(self.url, "", "zero-length data received; serving no pods"))
@@ -93,6 +92,19 @@ class HTTPSource:
             return False
         self._publish(objects, digest)
         return True
+
+    async def _get(self, client: httpx.AsyncClient) -> tuple[int, bytes]:
+        """(status, body); a body is read to one byte past MAX_MANIFEST_BYTES at most, so parse_manifest
+        refuses it by size without a huge answer ever being held in memory."""
+        async with client.stream("GET", self.url) as response:
+            if response.status_code != 200:
+                return response.status_code, b""
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_MANIFEST_BYTES:
+                    break
+            return response.status_code, bytes(body[:MAX_MANIFEST_BYTES + 1])
 
     def _publish(self, objects: ManifestObjects, digest: bytes) -> None:
         if self._last_error and digest:

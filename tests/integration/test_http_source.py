@@ -195,3 +195,17 @@ async def test_run_polls_periodically(server):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_an_oversized_answer_is_refused_by_size_and_the_pods_kept(server, client, caplog):
+    from edgelet.podconfig.manifest import MAX_MANIFEST_BYTES
+
+    config = PodConfig()
+    source = HTTPSource(server.url, NODE, config.source("http"))
+    server.serve(pod_yaml("web"))
+    assert await source.fetch_once(client)
+    server.serve(pod_yaml("web", tag="2") + "#" * (4 * MAX_MANIFEST_BYTES))
+    with caplog.at_level(logging.WARNING):
+        assert not await source.fetch_once(client)
+    assert "bytes allowed" in caplog.text and server.url in caplog.text
+    assert [p["spec"]["containers"][0]["image"] for p in config.get_pods()] == ["busybox:1"]

@@ -338,3 +338,13 @@ def test_root_lock_names_root_dir_and_holder(tmp_path):
     first.release()
     second.acquire()  # released: the next agent takes it
     second.release()
+
+
+def test_a_file_where_a_checkpoint_directory_belongs_is_set_aside(tmp_path, caplog):
+    (tmp_path / "pods").write_bytes(b"garbage")
+    with caplog.at_level(logging.WARNING):
+        store = CheckpointStore(tmp_path / "pods", kind="pod-status")
+    store.write("a", b"{}")
+    assert store.read("a") == b"{}"
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("pods.corrupt-")]
+    assert aside.read_bytes() == b"garbage" and "was not a directory" in caplog.text
