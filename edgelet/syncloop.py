@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from . import metrics, podutil
 from .admission import admit, rejected_status
-from .errors import EdgeletError
+from .errors import EdgeletError, cut_long_values
 from .pleg import PodLifecycleEvent
 from .podconfig.config import Op, PodUpdate
 from .podutil import Pod
@@ -164,30 +164,36 @@ class SyncLoop:
 
     def _handle_config(self, update: PodUpdate) -> None:
         for pod in update.pods:
-            uid = podutil.uid(pod)
-            if update.op in (Op.ADD, Op.UPDATE) and podutil.deletion_requested(pod):
-                # Deleted before the agent knew it (say, while it was down): terminate it, as the
-                # kubelet's pod workers do for any pod that carries a deletionTimestamp.
-                self._agent.pods[uid] = pod
-                self._agent.workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
-                self._agent.prober.update_pod(pod)
-            elif update.op in (Op.ADD, Op.UPDATE):
-                if update.op is Op.ADD and not self._admit(pod):
-                    continue
-                self._agent.pods[uid] = pod
-                self._agent.syncer.seen(uid)
-                self._agent.workers.update(pod)
-                self._agent.prober.update_pod(pod)
-            elif update.op is Op.DELETE:
-                self._agent.pods[uid] = pod
-                self._agent.workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
-                self._agent.prober.update_pod(pod)
-            elif update.op is Op.REMOVE:
-                self._agent.pods.pop(uid, None)
-                self._agent.workers.update(pod, WorkType.TERMINATE)
-            elif update.op is Op.RECONCILE and uid in self._agent.pods:
-                self._agent.pods[uid] = pod
+            try:
+                self._handle_pod(update.op, pod)
+            except Exception:  # a pod no check foresaw costs that pod, never the loop every pod depends on
+                log.exception("pod %s: %s update skipped", cut_long_values(podutil.full_name(pod)), update.op.value)
         self._agent.update_status_line()
+
+    def _handle_pod(self, op: Op, pod: Pod) -> None:
+        uid = podutil.uid(pod)
+        if op in (Op.ADD, Op.UPDATE) and podutil.deletion_requested(pod):
+            # Deleted before the agent knew it (say, while it was down): terminate it, as the
+            # kubelet's pod workers do for any pod that carries a deletionTimestamp.
+            self._agent.pods[uid] = pod
+            self._agent.workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
+            self._agent.prober.update_pod(pod)
+        elif op in (Op.ADD, Op.UPDATE):
+            if op is Op.ADD and not self._admit(pod):
+                return
+            self._agent.pods[uid] = pod
+            self._agent.syncer.seen(uid)
+            self._agent.workers.update(pod)
+            self._agent.prober.update_pod(pod)
+        elif op is Op.DELETE:
+            self._agent.pods[uid] = pod
+            self._agent.workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
+            self._agent.prober.update_pod(pod)
+        elif op is Op.REMOVE:
+            self._agent.pods.pop(uid, None)
+            self._agent.workers.update(pod, WorkType.TERMINATE)
+        elif op is Op.RECONCILE and uid in self._agent.pods:
+            self._agent.pods[uid] = pod
 
     def _admit(self, pod: Pod) -> bool:
         """The kubelet's admission: a rejected pod gets phase Failed with the reason and never runs."""

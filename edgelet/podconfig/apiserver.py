@@ -62,9 +62,10 @@ def pod_problem(obj: Any, node_name: str) -> str | None:
         return f"has a bad field {problem[0]}: {problem[1]}"
     problems: list[tuple[str, str]] = []  # what every layer reads before admission must have its type
     validate_object_meta(meta, problems, namespaced=True)
-    grace = meta.get("deletionGracePeriodSeconds")
-    if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace < 0):
-        problems.append(("metadata.deletionGracePeriodSeconds", f"must be a non-negative integer, got {grace!r}"))
+    for path, grace in (("metadata.deletionGracePeriodSeconds", meta.get("deletionGracePeriodSeconds")),
+                        ("spec.terminationGracePeriodSeconds", spec.get("terminationGracePeriodSeconds"))):
+        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace < 0):
+            problems.append((path, f"must be a non-negative integer, got {grace!r}"))
     if problems:
         return cut_long_values(f"has a bad field {problems[0][0]}: {problems[0][1]}")
     return None

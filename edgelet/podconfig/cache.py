@@ -101,11 +101,16 @@ class PodCache:
 
     def _read_state(self) -> dict[str, Any] | None:
         payload = self._state.read(_STATE_KEY)
+        if payload is None:
+            return None
         try:
-            state = orjson.loads(payload) if payload is not None else None
+            state = orjson.loads(payload)
         except orjson.JSONDecodeError:
             state = None
-        return state if isinstance(state, dict) else None
+        if not isinstance(state, dict) or not isinstance(state.get("node"), str):
+            self._state.set_aside(_STATE_KEY, "content is not the pod cache's state")
+            return None
+        return state
 
     def changes(self, pods: Iterable[Pod]) -> tuple[dict[str, Pod], list[str]]:
         """(entries to write, uids to delete) for the cache to hold exactly `pods`; no I/O."""

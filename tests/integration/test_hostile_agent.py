@@ -173,3 +173,20 @@ def test_a_pod_with_an_out_of_range_number_never_stops_the_node(agent):
     assert "big.yaml: spec.activeDeadlineSeconds: integer out of range" in log
     assert "Traceback" not in log and agent.proc.poll() is None
     assert json.loads(agent.cli("pods", "-o", "json").stdout)["kind"] == "PodList"
+
+
+def test_a_task_that_dies_takes_the_agent_down_rather_than_leaving_it_half_alive(tmp_path, containerd):
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    agent = AgentProcess(tmp_path, containerd.endpoint, server_address=f"127.0.0.1:{taken.getsockname()[1]}")
+    try:
+        agent.start()
+        code = agent.proc.wait(60)  # the ops endpoint cannot bind: its task dies, and so does the agent
+        assert code == 1
+        assert "task ops-server crashed" in agent.log_text()
+    finally:
+        agent.close()
+        taken.close()

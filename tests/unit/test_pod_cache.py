@@ -275,3 +275,13 @@ def test_a_damaged_entry_makes_the_list_incomplete(tmp_path):
     damage_flip(entry_path(tmp_path, "a"))
     pods, complete = PodCache(str(tmp_path), NODE).load()
     assert [podutil.uid(p) for p in pods] == ["b"] and complete is False
+
+
+@pytest.mark.parametrize("payload", [b"null", b"[]", b'{"node": 7}', b"{not json"])
+def test_cache_state_with_wrong_content_is_set_aside_and_the_list_not_trusted(tmp_path, caplog, payload):
+    PodCache(str(tmp_path), NODE).sync([api_pod("a")])
+    CheckpointStore(tmp_path / "state", kind="pod-cache-state").write("state", payload)
+    with caplog.at_level(logging.WARNING):
+        pods, complete = PodCache(str(tmp_path), NODE).load()
+    assert [podutil.uid(p) for p in pods] == ["a"] and not complete
+    assert "state.ckpt" in caplog.text and len(list((tmp_path / "state" / "corrupt").iterdir())) == 1
