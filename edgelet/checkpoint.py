@@ -138,13 +138,18 @@ class CheckpointStore:
     file system) raise OSError so the caller knows the state was not persisted; damaged files never raise.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, kind: str, mode: int = 0o600):
+    def __init__(self, directory: str | os.PathLike[str], *, kind: str, mode: int = 0o600, reader: bool = False):
+        """`reader`: another process (the CLI) looking at the agent's store: it neither creates, cleans up nor
+        moves anything, so it can never remove a temp file the agent is writing."""
         if not _KIND.fullmatch(kind):
             raise ValueError(f"checkpoint kind {kind!r} must be lower-case letters, digits, '.' or '-'")
         self.directory = Path(directory)
         self.kind = kind
         self.mode = mode
+        self.reader = reader
         self._unmovable: set[tuple[str, str]] = set()
+        if reader:
+            return
         if self.directory.exists() and not self.directory.is_dir():
             self._move_non_directory_aside()
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -178,7 +183,7 @@ class CheckpointStore:
     def _checkpoint_names(self) -> list[str]:
         try:
             return sorted(name for name in os.listdir(self.directory) if name.endswith(SUFFIX))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
 
     def keys(self) -> list[str]:
@@ -221,6 +226,8 @@ class CheckpointStore:
 
     def _set_aside(self, path: Path, problem: str) -> None:
         """Move a damaged file into corrupt/ with a timestamp, keeping it for a post-mortem, and warn once."""
+        if self.reader:
+            return  # the agent owning the store sets it aside
         corrupt_dir = self.directory / CORRUPT_DIR
         destination = corrupt_dir / f"{path.name}.{_stamp()}"
         try:

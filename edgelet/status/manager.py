@@ -187,7 +187,7 @@ def pod_list(pods: list[Pod]) -> dict[str, Any]:
 
 def read_pod_list(directory: str) -> dict[str, Any]:
     """The PodList as the agent last wrote it, read straight from disk (the agent may be down)."""
-    store = CheckpointStore(directory, kind=STATUS_KIND, mode=0o600)
+    store = CheckpointStore(directory, kind=STATUS_KIND, mode=0o600, reader=True)
     pods = []
     for payload in store.load_all().values():
         pod, _ = decode_stored_pod(payload)

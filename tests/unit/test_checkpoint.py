@@ -201,3 +201,16 @@ def test_unusable_keys_are_refused(key):
 def test_kinds_are_checked(tmp_path, kind):
     with pytest.raises(ValueError):
         CheckpointStore(tmp_path, kind=kind)
+
+
+def test_a_reader_never_touches_the_owners_files(tmp_path):
+    owner = CheckpointStore(tmp_path, kind="pod-status")
+    owner.write("a", b"1")
+    in_flight = tmp_path / ".tmp-0123456789ab-b.ckpt"  # the owner is writing b right now
+    in_flight.write_bytes(b"half")
+    (tmp_path / "c.ckpt").write_bytes(b"damaged")
+    reader = CheckpointStore(tmp_path, kind="pod-status", reader=True)
+    assert reader.load_all() == {"a": b"1"}
+    assert in_flight.exists() and (tmp_path / "c.ckpt").exists() and not (tmp_path / "corrupt").exists()
+    assert CheckpointStore(tmp_path / "missing", kind="pod-status", reader=True).load_all() == {}
+    assert not (tmp_path / "missing").exists()
