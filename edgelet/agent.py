@@ -121,7 +121,7 @@ class Agent:
         self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated)
         self.loop = SyncLoop(self)
         self._runtime_health = (False, f"waiting for the container runtime at {self.runtime.endpoint}")
-        self.runtime_lost = False  # the runtime was unreachable since the last sync that could reach it
+        self.runtime_lost = False  # the relist cannot reach the runtime (the sync loop watches it)
         self._stopping = asyncio.Event()
         self._tasks = TaskGroup(on_crash=self._on_task_crash)
         self._fatal: str | None = None  # why the agent stops on its own (a crashed task)

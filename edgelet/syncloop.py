@@ -38,6 +38,7 @@ class SyncLoop:
         self._rejected_uids: set[str] = set()
         self._next_log_rotation = 0.0
         self._next_runtime_check = 0.0
+        self._housekeeping_problem = ""
 
     async def run(self) -> None:
         await self._wait_for_runtime()
@@ -69,7 +70,7 @@ class SyncLoop:
                         self.sync_if_known(uid)
                 if now >= next_housekeeping:
                     next_housekeeping = now + self._agent.config.sync.housekeeping_interval
-                    await self._housekeeping()
+                    await self._guarded_housekeeping()
         finally:
             for task in (config_get, pleg_get):
                 if task is not None:
@@ -220,6 +221,19 @@ class SyncLoop:
             self._agent.workers.update(pod)
 
     # -- housekeeping -------------------------------------------------------------------------------
+
+    async def _guarded_housekeeping(self) -> None:
+        """Housekeeping that fails (say, a damaged directory under root_dir) is reported once per problem and
+        tried again next time; the loop every pod depends on goes on."""
+        try:
+            await self._housekeeping()
+        except Exception as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            if problem != self._housekeeping_problem:
+                log.exception("housekeeping failed (retried every %gs)", self._agent.config.sync.housekeeping_interval)
+            self._housekeeping_problem = problem
+        else:
+            self._housekeeping_problem = ""
 
     async def _housekeeping(self) -> None:
         """Kills runtime pods that no source knows, once every source has reported at least once."""
