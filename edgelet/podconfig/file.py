@@ -119,23 +119,26 @@ class ManifestScanner:
                 results.append((path, current.objects))
         for gone in set(self._cache) - set(paths):
             del self._cache[gone]
-        notes = skipped + self._drop_duplicate_names(results)
+        broken = {path for path in paths if (cached := self._cache.get(path)) is not None and cached.error}
+        notes = skipped + self._drop_duplicate_names(results, broken)
         reported = {str(note) for note in notes}
         new_errors.extend(note for note in notes if str(note) not in self._reported)
         self._reported = reported
         return ScanResult(ManifestObjects.merge(objects for _, objects in results), False, new_errors, recovered)
 
-    def _drop_duplicate_names(self, results: list[tuple[str, ManifestObjects]]) -> list[ConfigError]:
-        """One pod per namespace/name: the file that defined it before keeps it (also when edited), else one
-        whose pod the agent already ran, else the first file by name. The others' pods are left out, in
-        place; never does a second definition replace a running pod."""
+    def _drop_duplicate_names(self, results: list[tuple[str, ManifestObjects]], broken: set[str]) -> list[ConfigError]:
+        """One pod per namespace/name: the file that defined it before keeps it (also when edited, even into
+        an invalid state), else one whose pod the agent already ran, else the first file by name. The others'
+        pods are left out, in place; never does a second definition replace a running pod."""
         candidates: dict[str, list[tuple[str, str]]] = {}  # name -> [(path, uid)] in file order
         for path, objects in results:
             for pod in objects.pods:
                 candidates.setdefault(_pod_key(pod), []).append((path, podutil.uid(pod)))
-        owners: dict[str, str] = {}
+        owners = {key: path for key, path in self._owners.items() if path in broken}
         incumbents: Collection[str] | None = None
         for key, found in candidates.items():
+            if key in owners:
+                continue  # its file is being edited (invalid for now): it keeps the name
             paths = [path for path, _ in found]
             owner = self._owners.get(key)
             if owner not in paths and len(found) > 1:
@@ -150,8 +153,8 @@ class ManifestScanner:
                 continue
             for pod in losers:
                 key = _pod_key(pod)
-                notes.append(ConfigError(path, "metadata.name", f"pod {key} is already defined in {owners[key]}, "
-                                                                "which wins; this one is ignored"))
+                notes.append(ConfigError(path, "metadata.name", f"pod {key} is already defined in {owners[key]}; "
+                                                                "this one is ignored"))
             kept = tuple(pod for pod in objects.pods if owners[_pod_key(pod)] == path)
             results[index] = (path, dataclasses.replace(objects, pods=kept))
         return notes

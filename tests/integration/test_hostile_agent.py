@@ -190,3 +190,24 @@ def test_a_task_that_dies_takes_the_agent_down_rather_than_leaving_it_half_alive
     finally:
         agent.close()
         taken.close()
+
+
+def test_a_second_file_with_the_same_pod_name_never_replaces_the_running_pod(agent, containerd):
+    agent.start()
+    agent.write_manifest("m-web.yaml", busybox_pod("web", "exec sleep 3600"))
+    running = wait_for(lambda: (p := agent.pod("web")) and is_running(p) and p, 60, what="web Running")
+    uid = running["metadata"]["uid"]
+    before = runtime_objects(containerd.endpoint, uid)
+    agent.write_manifest("a-web.yaml", busybox_pod("web", "echo impostor; exec sleep 3600"))
+    wait_for(lambda: "a-web.yaml: metadata.name: pod default/web-testnode is already defined in" in agent.log_text(),
+             30, what="the duplicate reported")
+    agent.kill9()  # and across a restart, where a-web.yaml would sort first
+    agent.start()
+    wait_for(lambda: any("container runtime ready" in line for line in since_last_start(agent)), 60,
+             what="agent restarted")
+    time.sleep(3)
+    assert agent.pod("web")["metadata"]["uid"] == uid
+    after = runtime_objects(containerd.endpoint, uid)
+    assert [c.id for c in after[1] if c.state == pb.CONTAINER_RUNNING] == \
+        [c.id for c in before[1] if c.state == pb.CONTAINER_RUNNING]
+    assert len(agent.log_text().split("is already defined in")) == 3  # once per run

@@ -203,6 +203,10 @@ def test_an_earlier_named_file_appearing_later_never_replaces_the_running_pod(tm
     (tmp_path / "m.yaml").write_text(pod_yaml("web", ", args: ['edited']"))
     (edited,) = scanner.scan().objects.pods
     assert edited["spec"]["containers"][0]["args"] == ["edited"]
+    # The owner is edited into an invalid state: it still holds the name, the other file does not step in.
+    (tmp_path / "m.yaml").write_text("kind: Pod\nmetadata: {name: web\n")
+    broken = scanner.scan()
+    assert broken.objects.pods == ()
     # The owner goes away: now the other file's pod is the one.
     (tmp_path / "m.yaml").unlink()
     (successor,) = scanner.scan().objects.pods
