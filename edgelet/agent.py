@@ -22,6 +22,9 @@ from .config import Config
 from .containerlogs import LogRotator
 from .cri.client import RuntimeClient
 from .errors import EdgeletError
+from .events import WARNING, EventRecorder, node_ref, pod_ref
+from .events.locallog import EventLog, event_log_dir
+from .events.node import start_events
 from .eviction import EvictionManager, NodeSignals, PodUsageReader, image_fs_mountpoint
 from .images.airgap import AirgapImages
 from .images.gc import ImageGC
@@ -76,6 +79,7 @@ class Agent:
         self.pod_config = PodConfig()
         self.status = StatusManager(status_dir(config))
         self.notifier = Notifier.from_env()
+        self.recorder = EventRecorder(self.node_name, EventLog(event_log_dir(config.root_dir)))
         self.node_ip = node_ip_address()
         memory_total, _ = read_meminfo()
         self.node_allocatable = {"cpu": str(os.cpu_count() or 1), "memory": str(memory_total)}
@@ -90,7 +94,8 @@ class Agent:
         )
         self.runtime_manager = RuntimeManager(
             self.runtime,
-            Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks),
+            Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks,
+                          recorder=self.recorder),
             logs_root=config.logs_dir,
             crash_backoff=Backoff(config.backoff.crashloop_initial, config.backoff.crashloop_max),
             cluster_dns=list(config.pods.cluster_dns),
@@ -115,7 +120,7 @@ class Agent:
         self.prober = ProbeManager(
             self.runtime, on_change=lambda uid: self.loop.sync_if_known(uid),
             container_lookup=lambda uid, name: self.pleg.get_status(uid).latest_container(name),
-            pod_ip=self._pod_address,
+            pod_ip=self._pod_address, recorder=self.recorder,
         )
         self.syncer = PodSyncer(self)
         self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated)
@@ -139,7 +144,7 @@ class Agent:
             self.config, pod_config=self.pod_config, status_manager=self.status, object_store=self.store,
             health_provider=lambda: {"runtime": self._runtime_health, "pleg": self.pleg.healthy()},
             pressure_provider=self.eviction.pressure,
-            runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip,
+            runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
         )
 
     async def _node_runtime_version(self) -> str:
@@ -156,6 +161,7 @@ class Agent:
         uid = podutil.uid(pod)
         log.warning("evicting pod %s: %s", podutil.full_name(pod), message)
         self.evicted[uid] = message
+        self.recorder.event(pod_ref(pod), WARNING, reason, message)
         self.workers.update(pod, WorkType.TERMINATE, grace)
 
     def _pod_address(self, uid: str) -> str:
@@ -174,6 +180,7 @@ class Agent:
             pull_backoff=Backoff(config.backoff.image_pull_initial, config.backoff.image_pull_max),
             pull_timeout=config.runtime.image_pull_timeout,
             airgap=self.airgap,
+            recorder=self.recorder,
         )
         self.image_gc = ImageGC(
             self.runtime,
@@ -207,6 +214,9 @@ class Agent:
         log.info("edgelet starting: node %s, runtime %s", self.node_name, self.runtime.endpoint)
         self.notifier.status(f"waiting for the container runtime at {self.runtime.endpoint}")
         self._tasks.start("status-writer", self.status.run())
+        self._tasks.start("events", self.recorder.run())
+        for event in start_events(self.node_name, self.config.state_dir):
+            self.recorder.event(node_ref(self.node_name), *event)
         self._tasks.start("pleg", self.pleg.run())
         self._start_sources()
         if self.cluster is not None:

@@ -213,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-q", "--quiet", action="store_true")
     check.set_defaults(func=cmd_check_config)
 
+    from .cli_describe import add_commands  # describe pod, get events
+    add_commands(sub, default_config=DEFAULT_CONFIG, load_config=_load_config)
+
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=cmd_version)
     return parser

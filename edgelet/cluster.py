@@ -14,6 +14,8 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from . import podutil
 from .config import Config, EvictionConfig
+from .events import NO_EVENTS, EventRecorder
+from .events.apisink import ApiEventSink
 from .kubeapi.client import ApiClient
 from .kubeapi.errors import Unauthorized
 from .kubeapi.objects import ObjectSyncer
@@ -85,6 +87,7 @@ class ClusterConnection:
         runtime_version_provider: Callable[[], str | Awaitable[str]],
         node_ip: str,
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
+        recorder: EventRecorder | None = None,
     ):
         """Raises KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
         cluster = config.cluster
@@ -92,6 +95,9 @@ class ClusterConnection:
             raise ValueError("ClusterConnection needs a config with a [cluster] section")
         node_name = config.node_name
         self.client = ApiClient.from_kubeconfig(cluster.kubeconfig)
+        self.events = ApiEventSink(self.client)
+        if recorder is not None:
+            recorder.add_sink(self.events)
         self._pod_config = pod_config
         self._tasks: TaskGroup | None = None
         self.objects = ObjectSyncer(self.client, object_store, os.path.join(config.cache_dir, "objects"),
@@ -111,6 +117,7 @@ class ClusterConnection:
             max_pods=config.max_pods,
             thresholds=pressure_thresholds(config.eviction),
             pressure_provider=pressure_provider,
+            recorder=recorder or NO_EVENTS,
         )
         self.lease = LeaseController(self.client, node_name, duration=cluster.lease_duration,
                                      renew_interval=cluster.lease_renew_interval)
@@ -137,6 +144,7 @@ class ClusterConnection:
         tasks.start("cluster:node-status", self.node_status.run())
         tasks.start("cluster:lease", self.lease.run())
         tasks.start("cluster:pod-status", self.status.run())
+        tasks.start("cluster:events", self.events.run())
 
     def pod_terminated(self, pod: Pod) -> None:
         """Call when every container of `pod` has stopped and its runtime pieces are removed."""

@@ -99,6 +99,13 @@ evictions = Counter(
     registry=REGISTRY,
 )
 
+events_dropped = Counter(
+    "edgelet_events_dropped",
+    "Events not delivered, by why: queue_full, buffer_full (API unreachable), stale, rejected (by the API).",
+    ["reason"],
+    registry=REGISTRY,
+)
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 

@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def log_reason_changes(pod: Pod, before: dict[str, tuple[str, str]], after: dict[str, tuple[str, str]]) -> None:
+    """Each container's failure reason (pull errors included), logged once per change of reason."""
+    for name, (reason, message) in after.items():
+        if before.get(name, ("",))[0] != reason:
+            log.warning("pod %s container %s: %s: %s", podutil.full_name(pod), name, reason, message)
+
+
 class PodSyncer:
     def __init__(self, agent: Agent):
         self._agent = agent
@@ -44,6 +51,7 @@ class PodSyncer:
         )
         if result.started or result.waiting_reasons != self.waiting.get(uid) or not runtime_status.sandboxes:
             runtime_status = await self._agent.pleg.inspect_now(uid)
+        log_reason_changes(pod, self.waiting.get(uid) or {}, result.waiting_reasons)
         self.waiting[uid] = result.waiting_reasons
         self.publish_status(pod, runtime_status, result.waiting_reasons)
         return SyncOutcome(requeue_after=result.requeue_after)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from . import metrics, podutil
 from .admission import admit, rejected_status
 from .errors import EdgeletError, cut_long_values
+from .events import WARNING, pod_ref
 from .pleg import PodLifecycleEvent
 from .podconfig.config import Op, PodUpdate
 from .podutil import Pod
@@ -208,6 +209,7 @@ class SyncLoop:
             self._rejected_uids.add(uid)
             log.warning("pod %s rejected: %s: %s", podutil.full_name(pod), verdict.reason, verdict.message)
             agent.status.set_pod_status(pod, rejected_status(verdict))
+            agent.recorder.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
         return False
 
     def _handle_pleg(self, event: PodLifecycleEvent) -> None:

@@ -18,6 +18,7 @@ from edgelet import podutil
 from edgelet.cri import RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.errors import EdgeletError
+from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from edgelet.images import reference
 from edgelet.images.auth import credentials_for
 
@@ -62,6 +63,15 @@ def pull_policy(container: Mapping[str, Any]) -> str:
     return PULL_IF_NOT_PRESENT
 
 
+# An image error's waiting reason -> the reason and type of the event the kubelet records for it.
+_EVENT_OF_ERROR = {
+    ERR_IMAGE_PULL: ("Failed", WARNING),
+    IMAGE_PULL_BACKOFF: ("BackOff", NORMAL),
+    ERR_IMAGE_NEVER_PULL: (ERR_IMAGE_NEVER_PULL, WARNING),
+    INVALID_IMAGE_NAME: ("InspectFailed", WARNING),
+}
+
+
 def should_pull(policy: str, present: bool) -> bool:
     return policy == PULL_ALWAYS or (policy == PULL_IF_NOT_PRESENT and not present)
 
@@ -98,7 +108,8 @@ class ImageManager:
 
     `runtime` is an `edgelet.cri.client.RuntimeClient`; `pull_backoff` an `edgelet.backoff.Backoff`
     (the kubelet uses 10 s doubling to 300 s); `pull_timeout` bounds one pull attempt (None: the
-    runtime client's own deadline); `airgap` an `edgelet.images.airgap.AirgapImages` or None.
+    runtime client's own deadline); `airgap` an `edgelet.images.airgap.AirgapImages` or None;
+    `recorder` gets the kubelet's image events (Pulling, Pulled, Failed, BackOff, ...).
     """
 
     def __init__(
@@ -109,6 +120,7 @@ class ImageManager:
         pull_timeout: float | None = None,
         airgap=None,
         max_parallel_pulls: int = DEFAULT_MAX_PARALLEL_PULLS,
+        recorder: Recorder = NO_EVENTS,
     ):
         self._runtime = runtime
         self._backoff = pull_backoff
@@ -116,6 +128,7 @@ class ImageManager:
         self._airgap = airgap
         self._pull_slots = asyncio.Semaphore(max(max_parallel_pulls, 1))
         self._locks = _KeyedLocks()
+        self._recorder = recorder
 
     async def image_status(self, image: str) -> pb.Image | None:
         """The runtime's record of `image` (as a pod names it), air-gap images included; None when absent."""
@@ -142,6 +155,16 @@ class ImageManager:
         ErrImagePull, and RuntimeUnavailable when the runtime cannot be asked at all.
         """
         spec_image = container.get("image") or ""
+        ref = pod_ref(pod, container.get("name", ""))
+        try:
+            return await self._ensure(pod, container, spec_image, ref, pull_secrets, sandbox_config)
+        except ImageError as err:
+            reason, event_type = _EVENT_OF_ERROR[err.reason]
+            self._recorder.event(ref, event_type, reason, err.message)
+            raise
+
+    async def _ensure(self, pod: Mapping[str, Any], container: Mapping[str, Any], spec_image: str, ref: dict,
+                      pull_secrets: Sequence[Mapping[str, Any]], sandbox_config: pb.PodSandboxConfig | None) -> str:
         try:
             image = reference.with_default_tag(spec_image)
             key = reference.normalize(spec_image)
@@ -156,6 +179,7 @@ class ImageManager:
         present = await self.image_status(image)
         if not should_pull(policy, present is not None):
             if present is not None:
+                self._recorder.event(ref, NORMAL, "Pulled", f'Container image "{spec_image}" already present on machine')
                 return present.id
             raise ImageError(
                 ERR_IMAGE_NEVER_PULL, f'Container image "{spec_image}" is not present with pull policy of Never'
@@ -165,6 +189,8 @@ class ImageManager:
         if self._backoff.in_backoff(backoff):
             message = f'Back-off pulling image "{spec_image}"'
             raise ImageError(IMAGE_PULL_BACKOFF, message, retry_after=self._backoff.remaining(backoff))
+        self._recorder.event(ref, NORMAL, "Pulling", f'Pulling image "{spec_image}"')
+        started = time.monotonic()
         try:
             image_ref = await self._pull_serialized(key, image, policy, pull_secrets, sandbox_config)
         except _PullFailed as err:
@@ -173,6 +199,8 @@ class ImageManager:
             raise ImageError(ERR_IMAGE_PULL, message, retry_after=self._backoff.remaining(backoff)) from None
         self._backoff.reset(backoff)
         self._backoff.gc()  # forget the back-off of pods long gone, as the kubelet does after a pull
+        self._recorder.event(ref, NORMAL, "Pulled",
+                             f'Successfully pulled image "{spec_image}" in {time.monotonic() - started:.3f}s')
         return image_ref
 
     async def _pull_serialized(

@@ -17,6 +17,7 @@ from ..backoff import Backoff
 from ..cri import runtime_v1_pb2 as pb
 from ..cri.client import RuntimeClient
 from ..errors import EdgeletError
+from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from ..podutil import Pod
 from .actions import PodActions, compute_pod_actions
 from .container import make_container_config
@@ -58,6 +59,7 @@ class Collaborators:
     volumes: object | None = None  # edgelet.volumes.VolumeManager
     store: object | None = None  # edgelet.objectstore.ObjectStore
     hooks: object | None = None  # edgelet.prober lifecycle hook runner
+    recorder: Recorder = NO_EVENTS  # the kubelet's container and sandbox events
 
 
 class RuntimeManager:
@@ -81,6 +83,7 @@ class RuntimeManager:
         self._volumes = collaborators.volumes
         self._store = collaborators.store
         self._hooks = collaborators.hooks
+        self._recorder = collaborators.recorder
         self._logs_root = logs_root
         self._backoff = crash_backoff
         self._cluster_dns = list(cluster_dns)
@@ -117,13 +120,16 @@ class RuntimeManager:
 
         # Step 1: kill the pod if its sandbox changed, else kill the containers that must go.
         if actions.kill_pod:
+            if actions.create_sandbox and status.sandboxes:
+                self._recorder.event(pod_ref(pod), NORMAL, "SandboxChanged",
+                                     "Pod sandbox changed, it will be killed and re-created.")
             await self.kill_pod(pod, status, None)
             if actions.create_sandbox:
                 await self._purge_init_containers(pod, status)
         else:
             await asyncio.gather(*(
                 self._stop_container(kill.container_id, kill.name, podutil.grace_period_seconds(pod),
-                                     pod, f"{kill.reason}: {kill.message}")
+                                     pod, f"{kill.reason}: {kill.message}", event_message=kill.message)
                 for kill in actions.containers_to_kill.values()
             ))
 
@@ -138,7 +144,12 @@ class RuntimeManager:
                 return result
             await asyncio.to_thread(os.makedirs, sandbox_config.log_directory, mode=0o755, exist_ok=True)
             async with self._start_gate:
-                sandbox_id = await self._runtime.run_pod_sandbox(sandbox_config, self._runtime_handler)
+                try:
+                    sandbox_id = await self._runtime.run_pod_sandbox(sandbox_config, self._runtime_handler)
+                except EdgeletError as exc:
+                    self._recorder.event(pod_ref(pod), WARNING, "FailedCreatePodSandBox",
+                                         f"Failed to create pod sandbox: {exc}")
+                    raise
             log.info("pod %s: started sandbox %s (attempt %d)", podutil.full_name(pod), sandbox_id[:13],
                      actions.attempt)
             status = PodRuntimeStatus(uid=status.uid)  # a fresh sandbox starts from no containers
@@ -174,6 +185,7 @@ class RuntimeManager:
                 result.waiting_reasons[container["name"]] = ("CreateContainerConfigError", str(exc))
             result.requeue(10.0)
             log.warning("pod %s: volumes: %s", podutil.full_name(pod), exc)
+            self._recorder.event(pod_ref(pod), WARNING, "FailedMount", f"MountVolume.SetUp failed: {exc}")
             return None
 
     async def _pod_ip(self, sandbox_id: str, pod: Pod) -> str:
@@ -232,22 +244,20 @@ class RuntimeManager:
                     f"pod={podutil.full_name(pod)}({podutil.uid(pod)})",
                 )
                 result.requeue(remaining)
+                self._recorder.event(pod_ref(pod, name), WARNING, "BackOff", "Back-off restarting failed container")
                 return
             self._backoff.next(key)
         try:
             image_ref = await self._images.ensure_image(pod, container, self._pull_secrets(pod))
         except EdgeletError as exc:
             reason = getattr(exc, "reason", "ErrImagePull")
-            result.waiting_reasons[name] = (reason, getattr(exc, "message", str(exc)))
-            result.requeue(getattr(exc, "retry_after", None) or 1.0)
-            metrics.started_containers_errors.labels(container_type, reason).inc()
+            self._failed(pod, name, result, container_type, reason, getattr(exc, "message", str(exc)),
+                         getattr(exc, "retry_after", None) or 1.0, event_message=reason)
             return
         try:
             config = self._container_config(pod, container, image_ref, restart_count, volume_paths, pod_ip)
         except EdgeletError as exc:
-            result.waiting_reasons[name] = ("CreateContainerConfigError", str(exc))
-            result.requeue(10.0)
-            metrics.started_containers_errors.labels(container_type, "CreateContainerConfigError").inc()
+            self._failed(pod, name, result, container_type, "CreateContainerConfigError", str(exc), 10.0)
             return
         await asyncio.to_thread(os.makedirs, os.path.join(sandbox_config.log_directory, name),
                                 mode=0o755, exist_ok=True)
@@ -255,17 +265,15 @@ class RuntimeManager:
             try:
                 container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
             except EdgeletError as exc:
-                result.waiting_reasons[name] = ("CreateContainerError", str(exc))
-                result.requeue(1.0)
-                metrics.started_containers_errors.labels(container_type, "CreateContainerError").inc()
+                self._failed(pod, name, result, container_type, "CreateContainerError", str(exc), 1.0)
                 return
+            self._recorder.event(pod_ref(pod, name), NORMAL, "Created", f"Created container {name}")
             try:
                 await self._runtime.start_container(container_id)
             except EdgeletError as exc:
-                result.waiting_reasons[name] = ("RunContainerError", str(exc))
-                result.requeue(1.0)
-                metrics.started_containers_errors.labels(container_type, "RunContainerError").inc()
+                self._failed(pod, name, result, container_type, "RunContainerError", str(exc), 1.0)
                 return
+        self._recorder.event(pod_ref(pod, name), NORMAL, "Started", f"Started container {name}")
         metrics.started_containers.labels(container_type).inc()
         result.started.append(name)
         log.info("pod %s: started container %s (%s, restart %d)", podutil.full_name(pod), name,
@@ -301,6 +309,14 @@ class RuntimeManager:
                  name, created.id[:13])
         await self._runtime.remove_container(created.id)
         return False
+
+    def _failed(self, pod: Pod, name: str, result: SyncResult, container_type: str, reason: str, message: str,
+                retry_after: float, event_message: str | None = None) -> None:
+        """A container that could not start: its waiting reason, the retry, the metric and the Failed event."""
+        result.waiting_reasons[name] = (reason, message)
+        result.requeue(retry_after)
+        metrics.started_containers_errors.labels(container_type, reason).inc()
+        self._recorder.event(pod_ref(pod, name), WARNING, "Failed", f"Error: {event_message or message}")
 
     def _pull_secrets(self, pod: Pod) -> list[dict]:
         if self._store is None:
@@ -362,10 +378,13 @@ class RuntimeManager:
             return container.grace_period
         return podutil.grace_period_seconds(pod)
 
-    async def _stop_container(self, container_id: str, name: str, grace: int, pod: Pod, why: str) -> None:
+    async def _stop_container(self, container_id: str, name: str, grace: int, pod: Pod, why: str,
+                              event_message: str = "") -> None:
         grace = max(grace, MINIMUM_GRACE_SECONDS) if grace > 0 else 0
         log.info("pod %s: stopping container %s (%s) with %ds grace: %s", podutil.full_name(pod), name,
                  container_id[:13], grace, why)
+        if pod.get("spec"):  # an orphan no source knows has no object to attach events to
+            self._recorder.event(pod_ref(pod, name), NORMAL, "Killing", event_message or f"Stopping container {name}")
         if self._hooks is not None and pod.get("spec"):
             grace = await self._hooks.pre_stop(pod, name, container_id, grace, self)
         await self._runtime.stop_container(container_id, grace)

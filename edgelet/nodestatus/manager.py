@@ -15,6 +15,8 @@ import time
 from typing import Any, Awaitable, Callable, Iterator, Mapping
 
 from edgelet.backoff import jittered_delays
+from edgelet.events import NO_EVENTS, Recorder, node_ref
+from edgelet.events.node import condition_events, condition_statuses
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, NotFound
 from edgelet.nodestatus.setters import (
@@ -58,6 +60,7 @@ class NodeStatusManager:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         backoff_initial: float = 0.8,
         register_backoff_max: float = 7.0,
+        recorder: Recorder = NO_EVENTS,
     ):
         self.client = client
         self.node_name = node_name
@@ -83,6 +86,8 @@ class NodeStatusManager:
         self._runtime_version = ""
         self._last_status: dict[str, Any] | None = None  # what we computed and wrote last
         self._last_write_at: float | None = None  # None: write at the next sync whatever it holds
+        self._recorder = recorder
+        self._evented_conditions: dict[str, str] = {}  # condition statuses the events have told
 
     @property
     def path(self) -> str:
@@ -124,6 +129,7 @@ class NodeStatusManager:
                     node = await self.client.create(NODES_PATH, initial_node(self.node_name, inputs))
                     self._last_status = compute_status(None, inputs)
                     self._last_write_at = self._clock()
+                    self._evented_conditions = {}
                     if (node.get("status") or {}).get("conditions") is None:
                         self._last_write_at = None  # the server dropped the status: write it
                     log.info("registered node %s with the API server", self.node_name)
@@ -137,6 +143,7 @@ class NodeStatusManager:
                         log.info("node %s was already registered", self.node_name)
                     self._last_status = node.get("status") if isinstance(node.get("status"), dict) else None
                     self._last_write_at = None
+                    self._evented_conditions = condition_statuses(self._last_status)
                 self.node_uid = (node.get("metadata") or {}).get("uid", "")
                 self.registered.set()
                 return
@@ -150,6 +157,7 @@ class NodeStatusManager:
         """Compute the status and write it if needed; True when it was written."""
         inputs = await self._inputs()
         status = compute_status(self._last_status, inputs)
+        self._record_transitions(status)
         now = self._clock()
         changed = material_view(status) != material_view(self._last_status)
         due = self._last_write_at is None or now - self._last_write_at >= self.report_frequency
@@ -166,6 +174,13 @@ class NodeStatusManager:
         if changed:
             log.debug("node status written (changed)")
         return True
+
+    def _record_transitions(self, status: Mapping[str, Any]) -> None:
+        """NodeReady, NodeHasSufficientMemory, ... once per condition change, written or not (offline too)."""
+        current = condition_statuses(status)
+        for event in condition_events(self.node_name, self._evented_conditions, current):
+            self._recorder.event(node_ref(self.node_name), *event)
+        self._evented_conditions = current
 
     async def _inputs(self) -> StatusInputs:
         try:

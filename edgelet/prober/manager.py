@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from edgelet import podutil
 from edgelet.errors import ConfigError
+from edgelet.events import NO_EVENTS, Recorder
 from edgelet.kuberuntime.types import ContainerState, ContainerStatus
 
 from .probes import Prober, ProbeSpec, parse_probe
@@ -47,8 +48,10 @@ class ProbeManager:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         prober: Prober | None = None,
+        recorder: Recorder = NO_EVENTS,
     ):
         self._prober = prober or Prober(runtime)
+        self._recorder = recorder
         self._on_change = on_change
         self._lookup = container_lookup
         self._pod_ip = pod_ip
@@ -140,6 +143,7 @@ class ProbeManager:
             container_lookup=self._lookup,
             is_started=functools.partial(self._is_started, uid, name),
             wall_clock=self._wall_clock,
+            recorder=self._recorder,
         )
         # Right after an agent start every worker starts at once: spread their first probes over a
         # period, as the kubelet does, instead of probing every container in the same instant.

@@ -11,6 +11,7 @@ import logging
 from typing import Any, Awaitable, Callable, Mapping
 
 from edgelet import metrics, podutil
+from edgelet.events import NO_EVENTS, WARNING, Recorder, pod_ref
 from edgelet.kuberuntime.types import ContainerState, ContainerStatus
 
 from .probes import ProbeSpec
@@ -28,7 +29,8 @@ class ProbeWorker:
     `check(spec, container, container_id)` runs the probe once (ProbeError: it could not run);
     `container_lookup(pod_uid, name)` gives the newest instance of the container as the runtime
     last reported it; `is_started(container_id)` says whether the startup probe let it start;
-    `wall_clock()` is compared with CRI start times for the initial delay.
+    `wall_clock()` is compared with CRI start times for the initial delay; every failed probe is an
+    Unhealthy event on `recorder`, as the kubelet records it.
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class ProbeWorker:
         container_lookup: ContainerLookup,
         is_started: Callable[[str], bool],
         wall_clock: Callable[[], float],
+        recorder: Recorder = NO_EVENTS,
     ):
         self.probe_type = probe_type
         self.pod = pod
@@ -55,6 +58,7 @@ class ProbeWorker:
         self._lookup = container_lookup
         self._is_started = is_started
         self._wall_clock = wall_clock
+        self._recorder = recorder
         self._wake = asyncio.Event()
         # The probe state of the container instance being probed.
         self.container_id = ""
@@ -114,6 +118,8 @@ class ProbeWorker:
         metrics.prober_probe.labels(*self._metric_labels, result.value).inc()
         if result is Result.FAILURE:
             log.debug("%r: probe failed: %s", self, outcome.output)
+            self._recorder.event(pod_ref(self.pod, self.name), WARNING, "Unhealthy",
+                                 f"{self.probe_type.value} probe failed: {outcome.output}")
         if result is self.last_result:
             self.result_run += 1
         else:

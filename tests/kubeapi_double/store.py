@@ -23,7 +23,7 @@ class Resource:
     kind: str
     namespaced: bool
     has_status: bool
-    stored: bool = True  # events are accepted and discarded
+    stored: bool = True  # events.k8s.io/v1 events are accepted and discarded
 
 
 RESOURCES = {
@@ -33,7 +33,7 @@ RESOURCES = {
         Resource("nodes", "v1", "Node", False, True),
         Resource("configmaps", "v1", "ConfigMap", True, False),
         Resource("secrets", "v1", "Secret", True, False),
-        Resource("events", "v1", "Event", True, False, stored=False),
+        Resource("events", "v1", "Event", True, False),
         Resource("leases", "coordination.k8s.io/v1", "Lease", True, False),
     )
 }
@@ -165,8 +165,9 @@ class Store:
         if resource == "pods":
             status = obj.setdefault("status", {})
             status.setdefault("phase", "Pending")
-        if not info.stored:
+        if resource == "events":
             self.received_events.append(obj)
+        if not info.stored:
             return copy.deepcopy(obj)
         self._objects[resource][key] = obj
         self._record("ADDED", resource, obj, None)
