@@ -199,7 +199,7 @@ def _tolerations(tolerations: list[Mapping[str, Any]]) -> list[str]:
         if t.get("effect"):
             text += f":{t['effect']}"
         if t.get("operator") == "Exists" and not t.get("value"):
-            text += " op=Exists"
+            text += " op=Exists" if text else "op=Exists"  # no key, no effect: tolerates everything
         if t.get("tolerationSeconds") is not None:
             text += f" for {t['tolerationSeconds']}s"
         texts.append(text)
