@@ -185,7 +185,7 @@ class RuntimeManager:
                 result.waiting_reasons[container["name"]] = ("CreateContainerConfigError", str(exc))
             result.requeue(10.0)
             log.warning("pod %s: volumes: %s", podutil.full_name(pod), exc)
-            self._recorder.event(pod_ref(pod), WARNING, "FailedMount", f"MountVolume.SetUp failed: {exc}")
+            self._recorder.event(pod_ref(pod), WARNING, "FailedMount", str(exc))
             return None
 
     async def _pod_ip(self, sandbox_id: str, pod: Pod) -> str:

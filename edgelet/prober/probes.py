@@ -322,7 +322,7 @@ async def http_check(getter: HttpGetter, url: str, headers: Sequence[tuple[str, 
     if result is Result.FAILURE:
         return Outcome(result, f"HTTP probe failed with statuscode: {status}")
     if status >= 300:
-        return Outcome(result, f"Probe terminated redirects (status {status})")
+        return Outcome(result, f"Probe terminated redirects (status {status})", warning=True)
     return Outcome(result, f"HTTP {status}")
 
 

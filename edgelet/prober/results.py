@@ -48,6 +48,7 @@ class Outcome:
 
     result: Result
     output: str = ""
+    warning: bool = False  # passed, but with something to tell (an unfollowed redirect): a ProbeWarning event
 
 
 class ProbeError(Exception):

@@ -120,6 +120,9 @@ class ProbeWorker:
             log.debug("%r: probe failed: %s", self, outcome.output)
             self._recorder.event(pod_ref(self.pod, self.name), WARNING, "Unhealthy",
                                  f"{self.probe_type.value} probe failed: {outcome.output}")
+        elif outcome.warning:
+            self._recorder.event(pod_ref(self.pod, self.name), WARNING, "ProbeWarning",
+                                 f"{self.probe_type.value} probe warning: {outcome.output}")
         if result is self.last_result:
             self.result_run += 1
         else:

@@ -92,3 +92,27 @@ def test_removing_a_pod_records_killing(agent):
     wait_for(lambda: agent.pod("sleeper") is None, 60, what="sleeper gone")
     missing = agent.cli("describe", "pod", "sleeper")
     assert missing.returncode == 1 and 'pod "sleeper" not found' in missing.stderr
+
+
+def test_a_missing_config_map_is_a_failed_mount(agent):
+    agent.start()
+    agent.write_manifest("noconf.yaml", """\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: noconf
+        spec:
+          hostNetwork: true
+          containers:
+            - name: main
+              image: docker.io/library/busybox:local
+              imagePullPolicy: Never
+              command: ["sleep", "3600"]
+          volumes:
+            - name: conf
+              configMap:
+                name: absent
+        """)
+    wait_for(lambda: "FailedMount" in reasons_for(agent, "pod/noconf"), 60, interval=0.5, what="FailedMount")
+    (message,) = {row[4] for row in event_rows(agent, "--for", "pod/noconf") if row[2] == "FailedMount"}
+    assert message == 'MountVolume.SetUp failed for volume "conf" : configmap "absent" not found'

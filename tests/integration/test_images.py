@@ -143,6 +143,44 @@ async def test_failed_pull_then_back_off(cri, registry, base_images, tmp_path, r
         await cri.remove_image(image_config_id(archive))
 
 
+class EventList:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def event(self, ref, event_type, reason, message):
+        assert ref["kind"] == "Pod" and ref["fieldPath"] == "spec.containers{app}"
+        self.events.append((event_type, reason, message))
+
+
+async def test_image_events_as_the_kubelet_records_them(cri, registry, base_images, tmp_path, repository):
+    recorder = EventList()
+    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=FakeClock()), pull_timeout=60, recorder=recorder)
+    archive = make_image(base_images, tmp_path / "events.tar")
+    image = registry.push(archive, "app", f"{repository}:1")
+    missing = f"{registry.address}/{repository}:missing"
+    web = pod()  # the second failed pull of the same pod is backed off
+    try:
+        for the_pod, spec in ((pod(), container(image, "Never")), (pod(), container(image, "IfNotPresent")),
+                              (pod(), container(image, "IfNotPresent")), (web, container(missing, "IfNotPresent")),
+                              (web, container(missing, "IfNotPresent")), (pod(), container("Bad/Name:1"))):
+            try:
+                await manager.ensure_image(the_pod, spec)
+            except ImageError:
+                pass
+        kinds = [(t, r) for t, r, _ in recorder.events]
+        assert kinds == [("Warning", "ErrImageNeverPull"), ("Normal", "Pulling"), ("Normal", "Pulled"),
+                         ("Normal", "Pulled"), ("Normal", "Pulling"), ("Warning", "Failed"), ("Normal", "BackOff"),
+                         ("Warning", "InspectFailed")]
+        messages = [m for _, _, m in recorder.events]
+        assert messages[1] == f'Pulling image "{image}"'
+        assert messages[2].startswith(f'Successfully pulled image "{image}" in ')
+        assert messages[3] == f'Container image "{image}" already present on machine'
+        assert messages[5].startswith(f'Failed to pull image "{missing}": ')
+        assert messages[6] == f'Back-off pulling image "{missing}"'
+    finally:
+        await cri.remove_image(image_config_id(archive))
+
+
 async def test_invalid_image_name(manager):
     with pytest.raises(ImageError) as caught:
         await manager.ensure_image(pod(), container("Example/App:1"))

@@ -37,6 +37,7 @@ class Harness:
         self.outcomes: list[Result | Exception] = []
         self.checked: list[str] = []
         self.changes: list[tuple[str, Result]] = []
+        self.events: list[tuple[str, str, str, str]] = []  # (fieldPath, type, reason, message)
         self.now = NOW
         self.started = started
         self.results = ResultsCache(probe_type, lambda uid, cid, result: self.changes.append((cid, result)))
@@ -45,14 +46,19 @@ class Harness:
             probe_type, pod or make_pod(), {"name": "app"}, spec,
             results=self.results, check=self._check,
             container_lookup=lambda uid, name: self.container if (uid, name) == (UID, "app") else None,
-            is_started=lambda cid: self.started, wall_clock=lambda: self.now,
+            is_started=lambda cid: self.started, wall_clock=lambda: self.now, recorder=self,
         )
+
+    def event(self, ref, event_type, reason, message):
+        self.events.append((ref.get("fieldPath"), event_type, reason, message))
 
     async def _check(self, spec, container, container_id):
         self.checked.append(container_id)
         outcome = self.outcomes.pop(0)
         if isinstance(outcome, Exception):
             raise outcome
+        if isinstance(outcome, Outcome):
+            return outcome
         return Outcome(outcome, "scripted")
 
     async def ticks(self, *outcomes):
@@ -207,3 +213,14 @@ async def test_metrics_count_each_result():
     harness.worker.forget()
     assert (count("successful"), count("failed")) == (0.0, 0.0)
     assert harness.result() is None
+
+
+async def test_every_failed_probe_is_an_unhealthy_event_and_warnings_a_probe_warning():
+    harness = Harness(ProbeType.LIVENESS, failure_threshold=3)
+    redirect = Outcome(S, "Probe terminated redirects (status 302)", warning=True)
+    await harness.ticks(F, ProbeError("no pod IP"), S, redirect, F)
+    assert harness.events == [
+        ("spec.containers{app}", "Warning", "Unhealthy", "Liveness probe failed: scripted"),
+        ("spec.containers{app}", "Warning", "ProbeWarning", "Liveness probe warning: Probe terminated redirects (status 302)"),
+        ("spec.containers{app}", "Warning", "Unhealthy", "Liveness probe failed: scripted"),
+    ]
