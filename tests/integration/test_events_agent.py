@@ -116,3 +116,28 @@ def test_a_missing_config_map_is_a_failed_mount(agent):
     wait_for(lambda: "FailedMount" in reasons_for(agent, "pod/noconf"), 60, interval=0.5, what="FailedMount")
     (message,) = {row[4] for row in event_rows(agent, "--for", "pod/noconf") if row[2] == "FailedMount"}
     assert message == 'MountVolume.SetUp failed for volume "conf" : configmap "absent" not found'
+
+
+def test_a_rejected_pod_has_its_reason_as_an_event(agent):
+    agent.start()
+    agent.write_manifest("claim.yaml", """\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: claim
+        spec:
+          containers:
+            - name: main
+              image: docker.io/library/busybox:local
+              imagePullPolicy: Never
+              command: ["sleep", "3600"]
+          volumes:
+            - name: data
+              persistentVolumeClaim:
+                claimName: data
+        """)
+    wait_for(lambda: "UnsupportedFeature" in reasons_for(agent, "pod/claim"), 60, interval=0.5, what="rejection event")
+    (row,) = [row for row in event_rows(agent, "--for", "pod/claim") if row[2] == "UnsupportedFeature"]
+    assert row[1] == "Warning" and "persistentVolumeClaim" in row[4]
+    text = agent.cli("describe", "pod", "claim").stdout
+    assert "Status:       Failed\nReason:       UnsupportedFeature\n" in text
