@@ -94,13 +94,13 @@ def test_removing_a_pod_records_killing(agent):
     assert missing.returncode == 1 and 'pod "sleeper" not found' in missing.stderr
 
 
-def test_a_missing_config_map_is_a_failed_mount(agent):
-    agent.start()
-    agent.write_manifest("noconf.yaml", """\
+def sleeper_with_volume(name: str, volume: str) -> str:
+    """A pod manifest with one volume, given as its YAML source lines (e.g. `configMap: {name: x}`)."""
+    return f"""\
         apiVersion: v1
         kind: Pod
         metadata:
-          name: noconf
+          name: {name}
         spec:
           hostNetwork: true
           containers:
@@ -109,33 +109,22 @@ def test_a_missing_config_map_is_a_failed_mount(agent):
               imagePullPolicy: Never
               command: ["sleep", "3600"]
           volumes:
-            - name: conf
-              configMap:
-                name: absent
-        """)
+            - name: data
+              {volume}
+        """
+
+
+def test_a_missing_config_map_is_a_failed_mount(agent):
+    agent.start()
+    agent.write_manifest("noconf.yaml", sleeper_with_volume("noconf", "configMap: {name: absent}"))
     wait_for(lambda: "FailedMount" in reasons_for(agent, "pod/noconf"), 60, interval=0.5, what="FailedMount")
     (message,) = {row[4] for row in event_rows(agent, "--for", "pod/noconf") if row[2] == "FailedMount"}
-    assert message == 'MountVolume.SetUp failed for volume "conf" : configmap "absent" not found'
+    assert message == 'MountVolume.SetUp failed for volume "data" : configmap "absent" not found'
 
 
 def test_a_rejected_pod_has_its_reason_as_an_event(agent):
     agent.start()
-    agent.write_manifest("claim.yaml", """\
-        apiVersion: v1
-        kind: Pod
-        metadata:
-          name: claim
-        spec:
-          containers:
-            - name: main
-              image: docker.io/library/busybox:local
-              imagePullPolicy: Never
-              command: ["sleep", "3600"]
-          volumes:
-            - name: data
-              persistentVolumeClaim:
-                claimName: data
-        """)
+    agent.write_manifest("claim.yaml", sleeper_with_volume("claim", "persistentVolumeClaim: {claimName: data}"))
     wait_for(lambda: "UnsupportedFeature" in reasons_for(agent, "pod/claim"), 60, interval=0.5, what="rejection event")
     (row,) = [row for row in event_rows(agent, "--for", "pod/claim") if row[2] == "UnsupportedFeature"]
     assert row[1] == "Warning" and "persistentVolumeClaim" in row[4]
