@@ -85,7 +85,7 @@ class Agent:
         self.node_allocatable = {"cpu": str(os.cpu_count() or 1), "memory": str(memory_total)}
         self.store, self.images, self.volumes = self._make_workload_managers()
         self.pods: dict[str, Pod] = {}  # the desired pods by uid (the kubelet's pod manager)
-        self.hooks = HookRunner(self.runtime, pod_ip=self._pod_address)
+        self.hooks = HookRunner(self.runtime, pod_ip=self._pod_address, recorder=self.recorder)
         self.cpu_manager = CPUManager(
             config.cpu.policy, CPUStateStore(config.state_dir), self.runtime,
             active_pods=self.active_pods, runtime_status=self.pleg.get_status,

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from edgelet import podutil
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.errors import ConfigError, EdgeletError
+from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from edgelet.kuberuntime.manager import MINIMUM_GRACE_SECONDS
 
 from .probes import (
@@ -61,8 +62,9 @@ class HookRunner:
     host (for host-network pods: the node's); when it does not know yet, the sandbox is asked."""
 
     def __init__(self, runtime: Any, pod_ip: Callable[[str], str], *, http: HttpGetter | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, recorder: Recorder = NO_EVENTS):
         self._runtime = runtime
+        self._recorder = recorder
         self._pod_ip = pod_ip
         self._http = http or HttpGetter()
         self._clock = clock
@@ -81,6 +83,7 @@ class HookRunner:
             message = str(exc)
             log.warning("pod %s: container %s (%s): %s: killing it (%s)", podutil.full_name(pod),
                         container["name"], container_id[:13], message, REASON_FAILED_POST_START)
+            self._recorder.event(pod_ref(pod, container["name"]), WARNING, REASON_FAILED_POST_START, message)
             await self._kill(pod, container["name"], container_id)
             return message
         return None
@@ -103,6 +106,7 @@ class HookRunner:
         except HookError as exc:
             log.warning("pod %s: container %s (%s): %s (FailedPreStopHook)", podutil.full_name(pod), name,
                         container_id[:13], exc)
+            self._recorder.event(pod_ref(pod, name), WARNING, "FailedPreStopHook", str(exc))
         except Exception:  # a bug here must not keep the container from being stopped
             log.exception("pod %s: container %s: PreStop hook crashed", podutil.full_name(pod), name)
         return remaining_grace(grace, self._clock() - started)
@@ -111,6 +115,7 @@ class HookRunner:
         await self._http.close()
 
     async def _kill(self, pod: podutil.Pod, name: str, container_id: str) -> None:
+        self._recorder.event(pod_ref(pod, name), NORMAL, "Killing", REASON_FAILED_POST_START)
         grace = await self.pre_stop(pod, name, container_id, podutil.grace_period_seconds(pod))
         try:
             await self._runtime.stop_container(container_id, max(grace, MINIMUM_GRACE_SECONDS))

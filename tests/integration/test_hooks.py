@@ -105,6 +105,28 @@ async def test_failing_post_start_kills_the_container_after_its_pre_stop(cri, ru
                for r in caplog.records)
 
 
+class EventList(list):
+    def event(self, ref, event_type, reason, message):
+        self.append((ref["fieldPath"], reason, message))
+
+
+async def test_failed_post_start_events(cri, tmp_path):
+    events = EventList()
+    hooks = HookRunner(cri, pod_ip=lambda uid: "", recorder=events)
+    manager = RuntimeManager(cri, Collaborators(images=ImageManager(cri, pull_backoff=Backoff(10, 300)), hooks=hooks,
+                                                recorder=events),
+                             logs_root=str(tmp_path / "logs"), crash_backoff=Backoff(10, 300))
+    pod = busybox_pod("exec sleep 3600", grace=2, lifecycle={
+        "postStart": {"exec": {"command": ["sh", "-c", "echo no luck >&2; exit 7"]}}})
+    try:
+        await manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
+    finally:
+        await hooks.close()
+    assert [reason for _, reason, _ in events] == ["Created", "Started", "FailedPostStartHook", "Killing"]
+    assert {path for path, _, _ in events} == {"spec.containers{app}"}
+    assert "exited with 7" in events[2][2] and events[3][2] == "FailedPostStartHook"
+
+
 async def test_post_start_failure_message(cri, hooks, runtime_manager):
     pod = busybox_pod(MARKED_EXIT, lifecycle={})
     await runtime_manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
