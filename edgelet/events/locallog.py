@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any, Iterable
 
 import orjson
@@ -30,7 +31,8 @@ def event_log_dir(root_dir: str) -> str:
 
 
 class EventLog:
-    """Appends batches of events; call `append` off the event loop (it writes to disk)."""
+    """Appends batches of events; call `append` off the event loop (it writes to disk). A lock keeps a
+    shutdown's last batch from interleaving with one still being written by a worker thread."""
 
     def __init__(self, directory: str, *, max_events: int = MAX_EVENTS, max_bytes: int = MAX_BYTES):
         self.directory = directory
@@ -38,20 +40,22 @@ class EventLog:
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._lines: int | None = None  # lines in the current file, counted on first use
+        self._lock = threading.Lock()
 
     def append(self, events: Iterable[Event]) -> None:
         data = b"".join(orjson.dumps(event) + b"\n" for event in events)
         if not data:
             return
-        if self._lines is None:
-            self._lines = self._prepare()
-        with open(self.path, "ab") as handle:
-            handle.write(data)
-            size = handle.tell()
-        self._lines += data.count(b"\n")
-        if self._lines >= self._max_events or size >= self._max_bytes:
-            os.replace(self.path, self.path + ".1")
-            self._lines = 0
+        with self._lock:
+            if self._lines is None:
+                self._lines = self._prepare()
+            with open(self.path, "ab", opener=_private) as handle:
+                handle.write(data)
+                size = handle.tell()
+            self._lines += data.count(b"\n")
+            if self._lines >= self._max_events or size >= self._max_bytes:
+                os.replace(self.path, self.path + ".1")
+                self._lines = 0
 
     def _prepare(self) -> int:
         """Creates the directory; ends a line torn by a crash so the next one stays readable."""
@@ -66,6 +70,11 @@ class EventLog:
                 handle.write(b"\n")
             data += b"\n"
         return data.count(b"\n")
+
+
+def _private(path: str, flags: int) -> int:
+    """Readable by root only, like the pod statuses: messages quote specs and runtime errors."""
+    return os.open(path, flags, 0o600)
 
 
 def read_events(directory: str, *, max_events: int = MAX_EVENTS) -> list[Event]:
