@@ -296,6 +296,7 @@ class RuntimeManager:
                 log.info("pod %s: container %s (%s) was created but cannot be started (%s); replacing it",
                          podutil.full_name(pod), name, created.id[:13], exc)
             else:
+                self._recorder.event(pod_ref(pod, name), NORMAL, "Started", f"Started container {name}")
                 metrics.started_containers.labels(container_type).inc()
                 result.started.append(name)
                 log.info("pod %s: started container %s (%s) created before a restart", podutil.full_name(pod),
