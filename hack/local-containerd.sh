@@ -91,6 +91,11 @@ settings = {
     # No CAP_SYS_RESOURCE here: runc cannot set the sandbox's oom_score_adj -998 otherwise.
     (cri, "restrict_oom_score_adj"): "true",
     (cri, "netns_mounts_under_state_dir"): "true",
+    # exec/attach/port-forward: the agent proxies to this server, which must stay on loopback;
+    # port 0 lets every instance pick its own.
+    (cri, "stream_server_address"): '"127.0.0.1"',
+    (cri, "stream_server_port"): '"0"',
+    (cri, "enable_tls_streaming"): "false",
     (cri + ".cni", "bin_dir"): '"$CNI_BIN_DIR"',
     (cri + ".cni", "conf_dir"): '"$state_dir/cni"',
     # runc keeps container state under its root; the default is shared by every containerd.

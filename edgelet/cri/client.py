@@ -61,6 +61,19 @@ _RPCS: dict[str, tuple[str, Any, Any]] = {
         pb.ReopenContainerLogResponse,
     ),
     "exec_sync": (_RUNTIME + "ExecSync", pb.ExecSyncRequest, pb.ExecSyncResponse),
+    "exec": (_RUNTIME + "Exec", pb.ExecRequest, pb.ExecResponse),
+    "attach": (_RUNTIME + "Attach", pb.AttachRequest, pb.AttachResponse),
+    "port_forward": (_RUNTIME + "PortForward", pb.PortForwardRequest, pb.PortForwardResponse),
+    "list_container_stats": (
+        _RUNTIME + "ListContainerStats",
+        pb.ListContainerStatsRequest,
+        pb.ListContainerStatsResponse,
+    ),
+    "list_podsandbox_stats": (
+        _RUNTIME + "ListPodSandboxStats",
+        pb.ListPodSandboxStatsRequest,
+        pb.ListPodSandboxStatsResponse,
+    ),
     "list_images": (_IMAGE + "ListImages", pb.ListImagesRequest, pb.ListImagesResponse),
     "image_status": (_IMAGE + "ImageStatus", pb.ImageStatusRequest, pb.ImageStatusResponse),
     "pull_image": (_IMAGE + "PullImage", pb.PullImageRequest, pb.PullImageResponse),
@@ -241,6 +254,27 @@ class RuntimeClient:
         deadline = self.timeout + timeout_s if timeout_s > 0 else None
         reply = await self._invoke("exec_sync", request, timeout=deadline)
         return reply.exit_code, reply.stdout, reply.stderr
+
+    # -- streaming and stats ------------------------------------------------------------------
+
+    async def exec(self, request: pb.ExecRequest) -> str:
+        """The streaming-server URL to upgrade on for one exec session."""
+        return (await self._invoke("exec", request)).url
+
+    async def attach(self, request: pb.AttachRequest) -> str:
+        return (await self._invoke("attach", request)).url
+
+    async def port_forward(self, sandbox_id: str, ports: Sequence[int] = ()) -> str:
+        request = pb.PortForwardRequest(pod_sandbox_id=sandbox_id, port=list(ports))
+        return (await self._invoke("port_forward", request)).url
+
+    async def list_container_stats(self, filter: pb.ContainerStatsFilter | None = None) -> list[pb.ContainerStats]:
+        request = pb.ListContainerStatsRequest(filter=filter)
+        return list((await self._invoke("list_container_stats", request)).stats)
+
+    async def list_pod_sandbox_stats(self, filter: pb.PodSandboxStatsFilter | None = None) -> list[pb.PodSandboxStats]:
+        request = pb.ListPodSandboxStatsRequest(filter=filter)
+        return list((await self._invoke("list_podsandbox_stats", request)).stats)
 
     # -- images -------------------------------------------------------------------------------
 

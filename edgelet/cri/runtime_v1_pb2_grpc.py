@@ -115,6 +115,31 @@ class RuntimeServiceStub(object):
                 request_serializer=runtime__v1__pb2.ExecSyncRequest.SerializeToString,
                 response_deserializer=runtime__v1__pb2.ExecSyncResponse.FromString,
                 _registered_method=True)
+        self.Exec = channel.unary_unary(
+                '/runtime.v1.RuntimeService/Exec',
+                request_serializer=runtime__v1__pb2.ExecRequest.SerializeToString,
+                response_deserializer=runtime__v1__pb2.ExecResponse.FromString,
+                _registered_method=True)
+        self.Attach = channel.unary_unary(
+                '/runtime.v1.RuntimeService/Attach',
+                request_serializer=runtime__v1__pb2.AttachRequest.SerializeToString,
+                response_deserializer=runtime__v1__pb2.AttachResponse.FromString,
+                _registered_method=True)
+        self.PortForward = channel.unary_unary(
+                '/runtime.v1.RuntimeService/PortForward',
+                request_serializer=runtime__v1__pb2.PortForwardRequest.SerializeToString,
+                response_deserializer=runtime__v1__pb2.PortForwardResponse.FromString,
+                _registered_method=True)
+        self.ListContainerStats = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ListContainerStats',
+                request_serializer=runtime__v1__pb2.ListContainerStatsRequest.SerializeToString,
+                response_deserializer=runtime__v1__pb2.ListContainerStatsResponse.FromString,
+                _registered_method=True)
+        self.ListPodSandboxStats = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ListPodSandboxStats',
+                request_serializer=runtime__v1__pb2.ListPodSandboxStatsRequest.SerializeToString,
+                response_deserializer=runtime__v1__pb2.ListPodSandboxStatsResponse.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/runtime.v1.RuntimeService/Status',
                 request_serializer=runtime__v1__pb2.StatusRequest.SerializeToString,
@@ -216,6 +241,37 @@ class RuntimeServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exec(self, request, context):
+        """Exec, Attach and PortForward return a URL of the runtime's streaming server to upgrade on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Attach(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PortForward(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListContainerStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPodSandboxStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -299,6 +355,31 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.ExecSync,
                     request_deserializer=runtime__v1__pb2.ExecSyncRequest.FromString,
                     response_serializer=runtime__v1__pb2.ExecSyncResponse.SerializeToString,
+            ),
+            'Exec': grpc.unary_unary_rpc_method_handler(
+                    servicer.Exec,
+                    request_deserializer=runtime__v1__pb2.ExecRequest.FromString,
+                    response_serializer=runtime__v1__pb2.ExecResponse.SerializeToString,
+            ),
+            'Attach': grpc.unary_unary_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=runtime__v1__pb2.AttachRequest.FromString,
+                    response_serializer=runtime__v1__pb2.AttachResponse.SerializeToString,
+            ),
+            'PortForward': grpc.unary_unary_rpc_method_handler(
+                    servicer.PortForward,
+                    request_deserializer=runtime__v1__pb2.PortForwardRequest.FromString,
+                    response_serializer=runtime__v1__pb2.PortForwardResponse.SerializeToString,
+            ),
+            'ListContainerStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListContainerStats,
+                    request_deserializer=runtime__v1__pb2.ListContainerStatsRequest.FromString,
+                    response_serializer=runtime__v1__pb2.ListContainerStatsResponse.SerializeToString,
+            ),
+            'ListPodSandboxStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPodSandboxStats,
+                    request_deserializer=runtime__v1__pb2.ListPodSandboxStatsRequest.FromString,
+                    response_serializer=runtime__v1__pb2.ListPodSandboxStatsResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -711,6 +792,141 @@ class RuntimeService(object):
             '/runtime.v1.RuntimeService/ExecSync',
             runtime__v1__pb2.ExecSyncRequest.SerializeToString,
             runtime__v1__pb2.ExecSyncResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exec(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/Exec',
+            runtime__v1__pb2.ExecRequest.SerializeToString,
+            runtime__v1__pb2.ExecResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attach(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/Attach',
+            runtime__v1__pb2.AttachRequest.SerializeToString,
+            runtime__v1__pb2.AttachResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PortForward(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/PortForward',
+            runtime__v1__pb2.PortForwardRequest.SerializeToString,
+            runtime__v1__pb2.PortForwardResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListContainerStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ListContainerStats',
+            runtime__v1__pb2.ListContainerStatsRequest.SerializeToString,
+            runtime__v1__pb2.ListContainerStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPodSandboxStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ListPodSandboxStats',
+            runtime__v1__pb2.ListPodSandboxStatsRequest.SerializeToString,
+            runtime__v1__pb2.ListPodSandboxStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,
