@@ -135,6 +135,7 @@ class Agent:
                              lambda pod: Verdict(*self.cpu_manager.admit(pod))]
         self.evicted: dict[str, str] = {}  # uid -> eviction message, until the pod is gone
         self.cluster = self._make_cluster() if config.cluster is not None else None
+        self.kubelet_api = None  # the :10250 server, cluster mode only
 
     def _make_cluster(self):
         """The control-plane side (imported only when a cluster is configured: it costs memory)."""
@@ -227,6 +228,8 @@ class Agent:
             server = OpsServer(self.config.server.address, health_checks=self.health_checks(),
                                pods_json=self.status.pod_list_json, registry=metrics.REGISTRY)
             self._tasks.start("ops-server", server.run())
+        if self.cluster is not None and self.config.kubelet_api.address:
+            self._start_kubelet_api()
         try:
             await self._stopping.wait()
         finally:
@@ -241,6 +244,23 @@ class Agent:
         self._fatal = f"task {name} crashed: {exc!r}"[:500]
         self.notifier.status(f"stopping: {self._fatal}")
         self._stopping.set()
+
+    def _start_kubelet_api(self) -> None:
+        """The kubelet API (cluster mode only: its TLS and review code load here); a bad certificate
+        setting is logged and leaves the rest of the agent running."""
+        from .kubeletapi import PodLookup, build_server
+
+        try:
+            server = build_server(
+                self.config, runtime=self.runtime, review=self.cluster.client.create,
+                lookup=PodLookup(self.node_name, lambda: self.pods, self.pleg.get_status),
+                pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
+            )
+        except EdgeletError as exc:
+            log.error("kubelet API not started: %s", exc)
+            return
+        self.kubelet_api = server
+        self._tasks.start("kubelet-api", server.run())
 
     def request_stop(self) -> None:
         if not self._stopping.is_set():

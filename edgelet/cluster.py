@@ -118,6 +118,7 @@ class ClusterConnection:
             thresholds=pressure_thresholds(config.eviction),
             pressure_provider=pressure_provider,
             recorder=recorder or NO_EVENTS,
+            daemon_port=config.kubelet_api.port,
         )
         self.lease = LeaseController(self.client, node_name, duration=cluster.lease_duration,
                                      renew_interval=cluster.lease_renew_interval)

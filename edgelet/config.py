@@ -114,6 +114,10 @@ def _string(check: Callable[[str], str | None] | None = None) -> _Kind:
     return _Kind(read)
 
 
+def _boolean() -> _Kind:
+    return _Kind(lambda value: _expect(value, bool, "true or false"))
+
+
 def _choice(*choices: str) -> _Kind:
     return _string(lambda v: None if v in choices else f"must be one of {', '.join(choices)}; got {v!r}")
 
@@ -361,6 +365,30 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class KubeletApiConfig:
+    """The kubelet API (logs, exec, attach, port-forward, stats) over TLS; served only with [cluster].
+
+    Empty certificate paths mean a self-signed serving certificate kept under root_dir; an empty
+    client_ca_file means the cluster CA of the kubeconfig.
+    """
+
+    address: str = setting("0.0.0.0:10250", _string(_listen_address_error))
+    tls_cert_file: str = setting("", _path())
+    tls_private_key_file: str = setting("", _path())
+    client_ca_file: str = setting("", _path())
+    anonymous: bool = setting(False, _boolean())
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
+            missing = "tls_private_key_file" if self.tls_cert_file else "tls_cert_file"
+            yield missing, "must be set together with the other (a certificate needs its key)"
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rpartition(":")[2]) if self.address else 0
+
+
+@dataclass(frozen=True, slots=True)
 class ImagesConfig:
     airgap_dir: str = setting("", _path())
     gc_high_threshold_percent: int = setting(85, _integer(0, 100))
@@ -435,6 +463,7 @@ class Config:
     backoff: BackoffConfig = section(BackoffConfig)
     cluster: ClusterConfig | None = field(default=None, metadata={"section": ClusterConfig, "optional": True})
     server: ServerConfig = section(ServerConfig)
+    kubelet_api: KubeletApiConfig = section(KubeletApiConfig)
     images: ImagesConfig = section(ImagesConfig)
     logs: LogsConfig = section(LogsConfig)
     eviction: EvictionConfig = section(EvictionConfig)

@@ -1,5 +1,5 @@
 """The ops endpoint: /healthz, /metrics and /pods over HTTP/1.1 on loopback or a unix socket, spoken
-through h11 on plain asyncio streams so it costs almost no memory."""
+through h11 on plain asyncio streams so it costs almost no memory; its HttpServer also carries the kubelet API."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -100,16 +102,19 @@ def error_reply(status: int, message: str, *extra_headers: tuple[str, str]) -> R
 # --- the server -----------------------------------------------------------------------------------
 
 
-class OpsServer:
-    """Serves the ops routes until close(); a misbehaving client only ever costs its own connection."""
+class HttpServer:
+    """HTTP/1.1 over h11 on asyncio streams (optionally TLS): limits, timeouts and error replies.
+
+    Subclasses answer requests in `respond`; a misbehaving client only ever costs its own connection.
+    """
+
+    name = "http server"
 
     def __init__(
         self,
         address: str,
         *,
-        health_checks: Mapping[str, HealthCheck],
-        pods_json: Callable[[], bytes],
-        registry: CollectorRegistry,
+        ssl_context: ssl.SSLContext | None = None,
         request_timeout: float = 10.0,
         idle_timeout: float = 60.0,
         max_header_bytes: int = 16 * 1024,
@@ -117,9 +122,7 @@ class OpsServer:
         max_connections: int = 64,
     ) -> None:
         self.address = parse_address(address)
-        self._health_checks = dict(health_checks)
-        self._pods_json = pods_json
-        self._registry = registry
+        self._ssl = ssl_context
         self._request_timeout = request_timeout
         self._idle_timeout = idle_timeout
         self._max_header_bytes = max_header_bytes
@@ -140,14 +143,15 @@ class OpsServer:
     async def start(self) -> None:
         if self.address.unix_path:
             _remove_stale_socket(self.address.unix_path)
-            self._server = await asyncio.start_unix_server(self._accept, self.address.unix_path)
+            self._server = await asyncio.start_unix_server(self._accept, self.address.unix_path, ssl=self._ssl)
             # The endpoint lists every pod on the node: only root (and its group) may read it.
             os.chmod(self.address.unix_path, 0o660)
         else:
             self._server = await asyncio.start_server(
-                self._accept, self.address.host, self.address.port, reuse_address=True
+                self._accept, self.address.host or None, self.address.port, reuse_address=True, ssl=self._ssl,
+                ssl_handshake_timeout=self._request_timeout if self._ssl else None,
             )
-        log.info("ops endpoint listening on %s", ", ".join(map(str, self.bound_addresses)))
+        log.info("%s listening on %s", self.name, ", ".join(map(str, self.bound_addresses)))
 
     async def close(self) -> None:
         if self._server is None:
@@ -170,6 +174,12 @@ class OpsServer:
         finally:
             await self.close()
 
+    async def respond(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: h11.Request
+    ) -> bool:
+        """Answers one request; False when the connection must not carry another one."""
+        raise NotImplementedError
+
     # --- per connection ---------------------------------------------------------------------------
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -182,10 +192,10 @@ class OpsServer:
                 await self._reject(conn, reader, writer, error_reply(503, "too many connections"))
             else:
                 await self._serve(reader, writer)
-        except (ConnectionError, TimeoutError, h11.LocalProtocolError) as err:
-            log.debug("ops connection ended: %r", err)
+        except (ConnectionError, TimeoutError, h11.LocalProtocolError, ssl.SSLError) as err:
+            log.debug("%s connection ended: %r", self.name, err)
         except Exception:
-            log.exception("ops connection failed")
+            log.exception("%s connection failed", self.name)
         finally:
             self._connections.discard(task)
             writer.close()
@@ -212,9 +222,7 @@ class OpsServer:
                 return
             if request is None:
                 return
-            method = request.method.decode("ascii", "replace")
-            await self._send(conn, writer, method, self._dispatch(method, request.target))
-            if conn.our_state is h11.MUST_CLOSE:
+            if not await self.respond(conn, reader, writer, request) or conn.our_state is h11.MUST_CLOSE:
                 return
             conn.start_next_cycle()
 
@@ -247,46 +255,6 @@ class OpsServer:
                 elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                     return None
 
-    def _dispatch(self, method: str, target: bytes) -> Reply:
-        url = urlsplit(target.decode("ascii", "replace"))
-        handler = self._route(url.path, parse_qs(url.query, keep_blank_values=True))
-        if handler is None:
-            return error_reply(404, "page not found")
-        if method not in _ALLOWED_METHODS:
-            return error_reply(405, "method not allowed", ("allow", ", ".join(_ALLOWED_METHODS)))
-        try:
-            return handler()
-        except Exception as err:
-            log.exception("ops endpoint %s failed", url.path)
-            return error_reply(500, f"internal server error: {err}")
-
-    def _route(self, path: str, query: Mapping[str, list[str]]) -> Callable[[], Reply] | None:
-        if path == "/metrics":
-            return self._metrics
-        if path == "/pods":
-            return self._pods
-        if path == "/healthz":
-            return partial(self._healthz, query)
-        check = path.removeprefix("/healthz/")
-        if check != path and check in self._health_checks:
-            return partial(self._healthz_one, check)
-        return None
-
-    def _healthz(self, query: Mapping[str, list[str]]) -> Reply:
-        excluded = {name for value in query.get("exclude", []) for name in value.split(",")}
-        results = {name: _run_check(fn) for name, fn in self._health_checks.items() if name not in excluded}
-        return healthz_reply(results, verbose="verbose" in query)
-
-    def _healthz_one(self, check: str) -> Reply:
-        ok, reason = _run_check(self._health_checks[check])
-        return Reply(200, b"ok") if ok else error_reply(500, f"internal server error: {reason}")
-
-    def _metrics(self) -> Reply:
-        return Reply(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
-
-    def _pods(self) -> Reply:
-        return Reply(200, self._pods_json(), _JSON)
-
     async def _send(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, method: str, reply: Reply, *, close: bool = False
     ) -> None:
@@ -314,10 +282,81 @@ class OpsServer:
         await self._send(conn, writer, "GET", reply, close=True)
         if writer.can_write_eof():
             writer.write_eof()
-        with contextlib.suppress(TimeoutError, ConnectionError):
+        with contextlib.suppress(TimeoutError, ConnectionError, ssl.SSLError):
             async with asyncio.timeout(_LINGER_SECONDS):
                 while await reader.read(_READ_CHUNK):
                     pass
+
+
+class OpsServer(HttpServer):
+    """The ops routes: /healthz (and /healthz/<check>), /metrics, /pods."""
+
+    name = "ops endpoint"
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        health_checks: Mapping[str, HealthCheck],
+        pods_json: Callable[[], bytes],
+        registry: CollectorRegistry,
+        **limits: Any,
+    ) -> None:
+        super().__init__(address, **limits)
+        self._health_checks = dict(health_checks)
+        self._pods_json = pods_json
+        self._registry = registry
+
+    async def respond(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: h11.Request
+    ) -> bool:
+        method = request.method.decode("ascii", "replace")
+        await self._send(conn, writer, method, self._dispatch(method, request.target))
+        return True
+
+    def _dispatch(self, method: str, target: bytes) -> Reply:
+        url = urlsplit(target.decode("ascii", "replace"))
+        handler = self._route(url.path, parse_qs(url.query, keep_blank_values=True))
+        if handler is None:
+            return error_reply(404, "page not found")
+        if method not in _ALLOWED_METHODS:
+            return error_reply(405, "method not allowed", ("allow", ", ".join(_ALLOWED_METHODS)))
+        try:
+            return handler()
+        except Exception as err:
+            log.exception("ops endpoint %s failed", url.path)
+            return error_reply(500, f"internal server error: {err}")
+
+    def _route(self, path: str, query: Mapping[str, list[str]]) -> Callable[[], Reply] | None:
+        if path == "/metrics":
+            return self._metrics
+        if path == "/pods":
+            return self._pods
+        if path == "/healthz":
+            return partial(self._healthz, query)
+        check = path.removeprefix("/healthz/")
+        if check != path and check in self._health_checks:
+            return partial(self._healthz_one, check)
+        return None
+
+    def _healthz(self, query: Mapping[str, list[str]]) -> Reply:
+        return healthz_reply(run_health_checks(self._health_checks, query), verbose="verbose" in query)
+
+    def _healthz_one(self, check: str) -> Reply:
+        ok, reason = _run_check(self._health_checks[check])
+        return Reply(200, b"ok") if ok else error_reply(500, f"internal server error: {reason}")
+
+    def _metrics(self) -> Reply:
+        return Reply(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
+
+    def _pods(self) -> Reply:
+        return Reply(200, self._pods_json(), _JSON)
+
+
+def run_health_checks(checks: Mapping[str, HealthCheck], query: Mapping[str, list[str]]) -> dict[str, tuple[bool, str]]:
+    """Runs every check not named in `?exclude=a,b`."""
+    excluded = {name for value in query.get("exclude", []) for name in value.split(",")}
+    return {name: _run_check(fn) for name, fn in checks.items() if name not in excluded}
 
 
 class _BodyTooLarge(Exception):

@@ -1,0 +1,329 @@
+"""/stats/summary and /metrics/resource: the node from /proc and statvfs, pods and containers from CRI
+ListPodSandboxStats / ListContainerStats; the kubelet's Summary shape (stats/v1alpha1), built by pure functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from edgelet.cri import RuntimeCallError
+from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
+from edgelet.kuberuntime import labels
+
+log = logging.getLogger(__name__)
+
+
+def rfc3339(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- CPU rate ------------------------------------------------------------------------------------
+
+class CpuRates:
+    """usageNanoCores from two cumulative samples per key, as the kubelet's CRI stats provider does
+    when the runtime leaves the rate out."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int]] = {}
+
+    def rate(self, key: str, timestamp_ns: int, usage_core_ns: int) -> int | None:
+        previous = self._last.get(key)
+        self._last[key] = (timestamp_ns, usage_core_ns)
+        if previous is None or timestamp_ns <= previous[0] or usage_core_ns < previous[1]:
+            return None
+        return (usage_core_ns - previous[1]) * 1_000_000_000 // (timestamp_ns - previous[0])
+
+    def forget_except(self, keys: Iterable[str]) -> None:
+        keep = set(keys)
+        for key in list(self._last):
+            if key not in keep:
+                del self._last[key]
+
+
+def cpu_stats(timestamp_ns: int, usage_core_ns: int | None, nano_cores: int | None) -> dict[str, Any]:
+    stats: dict[str, Any] = {"time": rfc3339(timestamp_ns)}
+    if nano_cores is not None:
+        stats["usageNanoCores"] = nano_cores
+    if usage_core_ns is not None:
+        stats["usageCoreNanoSeconds"] = usage_core_ns
+    return stats
+
+
+# -- node (pure parts) ---------------------------------------------------------------------------
+
+def parse_proc_stat(text: str, clock_ticks: int) -> tuple[int, int]:
+    """(busy CPU nanoseconds of all cores, boot time in seconds) from /proc/stat."""
+    busy = boot = 0
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+            busy = (user + nice + system + irq + softirq + steal) * 1_000_000_000 // clock_ticks
+        elif fields and fields[0] == "btime":
+            boot = int(fields[1])
+    return busy, boot
+
+
+def parse_net_dev(text: str) -> dict[str, tuple[int, int, int, int]]:
+    """(rx bytes, rx errors, tx bytes, tx errors) by interface from /proc/net/dev, loopback left out."""
+    interfaces = {}
+    for line in text.splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        fields = rest.split()
+        name = name.strip()
+        if name and name != "lo" and len(fields) >= 11:
+            interfaces[name] = (int(fields[0]), int(fields[2]), int(fields[8]), int(fields[10]))
+    return interfaces
+
+
+def network_stats(timestamp_ns: int, interfaces: Mapping[str, tuple[int, int, int, int]],
+                  default: str) -> dict[str, Any]:
+    items = [{"name": name, "rxBytes": rx, "rxErrors": rxe, "txBytes": tx, "txErrors": txe}
+             for name, (rx, rxe, tx, txe) in sorted(interfaces.items())]
+    stats: dict[str, Any] = {"time": rfc3339(timestamp_ns), "interfaces": items}
+    chosen = next((item for item in items if item["name"] == default), items[0] if items else None)
+    if chosen is not None:
+        stats.update(chosen)
+    return stats
+
+
+def fs_stats(timestamp_ns: int, vfs: os.statvfs_result, used_bytes: int | None = None) -> dict[str, Any]:
+    capacity = vfs.f_blocks * vfs.f_frsize
+    available = vfs.f_bavail * vfs.f_frsize
+    stats = {"time": rfc3339(timestamp_ns), "availableBytes": available, "capacityBytes": capacity,
+             "usedBytes": used_bytes if used_bytes is not None else (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize}
+    if vfs.f_files:
+        stats.update(inodesFree=vfs.f_ffree, inodes=vfs.f_files, inodesUsed=vfs.f_files - vfs.f_ffree)
+    return stats
+
+
+def node_memory_stats(timestamp_ns: int, meminfo: Mapping[str, int]) -> dict[str, Any]:
+    observation = memory_observation(meminfo)
+    total = meminfo.get("MemTotal", 0)
+    return {"time": rfc3339(timestamp_ns), "availableBytes": observation.available,
+            "usageBytes": total - meminfo.get("MemFree", 0), "workingSetBytes": total - observation.available}
+
+
+# -- pods and containers (pure) ------------------------------------------------------------------
+
+def cri_cpu(usage: Any, key: str, rates: CpuRates) -> dict[str, Any]:
+    total = usage.usage_core_nano_seconds.value if usage.HasField("usage_core_nano_seconds") else None
+    nano = usage.usage_nano_cores.value if usage.HasField("usage_nano_cores") else None
+    timestamp = usage.timestamp or time.time_ns()
+    if total is not None:
+        computed = rates.rate(key, timestamp, total)
+        nano = nano if nano else computed
+    return cpu_stats(timestamp, total, nano)
+
+
+def cri_memory(usage: Any) -> dict[str, Any]:
+    stats: dict[str, Any] = {"time": rfc3339(usage.timestamp or time.time_ns())}
+    for name, key in (("working_set_bytes", "workingSetBytes"), ("available_bytes", "availableBytes"),
+                      ("usage_bytes", "usageBytes"), ("rss_bytes", "rssBytes"), ("page_faults", "pageFaults"),
+                      ("major_page_faults", "majorPageFaults")):
+        if usage.HasField(name):
+            stats[key] = getattr(usage, name).value
+    return stats
+
+
+@dataclass(slots=True)
+class PodStats:
+    ref: dict[str, str]
+    start_ns: int = 0
+    containers: list[dict[str, Any]] = field(default_factory=list)
+    cpu: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    network: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"podRef": self.ref, "startTime": rfc3339(self.start_ns or time.time_ns()),
+                               "containers": self.containers}
+        for key, value in (("cpu", self.cpu), ("memory", self.memory), ("network", self.network)):
+            if value is not None:
+                out[key] = value
+        return out
+
+
+def container_json(stats: Any, rates: CpuRates, start_ns: int, logs_fs: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": stats.attributes.metadata.name, "startTime": rfc3339(start_ns or time.time_ns())}
+    if stats.HasField("cpu"):
+        out["cpu"] = cri_cpu(stats.cpu, stats.attributes.id, rates)
+    if stats.HasField("memory"):
+        out["memory"] = cri_memory(stats.memory)
+    if stats.HasField("writable_layer") and logs_fs is not None:
+        used = stats.writable_layer.used_bytes.value
+        out["rootfs"] = {**logs_fs, "usedBytes": used}
+    if logs_fs is not None:
+        out["logs"] = logs_fs
+    return out
+
+
+def sum_pod_usage(containers: list[dict[str, Any]], timestamp_ns: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A pod's CPU and memory as the sum of its containers' (when the runtime has no sandbox stats)."""
+    def total(section: str, key: str) -> int | None:
+        values = [c[section][key] for c in containers if key in c.get(section, {})]
+        return sum(values) if values else None
+
+    cpu = cpu_stats(timestamp_ns, total("cpu", "usageCoreNanoSeconds"), total("cpu", "usageNanoCores"))
+    memory = {"time": rfc3339(timestamp_ns)}
+    for key in ("workingSetBytes", "usageBytes", "rssBytes"):
+        value = total("memory", key)
+        if value is not None:
+            memory[key] = value
+    return cpu, memory
+
+
+def cri_network(usage: Any) -> dict[str, Any]:
+    interfaces = {item.name: (item.rx_bytes.value, item.rx_errors.value, item.tx_bytes.value, item.tx_errors.value)
+                  for item in [usage.default_interface, *usage.interfaces] if item.name}
+    return network_stats(usage.timestamp or time.time_ns(), interfaces, usage.default_interface.name)
+
+
+# -- /metrics/resource ---------------------------------------------------------------------------
+
+def resource_metrics(summary: Mapping[str, Any]) -> str:
+    """The Prometheus text metrics-server reads from /metrics/resource."""
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        out.extend(f"{name}{labels_text} {value!r}" for labels_text, value in samples)
+
+    node = summary.get("node", {})
+    family("node_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the node in core-seconds",
+           [("", node["cpu"]["usageCoreNanoSeconds"] / 1e9)] if "usageCoreNanoSeconds" in node.get("cpu", {}) else [])
+    family("node_memory_working_set_bytes", "gauge", "Current working set of the node in bytes",
+           [("", node["memory"]["workingSetBytes"])] if "workingSetBytes" in node.get("memory", {}) else [])
+    pods_cpu, pods_mem, containers_cpu, containers_mem, starts = [], [], [], [], []
+    for pod in summary.get("pods", []):
+        ref = pod["podRef"]
+        pod_labels = f'namespace="{_escape(ref["namespace"])}",pod="{_escape(ref["name"])}"'
+        if "usageCoreNanoSeconds" in pod.get("cpu", {}):
+            pods_cpu.append((f"{{{pod_labels}}}", pod["cpu"]["usageCoreNanoSeconds"] / 1e9))
+        if "workingSetBytes" in pod.get("memory", {}):
+            pods_mem.append((f"{{{pod_labels}}}", pod["memory"]["workingSetBytes"]))
+        for container in pod.get("containers", []):
+            container_labels = f'{{container="{_escape(container["name"])}",{pod_labels}}}'
+            if "usageCoreNanoSeconds" in container.get("cpu", {}):
+                containers_cpu.append((container_labels, container["cpu"]["usageCoreNanoSeconds"] / 1e9))
+            if "workingSetBytes" in container.get("memory", {}):
+                containers_mem.append((container_labels, container["memory"]["workingSetBytes"]))
+            started = datetime.strptime(container["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            starts.append((container_labels, float(started.timestamp())))
+    family("container_cpu_usage_seconds_total", "counter",
+           "Cumulative cpu time consumed by the container in core-seconds", containers_cpu)
+    family("container_memory_working_set_bytes", "gauge", "Current working set of the container in bytes",
+           containers_mem)
+    family("container_start_time_seconds", "gauge", "Start time of the container since unix epoch in seconds",
+           starts)
+    family("pod_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the pod in core-seconds",
+           pods_cpu)
+    family("pod_memory_working_set_bytes", "gauge", "Current working set of the pod in bytes", pods_mem)
+    family("scrape_error", "gauge", "1 if there was an error while getting container metrics, 0 otherwise",
+           [("", summary.get("scrapeError", 0))])
+    return "\n".join(out) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+# -- gathering (I/O) -----------------------------------------------------------------------------
+
+def _read(path: str) -> str:
+    with open(path) as file:
+        return file.read()
+
+
+class SummaryProvider:
+    """Gathers one Summary per call; keeps the previous CPU samples to derive usageNanoCores."""
+
+    def __init__(self, runtime: Any, *, node_name: str, root_dir: str, logs_dir: str,
+                 default_interface: Callable[[], str] = lambda: "",
+                 container_start: Callable[[str], int] = lambda container_id: 0) -> None:
+        self._runtime = runtime
+        self._node_name = node_name
+        self._root_dir = root_dir
+        self._logs_dir = logs_dir
+        self._default_interface = default_interface
+        self._container_start = container_start
+        self._rates = CpuRates()
+        self._sandbox_stats_supported = True
+
+    async def summary(self) -> dict[str, Any]:
+        now = time.time_ns()
+        node, scrape_error = self._node(now), 0
+        try:
+            pods = await self._pods(now)
+            node["runtime"] = await self._image_fs(now)
+        except RuntimeCallError as err:
+            log.warning("kubelet API: runtime stats unavailable: %s", err)
+            pods, scrape_error = [], 1
+        return {"node": node, "pods": [pod.as_json() for pod in pods], "scrapeError": scrape_error}
+
+    def _node(self, now: int) -> dict[str, Any]:
+        busy, boot = parse_proc_stat(_read("/proc/stat"), os.sysconf("SC_CLK_TCK"))
+        node = {"nodeName": self._node_name, "startTime": rfc3339(boot * 1_000_000_000),
+                "cpu": cpu_stats(now, busy, self._rates.rate("/", now, busy)),
+                "memory": node_memory_stats(now, parse_meminfo(_read("/proc/meminfo"))),
+                "network": network_stats(now, parse_net_dev(_read("/proc/net/dev")), self._default_interface()),
+                "fs": fs_stats(now, os.statvfs(existing_parent(self._root_dir)))}
+        return node
+
+    async def _image_fs(self, now: int) -> dict[str, Any]:
+        info = await self._runtime.image_fs_info()
+        for usage in info.image_filesystems:
+            path = existing_parent(usage.fs_id.mountpoint or self._root_dir)
+            return {"imageFs": fs_stats(now, os.statvfs(path), usage.used_bytes.value)}
+        return {}
+
+    async def _pods(self, now: int) -> list[PodStats]:
+        containers = await self._runtime.list_container_stats()
+        sandboxes = await self._sandbox_stats()
+        logs_fs = fs_stats(now, os.statvfs(existing_parent(self._logs_dir)))
+        pods: dict[str, PodStats] = {}
+        for sandbox in sandboxes:
+            meta = sandbox.attributes.metadata
+            pod = pods.setdefault(meta.uid, PodStats({"name": meta.name, "namespace": meta.namespace, "uid": meta.uid}))
+            linux = sandbox.linux
+            if linux.HasField("cpu"):
+                pod.cpu = cri_cpu(linux.cpu, "pod:" + meta.uid, self._rates)
+            if linux.HasField("memory"):
+                pod.memory = cri_memory(linux.memory)
+            if linux.HasField("network"):
+                pod.network = cri_network(linux.network)
+        for stats in containers:
+            attrs = stats.attributes.labels
+            uid = attrs.get(labels.POD_UID, "")
+            if not uid:
+                continue
+            pod = pods.setdefault(uid, PodStats({"name": attrs.get(labels.POD_NAME, ""),
+                                                 "namespace": attrs.get(labels.POD_NAMESPACE, ""), "uid": uid}))
+            start = self._container_start(stats.attributes.id)
+            pod.containers.append(container_json(stats, self._rates, start, logs_fs))
+            pod.start_ns = min(filter(None, (pod.start_ns, start)), default=0)
+        for pod in pods.values():
+            if pod.cpu is None or pod.memory is None:
+                cpu, memory = sum_pod_usage(pod.containers, now)
+                pod.cpu, pod.memory = pod.cpu or cpu, pod.memory or memory
+        self._rates.forget_except(["/", *(s.attributes.id for s in containers), *("pod:" + u for u in pods)])
+        return sorted(pods.values(), key=lambda p: (p.ref["namespace"], p.ref["name"]))
+
+    async def _sandbox_stats(self) -> list[Any]:
+        if not self._sandbox_stats_supported:
+            return []
+        try:
+            return await self._runtime.list_pod_sandbox_stats()
+        except RuntimeCallError as err:
+            if err.code != "UNIMPLEMENTED":
+                raise
+            log.info("the runtime has no ListPodSandboxStats; pod usage is summed from its containers")
+            self._sandbox_stats_supported = False
+            return []
