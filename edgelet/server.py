@@ -194,6 +194,8 @@ class HttpServer:
                 await self._serve(reader, writer)
         except (ConnectionError, TimeoutError, h11.LocalProtocolError, ssl.SSLError) as err:
             log.debug("%s connection ended: %r", self.name, err)
+        except asyncio.CancelledError:
+            pass  # close() is ending it; a cancelled callback task makes Python 3.11's streams log an error
         except Exception:
             log.exception("%s connection failed", self.name)
         finally:

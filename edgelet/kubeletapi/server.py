@@ -81,7 +81,7 @@ class KubeletApiServer(HttpServer):
             return True
         try:
             if route.streaming or route.endpoint == "containerLogs":
-                return await self._stream(conn, reader, writer, request, method, route, query)
+                return await self._stream(conn, reader, writer, request, method, route, query, url.query)
             reply = await self._answer(method, route, query)
         except BadRequest as err:
             reply = error_reply(400, str(err))
@@ -94,8 +94,9 @@ class KubeletApiServer(HttpServer):
         except Exception as err:  # noqa: BLE001 - one clear line to the caller, the trace to our log
             log.exception("kubelet API %s %s failed", method, url.path)
             reply = error_reply(500, f"internal server error: {type(err).__name__}")
-        await self._send(conn, writer, method, reply)
-        return True
+        # A refused upgrade ends the connection: the client meant to leave HTTP behind on it.
+        await self._send(conn, writer, method, reply, close=route.streaming)
+        return not route.streaming
 
     async def _check_access(self, writer: asyncio.StreamWriter, request: h11.Request, method: str,
                             path: str) -> Reply | None:
@@ -137,7 +138,8 @@ class KubeletApiServer(HttpServer):
     # -- long-lived answers --------------------------------------------------------------------
 
     async def _stream(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      request: h11.Request, method: str, route: Route, query: Mapping[str, list[str]]) -> bool:
+                      request: h11.Request, method: str, route: Route, query: Mapping[str, list[str]],
+                      raw_query: str) -> bool:
         if self._streams.locked():
             await self._send(conn, writer, method, error_reply(503, "too many streams; try again later"))
             return True
@@ -145,17 +147,19 @@ class KubeletApiServer(HttpServer):
             if route.endpoint == "containerLogs":
                 return await self._logs(conn, writer, method, route, query)
             url = await self._streaming_url(route, query)
+            # The caller's query goes along, as the kubelet's proxy passes it: the WebSocket
+            # port-forward reads its ports from it.
+            url = urlsplit(url)._replace(query=raw_query).geturl()
             try:
                 await proxy_upgrade(url, method, request.headers.raw_items(), conn.trailing_data[0], reader, writer)
             except StreamingError as err:
-                await self._send(conn, writer, method, error_reply(err.status, str(err)))
+                await self._send(conn, writer, method, error_reply(err.status, str(err)), close=True)
             return False  # the connection now belongs to the stream, or is done
 
     async def _streaming_url(self, route: Route, query: Mapping[str, list[str]]) -> str:
         runtime = self._node.runtime
         if route.endpoint == "portForward":
-            parse_ports(query)  # a bad port is refused here; the streams name the ports they want
-            return await runtime.port_forward(self._node.find_sandbox(route))
+            return await runtime.port_forward(self._node.find_sandbox(route), parse_ports(query))
         options = parse_stream_options(route.endpoint, query)
         container_id = self._node.find_container(route)
         if route.endpoint == "exec":

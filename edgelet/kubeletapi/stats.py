@@ -82,6 +82,15 @@ def parse_net_dev(text: str) -> dict[str, tuple[int, int, int, int]]:
     return interfaces
 
 
+def default_route_interface(route_text: str) -> str:
+    """The interface of the IPv4 default route in /proc/net/route ("" when there is none)."""
+    for line in route_text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3 and fields[1] == "00000000" and int(fields[3], 16) & 1:
+            return fields[0]
+    return ""
+
+
 def network_stats(timestamp_ns: int, interfaces: Mapping[str, tuple[int, int, int, int]],
                   default: str) -> dict[str, Any]:
     items = [{"name": name, "rxBytes": rx, "rxErrors": rxe, "txBytes": tx, "txErrors": txe}
@@ -246,16 +255,15 @@ class SummaryProvider:
     """Gathers one Summary per call; keeps the previous CPU samples to derive usageNanoCores."""
 
     def __init__(self, runtime: Any, *, node_name: str, root_dir: str, logs_dir: str,
-                 default_interface: Callable[[], str] = lambda: "",
                  container_start: Callable[[str], int] = lambda container_id: 0) -> None:
         self._runtime = runtime
         self._node_name = node_name
         self._root_dir = root_dir
         self._logs_dir = logs_dir
-        self._default_interface = default_interface
         self._container_start = container_start
         self._rates = CpuRates()
         self._sandbox_stats_supported = True
+        self._sandbox_stats_failed = False  # logged once
 
     async def summary(self) -> dict[str, Any]:
         now = time.time_ns()
@@ -273,7 +281,8 @@ class SummaryProvider:
         node = {"nodeName": self._node_name, "startTime": rfc3339(boot * 1_000_000_000),
                 "cpu": cpu_stats(now, busy, self._rates.rate("/", now, busy)),
                 "memory": node_memory_stats(now, parse_meminfo(_read("/proc/meminfo"))),
-                "network": network_stats(now, parse_net_dev(_read("/proc/net/dev")), self._default_interface()),
+                "network": network_stats(now, parse_net_dev(_read("/proc/net/dev")),
+                                         default_route_interface(_read("/proc/net/route"))),
                 "fs": fs_stats(now, os.statvfs(existing_parent(self._root_dir)))}
         return node
 
@@ -322,8 +331,10 @@ class SummaryProvider:
         try:
             return await self._runtime.list_pod_sandbox_stats()
         except RuntimeCallError as err:
-            if err.code != "UNIMPLEMENTED":
-                raise
-            log.info("the runtime has no ListPodSandboxStats; pod usage is summed from its containers")
-            self._sandbox_stats_supported = False
+            # containerd 1.6 fails the whole list when one sandbox has no cgroup of its own.
+            if err.code == "UNIMPLEMENTED":
+                self._sandbox_stats_supported = False
+            if not self._sandbox_stats_failed:
+                log.info("pod usage is summed from its containers: ListPodSandboxStats failed: %s", err)
+                self._sandbox_stats_failed = True
             return []

@@ -45,8 +45,9 @@ RESYNC = 1.0
 
 def cluster_agent(workdir: Path, endpoint: str, api: ApiServerDouble, *, server_address: str = "") -> AgentProcess:
     kubeconfig = api.write_kubeconfig(str(workdir / "kubeconfig"))
-    return AgentProcess(workdir, endpoint, node_name=NODE, extra_toml=CLUSTER_TOML.format(kubeconfig=kubeconfig),
-                        server_address=server_address)
+    # The kubelet API would listen on 0.0.0.0:10250 by default: a free loopback port keeps agents apart.
+    toml = CLUSTER_TOML.format(kubeconfig=kubeconfig) + '\n[kubelet_api]\naddress = "127.0.0.1:0"\n'
+    return AgentProcess(workdir, endpoint, node_name=NODE, extra_toml=toml, server_address=server_address)
 
 
 def log_seconds_between(agent: AgentProcess, first: str, then: str, *, start_at: str = "") -> float:

@@ -25,6 +25,8 @@ from tests.kubeapi_double.routing import PATCH_TYPES, Route, decode_body, parse_
 from tests.kubeapi_double.store import RESOURCES, Change, StatusError, Store, parse_field_selector, parse_label_selector
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+REVIEW_PATHS = frozenset({TOKEN_REVIEW_PATH, "/apis/authorization.k8s.io/v1/subjectaccessreviews"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,9 @@ class ApiServerDouble:
         self.bookmark_interval = bookmark_interval
         self.gone_as_http = gone_as_http
         self.port = 0
+        # Reviews the kubelet API asks for: token -> (user, groups); a SubjectAccessReview spec -> allowed.
+        self.token_users: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self.authorize: Callable[[dict[str, Any]], bool] = lambda spec: False
         self._ssl = ssl_context
         self._store = Store(history_size=history_size)
         self._rules: list[_FailureRule] = []
@@ -332,6 +337,9 @@ class ApiServerDouble:
             if path == "/version":
                 await self._send_json(conn, writer, 200, {"major": "1", "minor": "32", "gitVersion": "v1.32.0-double"})
                 return True
+            if method == "POST" and path in REVIEW_PATHS:
+                await self._send_json(conn, writer, 201, self._review(path, decode_body(body)))
+                return True
             route = parse_route(path)
             if route is None:
                 raise StatusError(404, "NotFound", f"the server could not find the requested resource ({path})")
@@ -342,6 +350,19 @@ class ApiServerDouble:
         except StatusError as e:
             await self._send_json(conn, writer, e.code, e.status())
         return True
+
+    def _review(self, path: str, review: Any) -> dict[str, Any]:
+        """TokenReview from `token_users`; SubjectAccessReview by `authorize(spec)` (deny all by default)."""
+        spec = review.get("spec") or {}
+        if path == TOKEN_REVIEW_PATH:
+            user = self.token_users.get(spec.get("token", ""))
+            status: dict[str, Any] = {"authenticated": False}
+            if user is not None:
+                status = {"authenticated": True, "user": {"username": user[0], "groups": list(user[1])}}
+        else:
+            allowed = bool(self.authorize(spec))
+            status = {"allowed": allowed, "reason": "allowed by the test" if allowed else ""}
+        return {**review, "status": status}
 
     def _matching_rule(self, method: str, path: str) -> _FailureRule | None:
         for rule in self._rules:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgelet.config import (
+    Config,
     Threshold,
     format_duration,
     format_effective,
@@ -260,3 +261,24 @@ def test_example_documents_every_setting_with_its_default():
                 assert actual[key] == value, f"example {dotted} = {actual[key]!r}, default is {value!r}"
 
     walk(defaults, example)
+
+
+def test_kubelet_api_table():
+    settings = parse_config({"kubelet_api": {"address": "127.0.0.1:10250", "anonymous": True,
+                                             "tls_cert_file": "tls/kubelet.crt",
+                                             "tls_private_key_file": "tls/kubelet.key"}}, base_dir="/etc/edgelet")
+    assert settings.kubelet_api.port == 10250 and settings.kubelet_api.anonymous
+    assert settings.kubelet_api.tls_cert_file == "/etc/edgelet/tls/kubelet.crt"
+    assert Config().kubelet_api.address == "0.0.0.0:10250" and not Config().kubelet_api.anonymous
+    assert parse_config({"kubelet_api": {"address": ""}}).kubelet_api.port == 0
+
+
+@pytest.mark.parametrize("table, key, words", [
+    ({"anonymous": "yes"}, "kubelet_api.anonymous", "true or false"),
+    ({"address": "10250"}, "kubelet_api.address", "host:port"),
+    ({"tls_cert_file": "/a.crt"}, "kubelet_api.tls_private_key_file", "set together"),
+])
+def test_kubelet_api_table_errors_name_the_key(table, key, words):
+    with pytest.raises(ConfigError) as error:
+        parse_config({"kubelet_api": table}, "edgelet.toml")
+    assert error.value.key == key and words in error.value.message

@@ -11,7 +11,7 @@ from edgelet.containerlogs import LogLine
 from edgelet.kubeletapi.certs import subject_alt_names
 from edgelet.kubeletapi.logs import ByteLimit, Entry, LineJoiner, read_logs, render, select
 from edgelet.kubeletapi.paths import LogOptions, parse_rfc3339_ns
-from edgelet.kubeletapi.stats import CpuRates, network_stats, parse_net_dev, parse_proc_stat, resource_metrics
+from edgelet.kubeletapi.stats import CpuRates, default_route_interface, network_stats, parse_net_dev, parse_proc_stat, resource_metrics
 from edgelet.kubeletapi.streaming import StreamingError, loopback_target, request_head, response_status
 
 
@@ -176,3 +176,11 @@ def test_resource_metrics_text():
 def test_subject_alt_names():
     assert subject_alt_names(["node-1", "localhost", "192.168.1.5", "127.0.0.1", "", "node-1", "::1"]) == \
         "DNS:node-1,DNS:localhost,IP:192.168.1.5,IP:127.0.0.1,IP:::1"
+
+
+def test_default_route_interface():
+    text = ("Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n"
+            "br0\t0001A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\n"
+            "eth0\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\n")
+    assert default_route_interface(text) == "eth0"
+    assert default_route_interface(text.replace("0003", "0002")) == ""  # a route that is down

@@ -1,0 +1,345 @@
+"""The kubelet API of the real agent, against the private containerd and the API server double (which answers
+the TokenReviews and SubjectAccessReviews): who may call it, logs with each option, exec / attach /
+port-forward through containerd's streaming server over WebSocket, run, stats, pods and healthz.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+
+from tests.integration.agent_harness import AgentProcess, busybox_pod, fails_first_run_pod, is_running, wait_for
+from tests.integration.test_cluster import CLUSTER_TOML, NODE
+from tests.integration.wsclient import ChannelSocket, UpgradeRefused
+from tests.kubeapi_double import ApiServerDouble, StatusError
+from tests.kubeapi_double.testcerts import issue_client_cert, make_ca
+
+pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+APISERVER_USER = "kube-apiserver-kubelet-client"
+TOKEN_USER = "metrics-reader"  # may read stats, nothing else
+LOG_POD = f"talker-{NODE}"
+WEB_PORT_HOST = 18000 + (int(time.time()) % 1000)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def allow(spec: dict) -> bool:
+    """The test's RBAC: the apiserver's client may do anything on nodes; the token user only get stats."""
+    attributes = spec.get("resourceAttributes") or {}
+    if spec.get("user") == APISERVER_USER:
+        return attributes.get("resource") == "nodes" and attributes.get("name") == NODE
+    return spec.get("user") == TOKEN_USER and (attributes.get("verb"), attributes.get("subresource")) == ("get", "stats")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pki")
+    ca = make_ca(str(directory))
+    other_ca = make_ca(str(directory), "unrelated-ca")
+    return {
+        "ca": ca,
+        "apiserver": issue_client_cert(str(directory), ca, APISERVER_USER, "system:masters"),
+        "nobody": issue_client_cert(str(directory), ca, "nobody"),
+        "stranger": issue_client_cert(str(directory), other_ca, APISERVER_USER, "system:masters"),
+    }
+
+
+class KubeletApi:
+    """The agent with its kubelet API, and clients for it."""
+
+    def __init__(self, agent: AgentProcess, api: ApiServerDouble, port: int, pki: dict):
+        self.agent = agent
+        self.api = api
+        self.port = port
+        self.pki = pki
+        self.base = f"https://127.0.0.1:{port}"
+
+    @property
+    def serving_cert(self) -> str:
+        return str(self.agent.root_dir / "pki" / "kubelet.crt")
+
+    def context(self, who: str | None = "apiserver") -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.serving_cert)
+        if who is not None:
+            context.load_cert_chain(*self.pki[who])
+        return context
+
+    def get(self, path: str, who: str | None = "apiserver", **kwargs) -> httpx.Response:
+        with httpx.Client(verify=self.context(who), timeout=30, trust_env=False) as client:
+            return client.get(self.base + path, **kwargs)
+
+    def post(self, path: str, who: str | None = "apiserver", **kwargs) -> httpx.Response:
+        with httpx.Client(verify=self.context(who), timeout=30, trust_env=False) as client:
+            return client.post(self.base + path, **kwargs)
+
+    def ws(self, target: str, **kwargs) -> ChannelSocket:
+        return ChannelSocket.connect(self.port, target, self.context(), **kwargs)
+
+
+@pytest.fixture
+def kubelet_api(tmp_path: Path, containerd, pki):
+    api = ApiServerDouble().start()
+    api.token_users = {"stats-token": (TOKEN_USER, ("readers",))}
+    api.authorize = allow
+    port = free_port()
+    kubeconfig = api.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    toml = CLUSTER_TOML.format(kubeconfig=kubeconfig) + f"""
+[kubelet_api]
+address = "127.0.0.1:{port}"
+client_ca_file = "{pki['ca'][0]}"
+"""
+    agent = AgentProcess(tmp_path, containerd.endpoint, node_name=NODE, extra_toml=toml).start()
+    try:
+        wait_for(lambda: (tmp_path / "root" / "pki" / "kubelet.key").exists() and _listening(port), 30,
+                 what="the kubelet API to listen")
+        yield KubeletApi(agent, api, port, pki)
+    finally:
+        agent.close()
+        api.close()
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def start_pod(api: KubeletApi, manifest: str, name: str, timeout: float = 60) -> None:
+    api.agent.write_manifest(f"{name}.yaml", manifest)
+    wait_for(lambda: is_running(api.agent.pod(name)), timeout, what=f"pod {name} running")
+
+
+# -- who may call ----------------------------------------------------------------------------------
+
+def test_callers_get_401_403_or_200_as_the_kubelet_answers_them(kubelet_api):
+    assert kubelet_api.get("/healthz", who=None).status_code == 401
+    assert kubelet_api.get("/healthz", who=None, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    refused = kubelet_api.get("/pods", who="nobody")
+    assert refused.status_code == 403
+    assert refused.text.strip() == "403 Forbidden (user=nobody, verb=get, resource=nodes, subresource=proxy)"
+    assert kubelet_api.get("/healthz").status_code == 200
+    # A bearer token is reviewed, then authorized per subresource.
+    token = {"Authorization": "Bearer stats-token"}
+    assert kubelet_api.get("/stats/summary", who=None, headers=token).status_code == 200
+    assert kubelet_api.get("/pods", who=None, headers=token).status_code == 403
+    # A certificate from another CA never gets past the handshake.
+    with pytest.raises((ssl.SSLError, httpx.TransportError)):
+        kubelet_api.get("/healthz", who="stranger")
+    assert "Traceback" not in kubelet_api.agent.log_text()
+
+
+def test_node_status_reports_the_port(kubelet_api):
+    node = wait_for(lambda: _try(lambda: kubelet_api.api.get("nodes", NODE)), 10, what="the Node")
+    assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": kubelet_api.port}}
+
+
+def test_unknown_paths_and_bad_queries_get_clear_answers(kubelet_api):
+    assert kubelet_api.get("/nothing/here").status_code == 404
+    bad = kubelet_api.get("/containerLogs/default/x/main?tailLines=many")
+    assert bad.status_code == 400 and "tailLines" in bad.text
+    missing = kubelet_api.get("/containerLogs/default/nosuchpod/main")
+    assert missing.status_code == 404 and "nosuchpod" in missing.text
+
+
+# -- logs --------------------------------------------------------------------------------------------
+
+def test_container_logs_with_each_option(kubelet_api):
+    start_pod(kubelet_api, busybox_pod("talker", "for i in 1 2 3 4 5; do echo line $i; done; exec sleep 3600"),
+              "talker")
+    path = f"/containerLogs/default/{LOG_POD}/main"
+    wait_for(lambda: kubelet_api.get(path).text.count("\n") == 5, 10, what="five log lines")
+    assert kubelet_api.get(path).text == "".join(f"line {i}\n" for i in range(1, 6))
+    assert kubelet_api.get(path + "?tailLines=2").text == "line 4\nline 5\n"
+    assert kubelet_api.get(path + "?limitBytes=9").text == "line 1\nli"
+    stamped = kubelet_api.get(path + "?timestamps=true&tailLines=1").text
+    stamp, _, text = stamped.partition(" ")
+    assert text == "line 5\n" and stamp.endswith(("Z", "+00:00")) and "T" in stamp
+    assert kubelet_api.get(path + "?sinceTime=2999-01-01T00:00:00Z").text == ""
+    assert kubelet_api.get(path + "?sinceSeconds=3600").text.count("\n") == 5
+    assert kubelet_api.get(path + "?previous=true").status_code == 404  # it never restarted
+    assert kubelet_api.get(f"/containerLogs/default/{LOG_POD}/nosuch").status_code == 404
+
+
+def test_previous_logs_are_the_last_terminated_run(kubelet_api):
+    start_pod(kubelet_api, fails_first_run_pod("crasher", "echo first run", "echo second run; exec sleep 3600"),
+              "crasher")
+    path = f"/containerLogs/default/crasher-{NODE}/main"
+    wait_for(lambda: kubelet_api.get(path).text == "second run\n", 30, what="the second run's log")
+    assert kubelet_api.get(path + "?previous=1").text == "first run\n"
+
+
+def test_follow_streams_new_lines_until_the_client_leaves(kubelet_api):
+    start_pod(kubelet_api, busybox_pod("ticker", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
+              "ticker")
+    seen = b""
+    with httpx.Client(verify=kubelet_api.context(), timeout=30, trust_env=False) as client:
+        with client.stream("GET", f"{kubelet_api.base}/containerLogs/default/ticker-{NODE}/main?follow=true") as reply:
+            assert reply.status_code == 200
+            started = time.monotonic()
+            for chunk in reply.iter_bytes():
+                seen += chunk
+                if seen.count(b"\n") >= 8 or time.monotonic() - started > 20:
+                    break
+    assert seen.count(b"\n") >= 8
+    # Ticks arrive as they are written: the stream reached lines written after it opened.
+    assert b"tick 8\n" in seen
+    assert kubelet_api.get("/healthz").status_code == 200  # the agent went on after the client left
+
+
+# -- exec, attach, run ---------------------------------------------------------------------------
+
+def _exec_target(command: list[str], **flags: str) -> str:
+    query = urlencode([*(("command", part) for part in command), *flags.items()])
+    return f"/exec/default/sleeper-{NODE}/main?{query}"
+
+
+@pytest.fixture
+def sleeper(kubelet_api):
+    start_pod(kubelet_api, busybox_pod("sleeper", "exec sleep 3600"), "sleeper")
+    return kubelet_api
+
+
+def test_exec_over_websocket_reports_output_and_exit_code(sleeper):
+    session = sleeper.ws(_exec_target(["sh", "-c", "echo out; echo err >&2; exit 3"], output="1", error="1"))
+    channels = session.collect()
+    assert channels.get(1) == b"out\n"
+    assert channels.get(2) == b"err\n"
+    status = json.loads(channels[3])
+    assert status["reason"] == "NonZeroExitCode"
+    assert status["details"]["causes"][0] == {"reason": "ExitCode", "message": "3"}
+    ok = sleeper.ws(_exec_target(["true"], output="1")).collect()
+    assert json.loads(ok[3])["status"] == "Success"
+
+
+def test_exec_with_stdin_and_with_a_terminal(sleeper):
+    session = sleeper.ws(_exec_target(["sh", "-c", "read line; echo got:$line"], input="1", output="1"))
+    session.send(0, b"hello\n")
+    assert session.collect().get(1) == b"got:hello\n"
+    tty = sleeper.ws(_exec_target(["sh", "-c", "sleep 1; stty size"], input="1", output="1", tty="1"))
+    tty.send(4, json.dumps({"Width": 123, "Height": 45}).encode())
+    assert tty.collect().get(1, b"").strip() == b"45 123"
+
+
+def test_attach_sees_the_containers_output(kubelet_api):
+    start_pod(kubelet_api, busybox_pod("chatty", "i=0; while true; do i=$((i+1)); echo chat $i; sleep 0.2; done"),
+              "chatty")
+    session = kubelet_api.ws(f"/attach/default/chatty-{NODE}/main?output=1&error=1")
+    got = b""
+    while got.count(b"chat") < 3:
+        message = session.recv()
+        assert message is not None, got
+        if message[0] == 1:
+            got += message[1]
+    session.close()
+    assert b"chat " in got
+
+
+def test_exec_refusals_are_plain_http_answers(sleeper):
+    with pytest.raises(UpgradeRefused) as refused:
+        sleeper.ws(f"/exec/default/sleeper-{NODE}/main?output=1")  # no command
+    assert refused.value.status == 400 and b"command" in refused.value.body
+    with pytest.raises(UpgradeRefused) as missing:
+        sleeper.ws(f"/exec/default/sleeper-{NODE}/nosuch?command=true&output=1")
+    assert missing.value.status == 404
+
+
+def test_run_returns_the_commands_output(sleeper):
+    reply = sleeper.post(f"/run/default/sleeper-{NODE}/main?cmd=echo%20ran%20here")
+    assert reply.status_code == 200 and reply.text == "ran here\n"
+
+
+# -- port-forward ----------------------------------------------------------------------------------
+
+def _http_pod(name: str, port: int, host_network: bool) -> str:
+    script = f"mkdir -p /tmp/www && echo hello from {name} > /tmp/www/index.html && exec httpd -f -p {port} -h /tmp/www"
+    if host_network:
+        script = script.replace(f"-p {port}", f"-p 127.0.0.1:{port}")
+    return busybox_pod(name, script, host_network=host_network)
+
+
+def port_forward_get(api: KubeletApi, pod: str, port: int) -> bytes:
+    session = api.ws(f"/portForward/default/{pod}?port={port}")
+    # Each channel first carries the port it serves (little-endian), then data or the error text.
+    first = {session.recv()[0], session.recv()[0]}
+    assert first == {0, 1}
+    session.send(0, b"GET / HTTP/1.0\r\n\r\n")
+    body = b""
+    while (message := session.recv()) is not None:
+        channel, data = message
+        if channel == 0:
+            body += data
+            if b"hello from" in body and body.endswith(b"\n"):
+                break
+        elif channel == 1 and data:
+            raise AssertionError(f"port-forward error: {data!r}")
+    session.close()
+    return body
+
+
+@pytest.mark.parametrize("host_network", [True, False], ids=["host-network", "cni-network"])
+def test_port_forward_reaches_an_http_server_in_the_pod(kubelet_api, host_network):
+    port = WEB_PORT_HOST if host_network else 8080
+    name = "webhost" if host_network else "webpod"
+    start_pod(kubelet_api, _http_pod(name, port, host_network), name)
+    body = wait_for(lambda: _try(lambda: port_forward_get(kubelet_api, f"{name}-{NODE}", port)), 20,
+                    interval=0.5, what="an HTTP answer through port-forward")
+    assert b"200 OK" in body and f"hello from {name}".encode() in body
+
+
+def _try(fn):
+    try:
+        return fn()
+    except (AssertionError, OSError, EOFError, StatusError):
+        return None
+
+
+# -- stats, pods, healthz ---------------------------------------------------------------------------
+
+def test_stats_summary_has_the_node_and_the_pods(sleeper):
+    def summary_with_pod():
+        summary = sleeper.get("/stats/summary").json()
+        return summary if any(p["podRef"]["name"] == f"sleeper-{NODE}" for p in summary["pods"]) else None
+
+    summary = wait_for(summary_with_pod, 20, interval=0.5, what="the pod in /stats/summary")
+    node = summary["node"]
+    assert node["nodeName"] == NODE
+    assert node["cpu"]["usageCoreNanoSeconds"] > 0
+    assert node["memory"]["workingSetBytes"] > 0 and node["memory"]["availableBytes"] > 0
+    assert node["fs"]["capacityBytes"] >= node["fs"]["availableBytes"] > 0
+    assert "imageFs" in node["runtime"]
+    pod = next(p for p in summary["pods"] if p["podRef"]["name"] == f"sleeper-{NODE}")
+    assert pod["podRef"]["namespace"] == "default" and pod["podRef"]["uid"]
+    assert [c["name"] for c in pod["containers"]] == ["main"]
+    container = pod["containers"][0]
+    assert container["cpu"]["usageCoreNanoSeconds"] >= 0
+    assert container["memory"]["workingSetBytes"] > 0
+    assert pod["memory"]["workingSetBytes"] > 0
+    # A second sample gives the CPU rate, as metrics-server reads it.
+    again = sleeper.get("/stats/summary").json()
+    assert "usageNanoCores" in again["node"]["cpu"]
+    metrics = sleeper.get("/metrics/resource")
+    assert metrics.status_code == 200
+    assert f'container_memory_working_set_bytes{{container="main",namespace="default",pod="sleeper-{NODE}"}}' \
+        in metrics.text
+
+
+def test_pods_and_healthz(sleeper):
+    pods = sleeper.get("/pods").json()
+    assert pods["kind"] == "PodList"
+    assert f"sleeper-{NODE}" in [p["metadata"]["name"] for p in pods["items"]]
+    verbose = sleeper.get("/healthz?verbose")
+    assert verbose.status_code == 200 and "[+]runtime ok" in verbose.text
