@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -174,7 +175,12 @@ class KubeletApiServer(HttpServer):
                     query: Mapping[str, list[str]]) -> bool:
         options = parse_log_options(query, now_ns=time.time_ns())
         pod_dir = find_pod_dir(self._node.logs_dir, route.namespace, route.pod, self._node.node_name)
-        files = container_log_files(pod_dir, route.container, options.previous)
+        if not os.path.isdir(os.path.join(pod_dir, route.container)):
+            raise NotFoundError(f'container "{route.container}" not found in pod "{route.pod}"')
+        try:
+            files = container_log_files(pod_dir, route.container, options.previous)
+        except LogsError as err:
+            raise BadRequest(str(err)) from None  # the kubelet's 400 for a log it cannot give
         pod_uid = pod_dir.rsplit("_", 1)[-1]
         chunks = read_logs(files, options, still_running=lambda: self._node.container_running(pod_uid, route.container),
                            closed=writer.transport.is_closing)

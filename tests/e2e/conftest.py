@@ -3,7 +3,8 @@
 `control_plane` starts kube-apiserver 1.20.2, etcd and kube-controller-manager on loopback once per session
 through hack/control-plane.sh (which builds the binaries from Debian's source package the first time and
 caches them). `kubectl` drives it as an operator would; `audit` counts requests from the apiserver's audit
-log; `cluster_agent` starts `edgelet run` joined to the cluster with the node's own client certificate.
+log; `cluster_agent` starts `edgelet run` joined to the cluster with the node's own client certificate and its
+kubelet API on a loopback port with a serving certificate of the cluster CA.
 """
 
 from __future__ import annotations
@@ -220,6 +221,40 @@ def cluster_toml(kubeconfig: Path) -> str:
     return CLUSTER_TOML.format(kubeconfig=kubeconfig, lease=LEASE_DURATION_S, renew=LEASE_DURATION_S / 4)
 
 
+KUBELET_API_TOML = """
+[kubelet_api]
+address = "127.0.0.1:{port}"
+tls_cert_file = "{cert}"
+tls_private_key_file = "{key}"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def kubelet_serving_cert(control_plane: ControlPlane, node: str) -> tuple[Path, Path]:
+    """A serving certificate for the node's kubelet API signed by the cluster CA, which the apiserver
+    checks it against (--kubelet-certificate-authority); made once per node."""
+    pki = control_plane.dir / "pki"
+    cert, key = pki / f"kubelet-{node}.crt", pki / f"kubelet-{node}.key"
+    if cert.exists():
+        return cert, key
+    extensions = pki / f"kubelet-{node}.ext"
+    extensions.write_text(f"subjectAltName=DNS:{node},IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+                          "keyUsage=critical,digitalSignature,keyEncipherment\n")
+    subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-subj", f"/CN={node}", "-keyout", str(key), "-out", str(pki / f"kubelet-{node}.csr")],
+                   check=True, capture_output=True)
+    subprocess.run(["openssl", "x509", "-req", "-in", str(pki / f"kubelet-{node}.csr"), "-CA", str(pki / "ca.crt"),
+                    "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "2", "-sha256",
+                    "-extfile", str(extensions), "-out", str(cert)], check=True, capture_output=True)
+    key.chmod(0o600)
+    return cert, key
+
+
 @pytest.fixture
 def cluster_agent(control_plane: ControlPlane, containerd, tmp_path: Path, kubectl: Kubectl):
     """Starts `edgelet run` as the control plane's node; stops it, its pods and the Node object afterwards."""
@@ -227,8 +262,13 @@ def cluster_agent(control_plane: ControlPlane, containerd, tmp_path: Path, kubec
 
     def start(extra_toml: str = "", *, node: str | None = None, workdir: Path | None = None) -> AgentProcess:
         node = node or control_plane.node
+        # The kubelet API on a free loopback port (the Node reports it), with a cluster-signed certificate.
+        port = free_port()
+        cert, key = kubelet_serving_cert(control_plane, node)
+        kubelet_api = "" if "[kubelet_api]" in extra_toml else KUBELET_API_TOML.format(port=port, cert=cert, key=key)
         agent = AgentProcess(workdir or tmp_path / f"agent-{len(agents)}", containerd.endpoint, node_name=node,
-                             extra_toml=cluster_toml(control_plane.node_kubeconfig(node)) + extra_toml)
+                             extra_toml=cluster_toml(control_plane.node_kubeconfig(node)) + kubelet_api + extra_toml)
+        agent.kubelet_api_port = port
         agents.append(agent)
         return agent.start()
 

@@ -170,7 +170,7 @@ def test_container_logs_with_each_option(kubelet_api):
     assert text == "line 5\n" and stamp.endswith(("Z", "+00:00")) and "T" in stamp
     assert kubelet_api.get(path + "?sinceTime=2999-01-01T00:00:00Z").text == ""
     assert kubelet_api.get(path + "?sinceSeconds=3600").text.count("\n") == 5
-    assert kubelet_api.get(path + "?previous=true").status_code == 404  # it never restarted
+    assert kubelet_api.get(path + "?previous=true").status_code == 400  # it never restarted (the kubelet's code)
     assert kubelet_api.get(f"/containerLogs/default/{LOG_POD}/nosuch").status_code == 404
 
 
