@@ -191,7 +191,7 @@ def _free_loopback_port() -> int:
 class AgentProcess:
     """One `edgelet run` with its own root_dir, manifest directory and ops port, as a user starts it."""
 
-    def __init__(self, workdir: Path, endpoint: str):
+    def __init__(self, workdir: Path, endpoint: str, *, extra_toml: str = ""):
         self.workdir = workdir
         self.root_dir = workdir / "root"
         self.manifest_dir = workdir / "manifests"
@@ -214,7 +214,7 @@ class AgentProcess:
 
             [server]
             address = "127.0.0.1:{self.ops_port}"
-            """))
+            """) + extra_toml)
         self.proc: subprocess.Popen | None = None
         self.ready_at = 0.0  # monotonic time /healthz first answered 200
 

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import bench_agent as agent_bench  # noqa: E402
 from bench import bench_core  # noqa: E402
+from bench import bench_kubelet_api  # noqa: E402
 from edgelet import core  # noqa: E402
 from edgelet.cri.client import RuntimeClient  # noqa: E402
 from edgelet.errors import EdgeletError  # noqa: E402
@@ -52,6 +53,7 @@ GOALS = {  # figure -> (limit, "max" or "min")
     "status_writes_idle": (0, "max"),
     "rss_110_mb": (50.0, "max"),
     "idle_cpu_110_pct": (0.5, "max"),
+    "kubelet_api_rss_mb": (5.0, "max"),
 }
 
 
@@ -75,6 +77,8 @@ class Results:
     status_resyncs: int = 0
     runtime: str = ""
     load: list[str] = field(default_factory=list)
+    kubelet_api_rss_off_mb: float = float("nan")  # idle cluster-mode agent, no pods
+    kubelet_api_rss_on_mb: float = float("nan")
 
     def bench_figures(self) -> dict[str, float]:
         big = {r["n_containers"]: r for r in self.relist}.get(10_000, {})
@@ -86,6 +90,7 @@ class Results:
             "status_writes_idle": self.status_writes,
             "rss_110_mb": self.idle110.rss_mb if self.idle110 else float("nan"),
             "idle_cpu_110_pct": self.idle110.cpu_pct if self.idle110 else float("nan"),
+            "kubelet_api_rss_mb": self.kubelet_api_rss_on_mb - self.kubelet_api_rss_off_mb,
         }
 
 
@@ -291,6 +296,9 @@ async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], w
         rt = Runtimes(agent_endpoint, agent_rt, raw_rt, stop_raw)
         await bench_sequential(rt, workdir, results, opts)
         await bench_burst(rt, workdir, results, opts)
+        log("cluster-mode agent, no pods: idle RSS with the kubelet API off and on")
+        results.kubelet_api_rss_off_mb, results.kubelet_api_rss_on_mb = \
+            await bench_kubelet_api.kubelet_api_rss(workdir / "kubelet-api", agent_endpoint)
     results.load.append(_load())
     return results
 
@@ -373,6 +381,12 @@ def idle_lines(results: Results, figures: dict[str, float]) -> list[str]:
         f"  {f'idle CPU % of one core ({results.idle0.window_s:.0f}/{results.idle110.window_s:.0f} s)':34} "
         f"{results.idle0.cpu_pct:>10.2f} {results.idle110.cpu_pct:>10.2f}   "
         f"{goal('idle_cpu_110_pct', figures['idle_cpu_110_pct'])}",
+        "",
+        "kubelet API (cluster mode, no pods, idle; median of "
+        f"{bench_kubelet_api.ROUNDS} alternating starts against the API double)",
+        f"  {'RSS MiB off / on / added':34} {results.kubelet_api_rss_off_mb:>10.1f} "
+        f"{results.kubelet_api_rss_on_mb:>10.1f} {figures['kubelet_api_rss_mb']:>7.1f}   "
+        f"{goal('kubelet_api_rss_mb', figures['kubelet_api_rss_mb'])}",
     ]
 
 
@@ -395,7 +409,8 @@ def bench_line(figures: dict[str, float]) -> str:
     return (f"BENCH relist_10k_ms={figures['relist_10k_ms']:.3f} relist_speedup={figures['relist_speedup']:.1f} "
             f"pod_start_ratio={figures['pod_start_ratio']:.2f} burst_110_ratio={figures['burst_110_ratio']:.2f} "
             f"status_writes_idle={figures['status_writes_idle']} rss_110_mb={figures['rss_110_mb']:.1f} "
-            f"idle_cpu_110_pct={figures['idle_cpu_110_pct']:.2f}")
+            f"idle_cpu_110_pct={figures['idle_cpu_110_pct']:.2f} "
+            f"kubelet_api_rss_mb={figures['kubelet_api_rss_mb']:.1f}")
 
 
 # -- entry -----------------------------------------------------------------------------------------------
