@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 from collections.abc import Iterable
 from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
 
 _CHUNK = 64 * 1024
 MAX_RESPONSE_HEAD = 64 * 1024
@@ -69,6 +72,7 @@ async def proxy_upgrade(
     StreamingError before anything was written to the caller; afterwards failures just end the session.
     """
     host, port, target = loopback_target(url)
+    headers = list(headers)
     try:
         async with asyncio.timeout(connect_timeout):
             backend_reader, backend_writer = await asyncio.open_connection(host, port, limit=MAX_RESPONSE_HEAD)
@@ -82,6 +86,8 @@ async def proxy_upgrade(
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError) as err:
             raise StreamingError(502, f"the runtime's streaming server gave no usable answer: {err!r}") from None
         status = response_status(head)
+        log.debug("streaming %s %s: %d, upgrade %s", method, target.split("?")[0].rsplit("/", 1)[0], status,
+                  next((v.decode("latin-1") for k, v in headers if k.lower() == b"upgrade"), "none"))
         client_writer.write(head)
         await client_writer.drain()
         if status == 101:

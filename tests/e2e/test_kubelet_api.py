@@ -244,3 +244,59 @@ def test_callers_at_the_port_get_401_403_200(node, control_plane):
     assert _status_at(port, pki, None) == 401
     assert _status_at(port, pki, "no-rights") == 403
     assert _status_at(port, pki, "apiserver-kubelet-client") == 200
+
+
+# -- figures (printed with -s; only the bytes are asserted) ------------------------------------------------
+
+LINE = "x" * 127  # with its newline, 128 bytes: 81920 lines make 10 MiB
+
+
+def test_kubectl_logs_of_a_10_mib_log(node, kubectl):
+    """10 MiB of output crosses the 10 MiB rotation size: rotated and live files are read in order."""
+    run_pod(kubectl, node, "big-log", f"yes {LINE} | head -n 81920; echo END; exec sleep 3600")
+    wait_for(lambda: kubectl("logs", "big-log", "--tail=1") == "END\n", 60, interval=0.5, what="the whole log")
+    timings = []
+    for _ in range(3):
+        started = time.monotonic()
+        text = kubectl("logs", "big-log", timeout=120)
+        timings.append(time.monotonic() - started)
+        assert len(text) == 10 * 1024 * 1024 + 4 and text.endswith(f"{LINE}\nEND\n")
+    print(f"\nkubectl logs, 10 MiB: best {min(timings):.2f} s of 3")
+
+
+def _download_mb_s(url: str, size: int) -> float:
+    started = time.monotonic()
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=60) as reply:
+        got = 0
+        while chunk := reply.read(1 << 20):
+            got += len(chunk)
+    assert got == size
+    return size / (1 << 20) / (time.monotonic() - started)
+
+
+def test_port_forward_throughput_against_a_direct_connection(node, kubectl, control_plane):
+    port, size_mb = free_port(), 64
+    run_pod(kubectl, node, "bulk", f"mkdir -p /tmp/www && dd if=/dev/zero of=/tmp/www/big bs=1M count={size_mb} "
+                                   f"2>/dev/null && exec httpd -f -p 127.0.0.1:{port} -h /tmp/www",
+            extra_spec={"hostNetwork": True})
+    wait_for(lambda: _http_up(port), 20, what="httpd")
+    local = free_port()
+    forward = Background(control_plane.admin_kubeconfig, "port-forward", "pod/bulk", f"{local}:{port}")
+    try:
+        forward.read_until("Forwarding from 127.0.0.1")
+        direct, forwarded = [], []
+        for _ in range(3):
+            direct.append(_download_mb_s(f"http://127.0.0.1:{port}/big", size_mb << 20))
+            forwarded.append(_download_mb_s(f"http://127.0.0.1:{local}/big", size_mb << 20))
+    finally:
+        forward.stop()
+    print(f"\nport-forward of {size_mb} MiB, best of 3: direct {max(direct):.0f} MB/s, "
+          f"kubectl port-forward through the apiserver and the agent {max(forwarded):.0f} MB/s")
+
+
+def _http_up(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
