@@ -22,7 +22,7 @@ import pytest
 
 from tests.e2e.conftest import free_port
 from tests.e2e.test_pods import pod_manifest
-from tests.integration.agent_harness import is_running, wait_for
+from tests.integration.agent_harness import is_running, port_open, wait_for
 
 pytestmark = pytest.mark.containerd
 
@@ -279,7 +279,7 @@ def test_port_forward_throughput_against_a_direct_connection(node, kubectl, cont
     run_pod(kubectl, node, "bulk", f"mkdir -p /tmp/www && dd if=/dev/zero of=/tmp/www/big bs=1M count={size_mb} "
                                    f"2>/dev/null && exec httpd -f -p 127.0.0.1:{port} -h /tmp/www",
             extra_spec={"hostNetwork": True})
-    wait_for(lambda: _http_up(port), 20, what="httpd")
+    wait_for(lambda: port_open(port), 20, what="httpd")
     local = free_port()
     forward = Background(control_plane.admin_kubeconfig, "port-forward", "pod/bulk", f"{local}:{port}")
     try:
@@ -292,11 +292,3 @@ def test_port_forward_throughput_against_a_direct_connection(node, kubectl, cont
         forward.stop()
     print(f"\nport-forward of {size_mb} MiB, best of 3: direct {max(direct):.0f} MB/s, "
           f"kubectl port-forward through the apiserver and the agent {max(forwarded):.0f} MB/s")
-
-
-def _http_up(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,15 @@ def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.0
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on the port."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 def unmount_under(directory: Path) -> None:

@@ -15,7 +15,8 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from tests.integration.agent_harness import AgentProcess, busybox_pod, fails_first_run_pod, is_running, wait_for
+from tests.integration.agent_harness import (AgentProcess, busybox_pod, fails_first_run_pod, is_running, port_open,
+                                             wait_for)
 from tests.integration.test_cluster import CLUSTER_TOML, NODE
 from tests.integration.wsclient import ChannelSocket, UpgradeRefused
 from tests.kubeapi_double import ApiServerDouble, StatusError
@@ -102,20 +103,12 @@ client_ca_file = "{pki['ca'][0]}"
 """
     agent = AgentProcess(tmp_path, containerd.endpoint, node_name=NODE, extra_toml=toml).start()
     try:
-        wait_for(lambda: (tmp_path / "root" / "pki" / "kubelet.key").exists() and _listening(port), 30,
+        wait_for(lambda: (tmp_path / "root" / "pki" / "kubelet.key").exists() and port_open(port), 30,
                  what="the kubelet API to listen")
         yield KubeletApi(agent, api, port, pki)
     finally:
         agent.close()
         api.close()
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def start_pod(api: KubeletApi, manifest: str, name: str, timeout: float = 60) -> None:
