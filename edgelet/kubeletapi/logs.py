@@ -113,7 +113,12 @@ async def read_logs(
     handles = []
     try:
         for path in files:
-            handles.append(open(path, "rb"))
+            try:
+                handles.append(open(path, "rb"))
+            except FileNotFoundError:
+                if path == live:
+                    raise
+                continue  # rotated away since it was listed: its lines are gone
         entries = (entry for handle in handles for entry in _entries_of(handle, joiner))
         batch = bytearray()
         for entry in select(entries, options):

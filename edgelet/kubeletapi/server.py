@@ -72,14 +72,16 @@ class KubeletApiServer(HttpServer):
         method = request.method.decode("ascii", "replace")
         url = urlsplit(request.target.decode("ascii", "replace"))
         query = parse_qs(url.query, keep_blank_values=True)
+        # A refused upgrade ends the connection: the client meant to leave HTTP behind on it.
+        upgrade = any(name == b"upgrade" for name, _ in request.headers)
         refusal = await self._check_access(writer, request, method, url.path)
-        if refusal is not None:
-            await self._send(conn, writer, method, refusal)
-            return True
         route = parse_route(url.path)
-        if route is None:
-            await self._send(conn, writer, method, error_reply(404, "page not found"))
-            return True
+        if refusal is None and route is None:
+            refusal = error_reply(404, "page not found")
+        if refusal is not None:
+            await self._send(conn, writer, method, refusal, close=upgrade)
+            return not upgrade
+        assert route is not None
         try:
             if route.streaming or route.endpoint == "containerLogs":
                 return await self._stream(conn, reader, writer, request, method, route, query, url.query)
@@ -95,9 +97,9 @@ class KubeletApiServer(HttpServer):
         except Exception as err:  # noqa: BLE001 - one clear line to the caller, the trace to our log
             log.exception("kubelet API %s %s failed", method, url.path)
             reply = error_reply(500, f"internal server error: {type(err).__name__}")
-        # A refused upgrade ends the connection: the client meant to leave HTTP behind on it.
-        await self._send(conn, writer, method, reply, close=route.streaming)
-        return not route.streaming
+        close = upgrade or route.streaming
+        await self._send(conn, writer, method, reply, close=close)
+        return not close
 
     async def _check_access(self, writer: asyncio.StreamWriter, request: h11.Request, method: str,
                             path: str) -> Reply | None:
