@@ -89,19 +89,23 @@ class KubeletApi:
         return ChannelSocket.connect(self.port, target, self.context(), **kwargs)
 
 
-@pytest.fixture
-def kubelet_api(tmp_path: Path, containerd, pki):
-    api = ApiServerDouble().start()
-    api.token_users = {"stats-token": (TOKEN_USER, ("readers",))}
-    api.authorize = allow
-    port = free_port()
+def start_agent(tmp_path: Path, endpoint: str, api: ApiServerDouble, pki: dict, port: int) -> AgentProcess:
     kubeconfig = api.write_kubeconfig(str(tmp_path / "kubeconfig"))
     toml = CLUSTER_TOML.format(kubeconfig=kubeconfig) + f"""
 [kubelet_api]
 address = "127.0.0.1:{port}"
 client_ca_file = "{pki['ca'][0]}"
 """
-    agent = AgentProcess(tmp_path, containerd.endpoint, node_name=NODE, extra_toml=toml).start()
+    return AgentProcess(tmp_path, endpoint, node_name=NODE, extra_toml=toml).start()
+
+
+@pytest.fixture
+def kubelet_api(tmp_path: Path, containerd, pki):
+    api = ApiServerDouble().start()
+    api.token_users = {"stats-token": (TOKEN_USER, ("readers",))}
+    api.authorize = allow
+    port = free_port()
+    agent = start_agent(tmp_path, containerd.endpoint, api, pki, port)
     try:
         wait_for(lambda: (tmp_path / "root" / "pki" / "kubelet.key").exists() and port_open(port), 30,
                  what="the kubelet API to listen")
@@ -138,6 +142,20 @@ def test_callers_get_401_403_or_200_as_the_kubelet_answers_them(kubelet_api):
 def test_node_status_reports_the_port(kubelet_api):
     node = wait_for(lambda: _try(lambda: kubelet_api.api.get("nodes", NODE)), 10, what="the Node")
     assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": kubelet_api.port}}
+
+
+def test_a_port_in_use_is_reported_and_the_agent_runs_its_pods(tmp_path, containerd, pki):
+    with socket.socket() as taken, ApiServerDouble() as api:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        agent = start_agent(tmp_path, containerd.endpoint, api, pki, taken.getsockname()[1])
+        try:
+            agent.write_manifest("web.yaml", busybox_pod("web", "exec sleep 3600"))
+            wait_for(lambda: is_running(agent.pod("web")), 60, what="the pod running")
+            assert "kubelet API not started: kubelet_api.address" in agent.log_text()
+            assert agent.proc is not None and agent.proc.poll() is None
+        finally:
+            agent.close()
 
 
 def test_unknown_paths_and_bad_queries_get_clear_answers(kubelet_api):
