@@ -14,7 +14,7 @@ from typing import Any
 from edgelet import podutil
 from edgelet.config import Config
 from edgelet.kubeapi.kubeconfig import load_kubeconfig
-from edgelet.kuberuntime.types import ContainerState, PodRuntimeStatus, SandboxState
+from edgelet.kuberuntime.types import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
 from edgelet.podutil import Pod
 from edgelet.server import HealthCheck
 
@@ -53,10 +53,13 @@ class PodLookup:
         return status.id
 
     def sandbox(self, route: Route) -> str:
-        for sandbox in self._runtime_status(self.pod_uid(route)).sandboxes:
-            if sandbox.state == SandboxState.READY:
-                return sandbox.id
-        raise NotFoundError(f'pod "{route.pod}" has no running sandbox')
+        sandbox = self.ready_sandbox(self.pod_uid(route))
+        if sandbox is None:
+            raise NotFoundError(f'pod "{route.pod}" has no running sandbox')
+        return sandbox.id
+
+    def ready_sandbox(self, pod_uid: str) -> SandboxStatus | None:
+        return next((s for s in self._runtime_status(pod_uid).sandboxes if s.state == SandboxState.READY), None)
 
     def container_running(self, pod_uid: str, name: str) -> bool:
         status = self._runtime_status(pod_uid).latest_container(name)
@@ -89,7 +92,7 @@ def build_server(
             settings = dataclasses.replace(settings, client_ca_file=kubeconfig.ca_file)
     context = server_context(cert_file, key_file, client_ca_file=settings.client_ca_file, client_ca_data=ca_data)
     stats = SummaryProvider(runtime, node_name=config.node_name, root_dir=config.root_dir, logs_dir=config.logs_dir,
-                            container_start=lookup.container_start)
+                            container_start=lookup.container_start, pod_sandbox=lookup.ready_sandbox)
     node = NodeView(
         node_name=config.node_name, logs_dir=config.logs_dir, runtime=runtime,
         find_container=lookup.container, find_sandbox=lookup.sandbox, container_running=lookup.container_running,

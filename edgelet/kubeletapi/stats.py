@@ -4,6 +4,7 @@ ListPodSandboxStats / ListContainerStats; the kubelet's Summary shape (stats/v1a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -255,12 +256,15 @@ class SummaryProvider:
     """Gathers one Summary per call; keeps the previous CPU samples to derive usageNanoCores."""
 
     def __init__(self, runtime: Any, *, node_name: str, root_dir: str, logs_dir: str,
-                 container_start: Callable[[str], int] = lambda container_id: 0) -> None:
+                 container_start: Callable[[str], int] = lambda container_id: 0,
+                 pod_sandbox: Callable[[str], Any] = lambda pod_uid: None) -> None:
         self._runtime = runtime
         self._node_name = node_name
         self._root_dir = root_dir
         self._logs_dir = logs_dir
         self._container_start = container_start
+        self._pod_sandbox = pod_sandbox
+        self._sandbox_pids: dict[str, int] = {}  # sandbox id -> its first process, whose netns is the pod's
         self._rates = CpuRates()
         self._sandbox_stats_supported = True
         self._sandbox_stats_failed = False  # logged once
@@ -318,12 +322,40 @@ class SummaryProvider:
             start = self._container_start(stats.attributes.id)
             pod.containers.append(container_json(stats, self._rates, start, logs_fs))
             pod.start_ns = min(filter(None, (pod.start_ns, start)), default=0)
-        for pod in pods.values():
+        sandboxes_seen: set[str] = set()
+        for uid, pod in pods.items():
             if pod.cpu is None or pod.memory is None:
                 cpu, memory = sum_pod_usage(pod.containers, now)
                 pod.cpu, pod.memory = pod.cpu or cpu, pod.memory or memory
+            if pod.network is None:
+                pod.network = await self._pod_network(uid, now, sandboxes_seen)
+        self._sandbox_pids = {sid: pid for sid, pid in self._sandbox_pids.items() if sid in sandboxes_seen}
         self._rates.forget_except(["/", *(s.attributes.id for s in containers), *("pod:" + u for u in pods)])
         return sorted(pods.values(), key=lambda p: (p.ref["namespace"], p.ref["name"]))
+
+    async def _pod_network(self, pod_uid: str, now: int, seen: set[str]) -> dict[str, Any] | None:
+        """A pod network's counters from /proc/<sandbox pid>/net/dev; None for host-network pods (whose
+        traffic is the node's) and when the sandbox is gone."""
+        sandbox = self._pod_sandbox(pod_uid)
+        if sandbox is None or sandbox.host_network:
+            return None
+        seen.add(sandbox.id)
+        pid = self._sandbox_pids.get(sandbox.id)
+        if pid is None:
+            reply = await self._runtime.pod_sandbox_status(sandbox.id, verbose=True)
+            try:
+                pid = int(json.loads(reply.info.get("info", "{}")).get("pid", 0))
+            except (ValueError, TypeError, AttributeError):
+                pid = 0
+            if not pid:
+                return None
+            self._sandbox_pids[sandbox.id] = pid
+        try:
+            interfaces = parse_net_dev(_read(f"/proc/{pid}/net/dev"))
+        except OSError:
+            self._sandbox_pids.pop(sandbox.id, None)
+            return None
+        return network_stats(now, interfaces, "eth0")
 
     async def _sandbox_stats(self) -> list[Any]:
         if not self._sandbox_stats_supported:

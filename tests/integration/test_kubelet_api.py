@@ -339,6 +339,7 @@ def test_stats_summary_has_the_node_and_the_pods(sleeper):
     assert container["cpu"]["usageCoreNanoSeconds"] >= 0
     assert container["memory"]["workingSetBytes"] > 0
     assert pod["memory"]["workingSetBytes"] > 0
+    assert "network" not in pod  # a host-network pod's traffic is the node's
     # A second sample gives the CPU rate, as metrics-server reads it.
     again = sleeper.get("/stats/summary").json()
     assert "usageNanoCores" in again["node"]["cpu"]
@@ -346,6 +347,18 @@ def test_stats_summary_has_the_node_and_the_pods(sleeper):
     assert metrics.status_code == 200
     assert f'container_memory_working_set_bytes{{container="main",namespace="default",pod="sleeper-{NODE}"}}' \
         in metrics.text
+
+
+def test_stats_summary_has_the_network_of_a_cni_pod(kubelet_api):
+    start_pod(kubelet_api, busybox_pod("netpod", "exec sleep 3600", host_network=False), "netpod")
+
+    def pod_network():
+        pods = kubelet_api.get("/stats/summary").json()["pods"]
+        return next((p.get("network") for p in pods if p["podRef"]["name"] == f"netpod-{NODE}"), None)
+
+    network = wait_for(pod_network, 20, interval=0.5, what="the pod's network stats")
+    assert network["name"] == "eth0" and [i["name"] for i in network["interfaces"]] == ["eth0"]
+    assert network["txBytes"] >= 0 and network["rxBytes"] >= 0
 
 
 def test_pods_and_healthz(sleeper):
