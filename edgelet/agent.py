@@ -256,7 +256,7 @@ class Agent:
                 lookup=PodLookup(self.node_name, lambda: self.pods, self.pleg.get_status),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
             )
-        except EdgeletError as exc:
+        except (EdgeletError, OSError) as exc:
             log.error("kubelet API not started: %s", exc)
             return
         self.kubelet_api = server
