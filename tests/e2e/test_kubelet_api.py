@@ -80,7 +80,9 @@ class Background:
 # -- logs --------------------------------------------------------------------------------------------
 
 def test_kubectl_logs_with_its_options(node, kubectl, control_plane):
-    run_pod(kubectl, node, "talker", "for i in 1 2 3 4 5; do echo line $i; done; echo oops >&2; exec sleep 3600")
+    # The pause keeps the two pipes in order: the runtime reads stdout and stderr independently.
+    run_pod(kubectl, node, "talker",
+            "for i in 1 2 3 4 5; do echo line $i; done; sleep 0.5; echo oops >&2; exec sleep 3600")
     wait_for(lambda: logs(kubectl, "talker").count("\n") == 6, 20, what="six lines")
     assert logs(kubectl, "talker") == "line 1\nline 2\nline 3\nline 4\nline 5\noops\n"
     assert logs(kubectl, "talker", "--tail=2") == "line 5\noops\n"
