@@ -190,6 +190,7 @@ class Authorizer:
         cached = self._decisions.get(key)
         if cached is not None:
             return cached
-        decision = decision_from_access_review(await self._review(ACCESS_REVIEWS, access_review_body(identity, attributes)))
+        review = await self._review(ACCESS_REVIEWS, access_review_body(identity, attributes))
+        decision = decision_from_access_review(review)
         self._decisions.put(key, decision, ALLOWED_TTL if decision.allowed else DENIED_TTL)
         return decision

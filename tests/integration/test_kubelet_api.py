@@ -41,7 +41,8 @@ def allow(spec: dict) -> bool:
     attributes = spec.get("resourceAttributes") or {}
     if spec.get("user") == APISERVER_USER:
         return attributes.get("resource") == "nodes" and attributes.get("name") == NODE
-    return spec.get("user") == TOKEN_USER and (attributes.get("verb"), attributes.get("subresource")) == ("get", "stats")
+    verb_and_subresource = (attributes.get("verb"), attributes.get("subresource"))
+    return spec.get("user") == TOKEN_USER and verb_and_subresource == ("get", "stats")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import pytest
 from edgelet.kubeletapi.certs import subject_alt_names
 from edgelet.kubeletapi.logs import ByteLimit, LineJoiner, read_logs, render, select, split_line
 from edgelet.kubeletapi.paths import LogOptions, parse_rfc3339_ns
-from edgelet.kubeletapi.stats import CpuRates, default_route_interface, network_stats, parse_net_dev, parse_proc_stat, resource_metrics
+from edgelet.kubeletapi.stats import (CpuRates, default_route_interface, network_stats, parse_net_dev, parse_proc_stat,
+                                      resource_metrics)
 from edgelet.kubeletapi.streaming import StreamingError, loopback_target, request_head, response_status
 
 
@@ -146,7 +147,8 @@ def test_parse_proc_stat():
 
 def test_parse_net_dev_and_network_stats():
     text = ("Inter-|   Receive                            |  Transmit\n"
-            " face |bytes    packets errs drop fifo frame compressed multicast|bytes packets errs drop fifo colls carrier compressed\n"
+            " face |bytes    packets errs drop fifo frame compressed multicast|"
+            "bytes packets errs drop fifo colls carrier compressed\n"
             "    lo: 500 5 0 0 0 0 0 0 500 5 0 0 0 0 0 0\n"
             "  eth0: 1000 10 1 0 0 0 0 0 2000 20 2 0 0 0 0 0\n"
             "  wlan0: 7 1 0 0 0 0 0 0 9 1 0 0 0 0 0 0\n")
