@@ -41,7 +41,7 @@ from .podworkers import PodWorkers, WorkType
 from .prober import HookRunner, ProbeManager
 from .rootlock import RootLock
 from .sdnotify import Notifier
-from .server import OpsServer
+from .server import Listener, OpsServer, bind_all
 from .status.manager import StatusManager, status_dir
 from .syncloop import SyncLoop
 from .tasks import TaskGroup
@@ -204,8 +204,26 @@ class Agent:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    def listeners(self) -> list[Listener]:
+        """Every endpoint the agent serves: all are bound before anything starts, or the agent does not run."""
+        listeners: list[Listener] = []
+        if self.config.server.address:
+            listeners.append(OpsServer(self.config.server.address, health_checks=self.health_checks(),
+                                       pods_json=self.status.pod_list_json, registry=metrics.REGISTRY))
+        if self.cluster is not None and self.config.kubelet_api.address:
+            if (kubelet_api := self._kubelet_api_server()) is not None:
+                listeners.append(kubelet_api)
+        return listeners
+
     async def run(self) -> None:
         """Runs until SIGTERM/SIGINT; containers keep running after the agent stops."""
+        listeners = self.listeners()
+        try:
+            await bind_all(listeners)  # a taken port stops us here, before any pod is touched
+        except EdgeletError:
+            await self.runtime.close()
+            self._root_lock.release()
+            raise
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -224,12 +242,8 @@ class Agent:
             self.cluster.start(self._tasks)
         self._tasks.start("sync-loop", self.loop.run())
         self._tasks.start("watchdog", self._watchdog())
-        if self.config.server.address:
-            server = OpsServer(self.config.server.address, health_checks=self.health_checks(),
-                               pods_json=self.status.pod_list_json, registry=metrics.REGISTRY)
-            self._tasks.start("ops-server", server.run())
-        if self.cluster is not None and self.config.kubelet_api.address:
-            self._start_kubelet_api()
+        for listener in listeners:
+            self._tasks.start(f"listener {listener.address}", listener.run())
         try:
             await self._stopping.wait()
         finally:
@@ -245,9 +259,9 @@ class Agent:
         self.notifier.status(f"stopping: {self._fatal}")
         self._stopping.set()
 
-    def _start_kubelet_api(self) -> None:
+    def _kubelet_api_server(self):
         """The kubelet API (cluster mode only: its TLS and review code load here); a bad certificate
-        setting is logged and leaves the rest of the agent running."""
+        setting is logged and leaves the rest of the agent running (a port it cannot bind does not)."""
         from .kubeletapi import PodLookup, build_server
 
         try:
@@ -258,9 +272,9 @@ class Agent:
             )
         except (EdgeletError, OSError) as exc:
             log.error("kubelet API not started: %s", exc)
-            return
+            return None
         self.kubelet_api = server
-        self._tasks.start("kubelet-api", server.run())
+        return server
 
     def request_stop(self) -> None:
         if not self._stopping.is_set():

@@ -12,12 +12,14 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.exposition import generate_latest
+
+from .errors import EdgeletError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,44 @@ def parse_address(address: str) -> ListenAddress:
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"server address {address!r}: port must be a number from 0 to 65535")
     return ListenAddress(host=host, port=int(port))
+
+
+# --- binding every listener before the agent starts --------------------------------------------
+
+
+class ListenError(EdgeletError):
+    """A listener cannot bind its address: the agent must not run without it."""
+
+
+class Listener(Protocol):
+    """What the agent binds before anything else starts (the ops endpoint, the kubelet API)."""
+
+    address: ListenAddress
+
+    async def start(self) -> None: ...  # binds; raises ListenError naming the address
+
+    async def close(self) -> None: ...
+
+    async def run(self) -> None: ...  # serves until cancelled (binds first when start() was not called)
+
+
+async def bind_all(listeners: list[Listener]) -> None:
+    """Binds every listener or none: on the first failure the ones bound are closed and the ListenError raised."""
+    bound: list[Listener] = []
+    try:
+        for listener in listeners:
+            await listener.start()
+            bound.append(listener)
+    except BaseException:
+        for listener in reversed(bound):
+            await listener.close()
+        raise
+
+
+def bind_error(address: ListenAddress, exc: OSError) -> ListenError:
+    """One line naming the address and the reason, without asyncio's repetition of the socket tuple."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return ListenError(f"cannot listen on {address}: {reason}")
 
 
 # --- routing and responses (pure) -----------------------------------------------------------------
@@ -141,16 +181,20 @@ class HttpServer:
         return [ListenAddress(host=s.getsockname()[0], port=s.getsockname()[1]) for s in self._server.sockets]
 
     async def start(self) -> None:
-        if self.address.unix_path:
-            _remove_stale_socket(self.address.unix_path)
-            self._server = await asyncio.start_unix_server(self._accept, self.address.unix_path, ssl=self._ssl)
-            # The endpoint lists every pod on the node: only root (and its group) may read it.
-            os.chmod(self.address.unix_path, 0o660)
-        else:
-            self._server = await asyncio.start_server(
-                self._accept, self.address.host or None, self.address.port, reuse_address=True, ssl=self._ssl,
-                ssl_handshake_timeout=self._request_timeout if self._ssl else None,
-            )
+        """Binds the address; ListenError names it when that is impossible (in use, no permission)."""
+        try:
+            if self.address.unix_path:
+                _remove_stale_socket(self.address.unix_path)
+                self._server = await asyncio.start_unix_server(self._accept, self.address.unix_path, ssl=self._ssl)
+                # The endpoint lists every pod on the node: only root (and its group) may read it.
+                os.chmod(self.address.unix_path, 0o660)
+            else:
+                self._server = await asyncio.start_server(
+                    self._accept, self.address.host or None, self.address.port, reuse_address=True, ssl=self._ssl,
+                    ssl_handshake_timeout=self._request_timeout if self._ssl else None,
+                )
+        except OSError as exc:
+            raise bind_error(self.address, exc) from None
         log.info("%s listening on %s", self.name, ", ".join(map(str, self.bound_addresses)))
 
     async def close(self) -> None:
@@ -168,7 +212,8 @@ class HttpServer:
 
     async def run(self) -> None:
         """Serves until cancelled, then closes."""
-        await self.start()
+        if self._server is None:
+            await self.start()
         try:
             await asyncio.Event().wait()
         finally:
@@ -380,5 +425,5 @@ def _remove_stale_socket(path: str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(mode):
-        raise OSError(f"server address unix:{path}: the path exists and is not a socket")
+        raise OSError(f"unix:{path} exists and is not a socket")
     os.unlink(path)

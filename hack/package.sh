@@ -94,7 +94,7 @@ build_in_chroot() {
     "$venv/bin/python" - "$repo/pyproject.toml" >"$chroot_root$inside/requirements.txt" <<'EOF'
 import sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print("\n".join([*project["dependencies"], "cython>=3.0", "setuptools", "wheel", "pyinstaller"]))
+print("\n".join([*project["dependencies"], "cython>=3.0", "setuptools>=77", "wheel", "pyinstaller"]))
 EOF
     "$venv/bin/pip" freeze --exclude-editable | grep -v ' @ ' >"$chroot_root$inside/constraints.txt"
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import binascii
+import copy
 import datetime
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +19,8 @@ from edgelet import podutil
 from edgelet.errors import ConfigError
 from edgelet.podconfig.defaults import apply_defaults, make_static
 from edgelet.podconfig.limits import MAX_DEPTH, document_problem
-from edgelet.podconfig.validation import configmap_key_error, validate_object_meta, validate_pod
+from edgelet.podconfig.schema import LIST, OBJECTS, unknown_fields
+from edgelet.podconfig.validation import Problems, configmap_key_error, validate_object_meta, validate_pod
 
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _LIST_KINDS = ("List", "PodList")
@@ -92,6 +96,8 @@ def parse_manifest(data: bytes, path: str, node_name: str, *, source: str = podu
             raise ConfigError(path, where.rstrip(": "), f"expected an object with a kind, got {got}")
         kind = document.get("kind")
         if kind in _LIST_KINDS:
+            if problems := unknown_fields(document, LIST):
+                raise manifest_error(path, where, problems)
             items = document.get("items")
             if not isinstance(items, list):
                 raise ConfigError(path, f"{where}items", f"a {kind} needs a list of items")
@@ -187,13 +193,16 @@ def _add_object(collector: _Collector, obj: dict[str, Any], where: str, *, allow
     api_version = obj.get("apiVersion")
     if api_version not in (None, "v1"):
         raise ConfigError(path, f"{where}apiVersion", f"a {kind} must be apiVersion v1, got {api_version!r}")
+    # Strict decoding, as kubectl validates before sending: fields we do not know are errors, not dropped.
+    unknown = unknown_fields(obj, OBJECTS[kind])
     if kind == "Pod":
+        written = copy.deepcopy(obj)
         make_static(obj, collector.node_name, collector.location, source=collector.source, seen=collector.seen)
         apply_defaults(obj)
-        problems = validate_pod(obj)
+        problems = reportable(unknown, validate_pod(obj), written=written, defaulted=obj)
         target = collector.pods
     else:
-        problems = []
+        problems = unknown
         validate_object_meta(obj.get("metadata"), problems, namespaced=True)
         metadata = obj.setdefault("metadata", {})
         if isinstance(metadata, dict) and not metadata.get("namespace"):
@@ -201,10 +210,59 @@ def _add_object(collector: _Collector, obj: dict[str, Any], where: str, *, allow
         _check_data(obj, kind, problems)
         target = collector.configmaps if kind == "ConfigMap" else collector.secrets
     if problems:
-        field_path, message = problems[0]
-        more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
-        raise ConfigError(path, f"{where}{field_path}", f"{message}{more}")
+        raise manifest_error(path, where, problems)
     target.append(obj)
+
+
+def manifest_error(path: str, where: str, problems: Problems) -> ConfigError:
+    """One line listing every problem: the first names its field as ConfigError.key, the others follow."""
+    (first_path, first_message), rest = problems[0], problems[1:]
+    message = "; ".join([first_message, *(f"{where}{field}: {text}" for field, text in rest)])
+    return ConfigError(path, f"{where}{first_path}", message)
+
+
+def reportable(unknown: Problems, problems: Problems, *, written: Any, defaulted: Any) -> Problems:
+    """Unknown fields, then validation problems, each at a field the user wrote (or one that is missing).
+
+    A problem at a field only defaulting filled in (a request copied from a bad limit, a hostPort from a bad
+    containerPort) is dropped: the field it was copied from reports it under the name the user wrote.
+    """
+    result = list(unknown)
+    seen = {field for field, _ in unknown}
+    for field, message in problems:
+        if field in seen or (not field_present(written, field) and field_present(defaulted, field)):
+            continue
+        seen.add(field)
+        result.append((field, message))
+    return result
+
+
+_PATH_TOKEN = re.compile(r"\[(\d+)\]|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\]|\.?([^.\[]+)")
+
+
+def field_present(obj: Any, field_path: str) -> bool:
+    """Whether `spec.containers[0].resources.limits['example.com/gpu']`-style paths name a value in obj."""
+    tokens: list[int | str] = []
+    for index, quoted, name in _PATH_TOKEN.findall(field_path):
+        tokens.append(int(index) if index else ast.literal_eval(quoted) if quoted else name)
+    return _present(obj, tokens)
+
+
+def _present(value: Any, tokens: list[int | str]) -> bool:
+    if not tokens:
+        return True
+    head, rest = tokens[0], tokens[1:]
+    if isinstance(head, int):
+        return isinstance(value, list) and head < len(value) and _present(value[head], rest)
+    if not isinstance(value, dict):
+        return False
+    # Resource names hold dots (example.com/gpu) and are written unquoted: try longer joined keys too.
+    for end in range(len(tokens), 0, -1):
+        parts = tokens[:end]
+        if all(isinstance(p, str) for p in parts) and (key := ".".join(parts)) in value:  # type: ignore[arg-type]
+            if _present(value[key], tokens[end:]):
+                return True
+    return False
 
 
 def _check_data(obj: dict[str, Any], kind: str, problems: list[tuple[str, str]]) -> None:

@@ -11,7 +11,7 @@ import pytest
 import uvloop
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 
-from edgelet.server import ListenAddress, OpsServer, healthz_reply, parse_address
+from edgelet.server import ListenAddress, ListenError, OpsServer, bind_all, healthz_reply, parse_address
 
 
 PODS = {"kind": "PodList", "apiVersion": "v1", "items": [{"metadata": {"name": "web", "namespace": "default"}}]}
@@ -403,9 +403,29 @@ async def test_unix_socket(serve, tmp_path):
 async def test_unix_path_that_is_not_a_socket_is_left_alone(serve, tmp_path):
     path = tmp_path / "ops.sock"
     path.write_text("precious")
-    with pytest.raises(OSError, match="not a socket"):
+    with pytest.raises(ListenError, match=f"cannot listen on unix:{path}: .*not a socket"):
         await serve(f"unix:{path}")
     assert path.read_text() == "precious"
+
+
+def _ops_server(address: str) -> OpsServer:
+    return OpsServer(address, health_checks={}, pods_json=lambda: b"{}", registry=CollectorRegistry())
+
+
+async def test_an_address_in_use_is_one_line_naming_it_and_binds_nothing_else(tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    first = _ops_server(f"unix:{tmp_path / 'first.sock'}")
+    try:
+        with pytest.raises(ListenError) as caught:
+            await bind_all([first, _ops_server(f"127.0.0.1:{port}")])
+        assert str(caught.value) == f"cannot listen on 127.0.0.1:{port}: Address already in use"
+        assert first.bound_addresses == [] and not (tmp_path / "first.sock").exists(), \
+            "a listener bound before the failure must be closed again"
+    finally:
+        taken.close()
 
 
 async def test_ipv6_loopback(serve):
@@ -413,7 +433,7 @@ async def test_ipv6_loopback(serve):
         pytest.skip("no IPv6 support")
     try:
         server = await serve("[::1]:0")
-    except OSError as err:
+    except ListenError as err:
         pytest.skip(f"no IPv6 loopback here: {err}")
     assert server.bound_addresses[0].host == "::1"
     async with httpx.AsyncClient(base_url=base_url(server)) as client:
