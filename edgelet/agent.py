@@ -13,6 +13,8 @@ import signal
 import time
 from typing import Callable
 
+import orjson
+
 from . import metrics, podutil
 from .admission import Verdict
 from .backoff import Backoff
@@ -42,7 +44,8 @@ from .prober import HookRunner, ProbeManager
 from .rootlock import RootLock
 from .sdnotify import Notifier
 from .server import Listener, OpsServer, bind_all
-from .status.manager import StatusManager, status_dir
+from .status.manager import StatusManager, pod_list, status_dir
+from .status.view import Heartbeat, present_pods
 from .syncloop import SyncLoop
 from .tasks import TaskGroup
 from .volumes import VolumeManager
@@ -128,6 +131,7 @@ class Agent:
         self._runtime_health = (False, f"waiting for the container runtime at {self.runtime.endpoint}")
         self.runtime_lost = False  # the relist cannot reach the runtime (the sync loop watches it)
         self._stopping = asyncio.Event()
+        self.heartbeat = Heartbeat(status_dir(config), runtime_health=lambda: self._runtime_health)
         self._tasks = TaskGroup(on_crash=self._on_task_crash)
         self._fatal: str | None = None  # why the agent stops on its own (a crashed task)
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
@@ -209,11 +213,16 @@ class Agent:
         listeners: list[Listener] = []
         if self.config.server.address:
             listeners.append(OpsServer(self.config.server.address, health_checks=self.health_checks(),
-                                       pods_json=self.status.pod_list_json, registry=metrics.REGISTRY))
+                                       pods_json=self._pods_json, registry=metrics.REGISTRY))
         if self.cluster is not None and self.config.kubelet_api.address:
             if (kubelet_api := self._kubelet_api_server()) is not None:
                 listeners.append(kubelet_api)
         return listeners
+
+    def _pods_json(self) -> bytes:
+        """The ops /pods: the stored statuses as `edgelet pods` shows them (Unknown while the runtime is down)."""
+        ready, message = self._runtime_health
+        return orjson.dumps(pod_list(present_pods(self.status.pods(), runtime_ready=ready, runtime_message=message)))
 
     async def run(self) -> None:
         """Runs until SIGTERM/SIGINT; containers keep running after the agent stops."""
@@ -230,6 +239,7 @@ class Agent:
         os.makedirs(self.config.root_dir, mode=0o755, exist_ok=True)
         self.cpu_manager.start()  # a CPU state that does not fit this machine stops us here, kubelet-style
         self.status.load()
+        self._tasks.start("heartbeat", self.heartbeat.run())
         log.info("edgelet starting: node %s, runtime %s", self.node_name, self.runtime.endpoint)
         self.notifier.status(f"waiting for the container runtime at {self.runtime.endpoint}")
         self._tasks.start("status-writer", self.status.run())
@@ -291,6 +301,7 @@ class Agent:
         await self.hooks.close()
         await self.airgap.close()
         await self.runtime.close()
+        self.heartbeat.write_stopped()  # while the lock is held: a next agent's record is never overwritten
         self._root_lock.release()
         log.info("edgelet stopped")
 
@@ -330,6 +341,12 @@ class Agent:
 
     async def check_runtime(self) -> None:
         """The kubelet's runtime health: the CRI Status call, RuntimeReady and NetworkReady."""
+        was_ready = self._runtime_health[0]
+        await self._check_runtime()
+        if self._runtime_health[0] != was_ready:
+            self.heartbeat.beat_now()
+
+    async def _check_runtime(self) -> None:
         try:
             reply = await self.runtime.status()
         except EdgeletError as exc:

@@ -7,17 +7,20 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Sequence
-
-import orjson
+from typing import Sequence
 
 from . import __version__
 
 DEFAULT_CONFIG = "/etc/edgelet/edgelet.toml"
+CONFIG_ENV = "EDGELET_CONFIG"
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_CONFIG = 2
+
+
+def default_config_path() -> str:
+    return os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG
 
 
 def setup_logging(level: str) -> None:
@@ -32,34 +35,47 @@ def setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _load_config(path: str):
+def load_checked_config(path: str):
+    """The config as `run` needs it, or None after one line on stderr: the file, then the files it points at.
+
+    `run` and `check-config` both call this, so a config one accepts the other never refuses.
+    """
     from .config import load_config
     from .errors import ConfigError
 
     try:
-        return load_config(path)
+        config = load_config(path)
+        check_referenced_files(config)
     except ConfigError as exc:
         print(f"edgelet: invalid config: {exc}", file=sys.stderr)
         return None
+    return config
+
+
+def check_referenced_files(config) -> None:
+    """Files named by the config that `run` reads before anything starts (the kubeconfig and its certificates)."""
+    if config.cluster is not None:
+        from .kubeapi.kubeconfig import load_kubeconfig, ssl_context
+
+        ssl_context(load_kubeconfig(config.cluster.kubeconfig))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = _load_config(args.config)
+    config = load_checked_config(args.config)
     if config is None:
         return EXIT_BAD_CONFIG
     setup_logging(args.log_level or config.log_level)
+    import asyncio
+
     import uvloop
 
     from .agent import Agent
-
     from .errors import ConfigError, EdgeletError
 
     uvloop.install()
-    import asyncio
-
     try:
         agent = Agent(config)
-    except ConfigError as exc:  # a file the config points at, such as the kubeconfig
+    except ConfigError as exc:  # a file the config points at changed between the check and now
         print(f"edgelet: invalid config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     except EdgeletError as exc:  # say, another agent holds root_dir
@@ -67,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     try:
         asyncio.run(agent.run())
-    except EdgeletError as exc:  # the agent cannot start on this machine as configured (say, CPU state)
+    except EdgeletError as exc:  # cannot start as configured: a port taken, a CPU state that does not fit
         logging.getLogger("edgelet").error("cannot run: %s", exc)
         return EXIT_FAILURE
     return EXIT_OK
@@ -76,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     from .config import format_effective
 
-    config = _load_config(args.file)
+    config = load_checked_config(args.file or args.config)
     if config is None:
         return EXIT_BAD_CONFIG
     if not args.quiet:
@@ -84,133 +100,121 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_version(args: argparse.Namespace) -> int:
+def version_text() -> str:
     from . import core
 
     kind = "compiled" if core.IS_COMPILED else "pure-python"
-    print(f"edgelet {__version__} (core: {kind}, python {sys.version.split()[0]})")
+    return f"edgelet {__version__} (core: {kind}, python {sys.version.split()[0]})"
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    print(version_text())
     return EXIT_OK
 
 
 def cmd_pods(args: argparse.Namespace) -> int:
-    config = _load_config(args.config)
+    config = load_checked_config(args.config)
     if config is None:
         return EXIT_BAD_CONFIG
-    from .status.manager import read_pod_list, status_dir
+    from . import cli_pods
 
-    pod_list = read_pod_list(status_dir(config))
-    if args.output == "json":
-        sys.stdout.write(orjson.dumps(pod_list, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(format_pod_table(pod_list["items"], wide=args.output == "wide", now=time.time()))
-    return EXIT_OK
-
-
-def format_pod_table(pods: list[dict[str, Any]], *, wide: bool, now: float) -> str:
-    """kubectl-like columns: NAMESPACE NAME READY STATUS RESTARTS AGE (+ IP NODE)."""
-    header = ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
-    if wide:
-        header += ["IP", "NODE"]
-    rows = [header]
-    for pod in pods:
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        statuses = status.get("containerStatuses") or []
-        ready = sum(1 for s in statuses if s.get("ready"))
-        total = len((pod.get("spec") or {}).get("containers") or statuses)
-        restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
-        row = [
-            meta.get("namespace", "default"),
-            meta.get("name", ""),
-            f"{ready}/{total}",
-            display_status(status),
-            str(restarts),
-            _age(status.get("startTime"), now),
-        ]
-        if wide:
-            row += [status.get("podIP") or "<none>", (pod.get("spec") or {}).get("nodeName") or "<none>"]
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
-
-
-def display_status(status: dict[str, Any]) -> str:
-    """What kubectl shows: a container's waiting/terminated reason wins over the phase."""
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for cs in status.get(key) or []:
-            state = cs.get("state") or {}
-            waiting = state.get("waiting") or {}
-            if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
-                return waiting["reason"]
-            terminated = state.get("terminated") or {}
-            if terminated.get("reason") and status.get("phase") not in ("Succeeded",):
-                if key == "initContainerStatuses" and terminated.get("exitCode") == 0:
-                    continue
-                if terminated.get("exitCode") != 0:
-                    return terminated["reason"]
-    return status.get("reason") or status.get("phase") or "Unknown"
-
-
-def _age(start: str | None, now: float) -> str:
-    from .kubetime import parse_time
-
-    if not start:
-        return "<unknown>"
-    try:
-        started = parse_time(start)
-    except ValueError:
-        return "<unknown>"
-    seconds = max(int(now - started), 0)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    if seconds < 172800:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
+    return cli_pods.run(config, args)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    config = _load_config(args.config)
+    config = load_checked_config(args.config)
     if config is None:
         return EXIT_BAD_CONFIG
-    from .containerlogs import LogsError, print_logs
+    from .containerlogs import LogOptions, LogsError, print_logs
 
     try:
+        since = _since(args.since, args.since_time)
+        options = LogOptions(follow=args.follow, previous=args.previous, tail=args.tail, since=since,
+                             timestamps=args.timestamps)
         return print_logs(config, namespace=args.namespace, pod_name=args.pod, container=args.container,
-                          follow=args.follow, previous=args.previous, out=sys.stdout)
+                          all_containers=args.all_containers, options=options, out=sys.stdout, err=sys.stderr)
     except LogsError as exc:
         print(f"edgelet: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    except KeyboardInterrupt:
-        return EXIT_OK
+
+
+def _since(since: str | None, since_time: str | None) -> float | None:
+    from .config import parse_duration
+    from .containerlogs import LogsError, log_time
+
+    if since is not None and since_time is not None:
+        raise LogsError("at most one of --since and --since-time may be given")
+    try:
+        if since is not None:
+            seconds = parse_duration(since)
+            if seconds <= 0:
+                raise ValueError(f"--since must be a positive duration, got {since!r}")
+            return time.time() - seconds
+        return log_time(since_time) if since_time is not None else None
+    except ValueError as exc:
+        raise LogsError(str(exc)) from None
+
+
+class _VersionAction(argparse.Action):
+    """--version without importing the core unless asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edgelet", description="A compact node agent for edge devices.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=default_config_path(), metavar="FILE",
+                        help=f"the config file (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG})")
 
-    run = sub.add_parser("run", help="run the agent in the foreground")
-    run.add_argument("--config", default=DEFAULT_CONFIG)
-    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run = sub.add_parser("run", parents=[common], help="run the agent in the foreground",
+                         description="Run the agent in the foreground; SIGTERM or SIGINT stop it, containers keep "
+                                     "running.")
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                     help="override the config's log_level")
     run.set_defaults(func=cmd_run)
 
-    pods = sub.add_parser("pods", help="list the pods of this node with their status")
-    pods.add_argument("--config", default=DEFAULT_CONFIG)
-    pods.add_argument("-o", "--output", choices=["table", "wide", "json"], default="table")
+    from . import cli_pods
+
+    pods = sub.add_parser("pods", parents=[common], help="list the pods of this node with their status",
+                          description="List the pods of this node as the agent last recorded them (this works "
+                                      "while the agent is down, and says so).")
+    cli_pods.add_arguments(pods)
     pods.set_defaults(func=cmd_pods)
 
-    logs = sub.add_parser("logs", help="print the logs of a container")
-    logs.add_argument("pod")
-    logs.add_argument("-n", "--namespace", default=None)
-    logs.add_argument("-c", "--container", default=None)
-    logs.add_argument("-f", "--follow", action="store_true")
-    logs.add_argument("-p", "--previous", action="store_true")
-    logs.add_argument("--config", default=DEFAULT_CONFIG)
+    logs = sub.add_parser("logs", parents=[common], help="print the logs of a container",
+                          description="Print a container's logs from the CRI log files, as kubectl logs does.")
+    logs.add_argument("pod", help="the pod (a static pod also by its name without the node suffix)")
+    logs.add_argument("-n", "--namespace", default=None, help="the pod's namespace (default: any)")
+    logs.add_argument("-c", "--container", default=None,
+                      help="the container (default: the kubectl.kubernetes.io/default-container annotation, "
+                           "else the first container)")
+    logs.add_argument("--all-containers", action="store_true", help="the logs of every container of the pod")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="keep printing new lines until the container ends or the pod is gone")
+    logs.add_argument("-p", "--previous", action="store_true",
+                      help="the logs of the previous instance of the container (before its last restart)")
+    logs.add_argument("--tail", type=int, default=-1, metavar="N",
+                      help="only the last N lines (default: -1, all)")
+    logs.add_argument("--since", metavar="DURATION",
+                      help="only lines newer than a relative duration like 5s, 2m or 3h")
+    logs.add_argument("--since-time", metavar="TIME",
+                      help="only lines at or after an RFC 3339 time like 2026-01-02T15:04:05Z")
+    logs.add_argument("--timestamps", action="store_true",
+                      help="start each line with the time the runtime recorded it (RFC 3339)")
     logs.set_defaults(func=cmd_logs)
 
-    check = sub.add_parser("check-config", help="validate a config file and print the effective settings")
-    check.add_argument("file", nargs="?", default=DEFAULT_CONFIG)
-    check.add_argument("-q", "--quiet", action="store_true")
+    check = sub.add_parser("check-config", parents=[common], help="validate a config file, print the effective settings",
+                           description="Run the validation `edgelet run` runs, then print the effective settings.")
+    check.add_argument("file", nargs="?", default=None, help="the config file (default: the --config file)")
+    check.add_argument("-q", "--quiet", action="store_true", help="print nothing; only the exit code tells")
     check.set_defaults(func=cmd_check_config)
 
     from .cli_describe import add_commands  # describe pod, get events
@@ -223,7 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:  # how -f and -w end
+        return EXIT_OK
+    except BrokenPipeError:
+        # The reader went away (`edgelet logs -f | head`): end quietly. Point stdout at /dev/null so the
+        # interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

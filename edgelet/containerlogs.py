@@ -7,13 +7,15 @@ container. Reading works from the files alone, so `edgelet logs` answers when th
 
 from __future__ import annotations
 
-import asyncio
+import collections
+import datetime
 import glob
+import itertools
 import logging
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Iterable, Iterator
 
 from .errors import EdgeletError
@@ -45,14 +47,26 @@ def parse_line(raw: bytes) -> LogLine | None:
     return LogLine(ts.decode(), stream.decode(), tag == b"P", text)
 
 
-def join_partials(lines: Iterable[LogLine]) -> Iterator[bytes]:
-    """Joins P (partial) lines with the F line that ends them, as the runtime split them."""
-    pending: dict[str, bytes] = {}
-    for line in lines:
+class _Joiner:
+    """Joins P (partial) lines with the F line that ends them, per stream; a message keeps its first part's time."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, tuple[str, bytes]] = {}
+
+    def feed(self, line: LogLine) -> tuple[str, bytes] | None:
+        timestamp, text = self._pending.pop(line.stream, (line.timestamp, b""))
         if line.partial:
-            pending[line.stream] = pending.get(line.stream, b"") + line.text
-            continue
-        yield pending.pop(line.stream, b"") + line.text + b"\n"
+            self._pending[line.stream] = (timestamp, text + line.text)
+            return None
+        return timestamp, text + line.text + b"\n"
+
+
+def join_partials(lines: Iterable[LogLine]) -> Iterator[bytes]:
+    """The text of each whole message, as the runtime split it into P lines ended by an F line."""
+    joiner = _Joiner()
+    for line in lines:
+        if (message := joiner.feed(line)) is not None:
+            yield message[1]
 
 
 # -- rotation -----------------------------------------------------------------------------------
@@ -107,6 +121,21 @@ class LogRotator:
 
 # -- reading (edgelet logs) -------------------------------------------------------------------
 
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+FOLLOW_POLL = 0.2
+# How long `-f` waits for the status of a pod it found logs for before taking the pod as gone.
+STATUS_GRACE = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class LogOptions:
+    follow: bool = False
+    previous: bool = False
+    tail: int = -1  # the last N lines; -1: all
+    since: float | None = None  # only lines written at or after this time (seconds since the epoch)
+    timestamps: bool = False
+
+
 def find_pod_dir(logs_dir: str, namespace: str | None, pod_name: str, node_name: str) -> str:
     """The log directory of a pod by name; a static pod may be named with or without its node suffix."""
     candidates = []
@@ -125,18 +154,48 @@ def find_pod_dir(logs_dir: str, namespace: str | None, pod_name: str, node_name:
     return max(candidates, key=os.path.getmtime)
 
 
-def container_log_files(pod_dir: str, container: str | None, previous: bool) -> list[str]:
-    containers = sorted(d for d in os.listdir(pod_dir) if os.path.isdir(os.path.join(pod_dir, d)))
-    if container is None:
-        if len(containers) != 1:
-            raise LogsError(f"a container name must be given with -c, one of: {' '.join(containers)}")
-        container = containers[0]
+def all_container_names(pod: dict) -> list[tuple[str, str]]:
+    """(name, kind) of every container in the spec: containers first, then init containers, as kubectl lists them."""
+    spec = pod.get("spec") or {}
+    return ([(c.get("name", ""), "") for c in spec.get("containers") or []]
+            + [(c.get("name", ""), "init") for c in spec.get("initContainers") or []])
+
+
+def choose_containers(pod: dict | None, on_disk: list[str], container: str | None, *,
+                      all_containers: bool) -> tuple[list[str], str]:
+    """Which containers to print and what to say about the choice on stderr (kubectl's defaulting).
+
+    Without -c: the `kubectl.kubernetes.io/default-container` annotation when it names a container,
+    else the first container. Without the pod's spec (its status is gone), only the log directories tell.
+    """
+    known = all_container_names(pod) if pod is not None else [(name, "") for name in sorted(on_disk)]
+    names = [name for name, _ in known]
+    if container is not None:
+        if container not in names and container not in on_disk:
+            raise LogsError(f"container {container!r} not found, one of: {' '.join(names)}")
+        return [container], ""
+    if all_containers:
+        order = [name for name, kind in known if kind == "init"] + [name for name, kind in known if not kind]
+        return [name for name in order if name in on_disk], ""
+    if pod is None and len(names) != 1:
+        raise LogsError(f"a container name must be given with -c, one of: {' '.join(names)}")
+    annotated = ((pod or {}).get("metadata") or {}).get("annotations", {}).get(DEFAULT_CONTAINER_ANNOTATION)
+    regular = [name for name, kind in known if not kind]
+    chosen = annotated if annotated in regular else regular[0] if regular else names[0]
+    note = ""
+    if len(known) > 1:
+        listing = ", ".join(f"{name} ({kind})" if kind else name for name, kind in known)
+        note = f'Defaulted container "{chosen}" out of: {listing}'
+    return [chosen], note
+
+
+def container_log_files(pod_dir: str, container: str, previous: bool) -> list[str]:
+    """The files of one container instance, oldest first: the current one, or with `previous` the one before."""
     directory = os.path.join(pod_dir, container)
     if not os.path.isdir(directory):
-        raise LogsError(f"container {container!r} not found, one of: {' '.join(containers)}")
-    restarts = sorted(
-        int(name[:-4]) for name in os.listdir(directory) if name.endswith(".log") and name[:-4].isdigit()
-    )
+        containers = sorted(d for d in os.listdir(pod_dir) if os.path.isdir(os.path.join(pod_dir, d)))
+        raise LogsError(f"container {container!r} has no logs yet (containers with logs: {' '.join(containers)})")
+    restarts = _restarts(directory)
     if previous:
         if len(restarts) < 2:
             raise LogsError(f"previous terminated container {container!r} not found")
@@ -149,6 +208,10 @@ def container_log_files(pod_dir: str, container: str | None, previous: bool) -> 
     return rotated_files(live) + [live]
 
 
+def _restarts(directory: str) -> list[int]:
+    return sorted(int(name[:-4]) for name in os.listdir(directory) if name.endswith(".log") and name[:-4].isdigit())
+
+
 def _read_lines(handle: IO[bytes]) -> Iterator[LogLine]:
     for raw in handle:
         line = parse_line(raw)
@@ -156,45 +219,154 @@ def _read_lines(handle: IO[bytes]) -> Iterator[LogLine]:
             yield line
 
 
-def print_logs(config, *, namespace: str | None, pod_name: str, container: str | None,
-               follow: bool, previous: bool, out) -> int:
+def _read_file(path: str) -> Iterator[LogLine]:
+    with open(path, "rb") as handle:
+        yield from _read_lines(handle)
+
+
+def log_time(timestamp: str) -> float:
+    """Seconds since the epoch of a CRI line's RFC 3339 timestamp (nanoseconds are cut to microseconds)."""
+    return datetime.datetime.fromisoformat(timestamp).timestamp()
+
+
+def select_messages(lines: Iterable[LogLine], options: LogOptions) -> Iterator[tuple[str, bytes]]:
+    """(timestamp, text) of whole messages that pass --since, then the last --tail of them."""
+    joiner = _Joiner()
+    messages = (message for line in lines if (message := joiner.feed(line)) is not None)
+    if options.since is not None:
+        since = options.since
+        messages = (m for m in messages if _not_before(m[0], since))
+    if options.tail >= 0:
+        return iter(collections.deque(messages, maxlen=options.tail))
+    return messages
+
+
+def _not_before(timestamp: str, since: float) -> bool:
+    try:
+        return log_time(timestamp) >= since
+    except ValueError:
+        return True
+
+
+def format_message(timestamp: str, text: bytes, *, timestamps: bool) -> bytes:
+    return f"{timestamp} ".encode() + text if timestamps else text
+
+
+def print_logs(config, *, namespace: str | None, pod_name: str, container: str | None, all_containers: bool,
+               options: LogOptions, out: IO[str], err: IO[str]) -> int:
+    from .status.manager import read_pod, status_dir
+
     pod_dir = find_pod_dir(config.logs_dir, namespace, pod_name, config.node_name)
-    files = container_log_files(pod_dir, container, previous)
-    for path in files[:-1]:
-        with open(path, "rb") as handle:
-            _write(out, join_partials(_read_lines(handle)))
-    live = files[-1]
-    with open(live, "rb") as handle:
-        _write(out, join_partials(_read_lines(handle)))
-        if not follow:
-            return 0
-        asyncio.run(_follow(live, handle, out))
+    uid = os.path.basename(pod_dir).rsplit("_", 1)[-1]
+    statuses = status_dir(config)
+    pod = read_pod(statuses, uid)
+    on_disk = [d for d in os.listdir(pod_dir) if os.path.isdir(os.path.join(pod_dir, d))]
+    containers, note = choose_containers(pod, on_disk, container, all_containers=all_containers)
+    if note:
+        print(note, file=err, flush=True)
+    followers = []
+    for name in containers:
+        files = container_log_files(pod_dir, name, options.previous)
+        lines = itertools.chain.from_iterable(_read_file(path) for path in files[:-1])
+        live = open(files[-1], "rb")
+        _write(out, select_messages(itertools.chain(lines, _read_lines(live)), options), options.timestamps)
+        if options.follow and not options.previous:
+            restart = int(os.path.basename(files[-1])[:-4])
+            followers.append(_Follower(files[-1], live, name, restart))
+        else:
+            live.close()
+    if followers:
+        watch = _InstanceWatch(pod_dir, uid, statuses, read_pod, seen=pod is not None)
+        _follow(followers, out, options, watch)
     return 0
 
 
-async def _follow(path: str, handle: IO[bytes], out) -> None:
-    """Tails the live file, reopening it when rotation replaced it."""
-    buffer = b""
-    inode = os.fstat(handle.fileno()).st_ino
-    while True:
-        chunk = handle.read()
-        if chunk:
-            buffer += chunk
-            *complete, buffer = buffer.split(b"\n")
-            lines = (parse_line(raw) for raw in complete)
-            _write(out, join_partials(line for line in lines if line is not None))
-            continue
-        await asyncio.sleep(0.2)
+@dataclass(slots=True)
+class _Follower:
+    path: str
+    handle: IO[bytes]
+    container: str
+    restart: int
+    buffer: bytes = b""
+    joiner: _Joiner = field(default_factory=_Joiner)
+
+    def read(self) -> list[tuple[str, bytes]]:
+        chunk = self.handle.read()
+        if not chunk:
+            return []
+        self.buffer += chunk
+        *complete, self.buffer = self.buffer.split(b"\n")
+        lines = (parse_line(raw) for raw in complete)
+        return [m for line in lines if line is not None and (m := self.joiner.feed(line)) is not None]
+
+    def reopen_if_rotated(self) -> None:
         try:
-            if os.stat(path).st_ino != inode:
-                handle.close()
-                handle = open(path, "rb")
-                inode = os.fstat(handle.fileno()).st_ino
+            if os.stat(self.path).st_ino != os.fstat(self.handle.fileno()).st_ino:
+                self.handle.close()
+                self.handle = open(self.path, "rb")
         except FileNotFoundError:
+            pass
+
+
+class _InstanceWatch:
+    """Whether a followed container instance has ended, or its pod is gone: then `-f` ends, as kubectl's does."""
+
+    def __init__(self, pod_dir: str, uid: str, status_directory: str, read_pod, *, seen: bool, clock=time.monotonic):
+        self._pod_dir = pod_dir
+        self._uid = uid
+        self._status_directory = status_directory
+        self._read_pod = read_pod
+        self._seen = seen
+        self._clock = clock
+        self._started = clock()
+
+    def ended(self, follower: _Follower) -> bool:
+        directory = os.path.join(self._pod_dir, follower.container)
+        if not os.path.isdir(directory) or any(r > follower.restart for r in _restarts(directory)):
+            return True  # the pod's logs were removed, or the container has restarted since
+        pod = self._read_pod(self._status_directory, self._uid)
+        if pod is None:
+            # Gone once seen; never seen: the agent may not have written it yet, so give it a moment.
+            return self._seen or self._clock() - self._started > STATUS_GRACE
+        self._seen = True
+        return instance_ended(pod, follower.container, follower.restart)
+
+
+def instance_ended(pod: dict, container: str, restart: int) -> bool:
+    """From the pod's status: the container instance `restart` has terminated (or a later one exists)."""
+    status = pod.get("status") or {}
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        if cs.get("name") != container:
             continue
+        count, state = int(cs.get("restartCount") or 0), cs.get("state") or {}
+        # In a back-off the state is waiting, the terminated instance being the one with this count.
+        crashed = (state.get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+        return count > restart or (count == restart and ("terminated" in state or crashed))
+    return False
 
 
-def _write(out, chunks: Iterable[bytes]) -> None:
-    for chunk in chunks:
-        out.write(chunk.decode("utf-8", "replace"))
+def _follow(followers: list[_Follower], out: IO[str], options: LogOptions, watch: _InstanceWatch) -> None:
+    """Tails the live files (reopening one that rotation replaced) until every followed instance has ended."""
+    while followers:
+        wrote = False
+        for follower in followers:
+            messages = follower.read()
+            if messages:
+                _write(out, iter(messages), options.timestamps)
+                wrote = True
+        if wrote:
+            continue
+        time.sleep(FOLLOW_POLL)
+        for follower in list(followers):
+            if watch.ended(follower):
+                _write(out, iter(follower.read()), options.timestamps)  # what it wrote before it ended
+                follower.handle.close()
+                followers.remove(follower)
+            else:
+                follower.reopen_if_rotated()
+
+
+def _write(out: IO[str], messages: Iterator[tuple[str, bytes]], timestamps: bool) -> None:
+    for timestamp, text in messages:
+        out.write(format_message(timestamp, text, timestamps=timestamps).decode("utf-8", "replace"))
     out.flush()

@@ -15,6 +15,7 @@ from . import metrics, podutil
 from .admission import admit, rejected_status
 from .errors import EdgeletError, cut_long_values
 from .events import WARNING, pod_ref
+from .kubetime import format_time
 from .pleg import PodLifecycleEvent
 from .podconfig.config import Op, PodUpdate
 from .podutil import Pod
@@ -99,6 +100,9 @@ class SyncLoop:
         await self._agent.check_runtime()
         version = await self._agent.runtime_version()
         log.info("container runtime ready: %s", version)
+        adopted = sum(1 for uid in self._agent.pleg.runtime_pod_uids()
+                      if self._agent.pleg.get_status(uid).running_containers())
+        log.info("adopted %d pod%s with running containers from the runtime", adopted, "" if adopted == 1 else "s")
         await self._agent.start_image_managers()
         self._agent.notifier.ready()
         self._agent.update_status_line()
@@ -189,11 +193,14 @@ class SyncLoop:
             self._agent.prober.update_pod(pod)
         elif op is Op.DELETE:
             self._agent.pods[uid] = pod
+            self._agent.status.mark_deleted(uid, at=podutil.meta(pod).get("deletionTimestamp") or
+                                            format_time(time.time()), grace=podutil.grace_period_seconds(pod))
             self._agent.workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
             self._agent.prober.update_pod(pod)
         elif op is Op.REMOVE:
             self._agent.pods.pop(uid, None)
             self._agent.workers.update(pod, WorkType.TERMINATE)
+            self._agent.status.mark_deleted(uid, at=format_time(time.time()), grace=podutil.grace_period_seconds(pod))
         elif op is Op.RECONCILE and uid in self._agent.pods:
             self._agent.pods[uid] = pod
 

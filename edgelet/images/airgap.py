@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -264,7 +265,9 @@ class AirgapImages:
             watcher.add_watch(self.directory, _WATCH_MASK)
         except OSError as err:
             watcher.close()
-            log.info("air-gap: polling %s every %gs (%s)", self.directory, self.poll_interval, err.strerror)
+            # No images directory means the feature is not in use: nothing to say above debug.
+            level = logging.DEBUG if err.errno == errno.ENOENT else logging.INFO
+            log.log(level, "air-gap: polling %s every %gs (%s)", self.directory, self.poll_interval, err.strerror)
             return None
         watcher.attach(asyncio.get_running_loop(), lambda events: self._wake.set())
         return watcher

@@ -106,6 +106,17 @@ class StatusManager:
             listener(stored, version)
         return True
 
+    def mark_deleted(self, uid: str, *, at: str, grace: int | None) -> None:
+        """The pod is being deleted: until it is gone its stored copy carries the deletionTimestamp (Terminating)."""
+        entry = self._entries.get(uid)
+        metadata = entry.pod.get("metadata") or {} if entry is not None else {}
+        if entry is None or metadata.get("deletionTimestamp"):
+            return
+        entry.pod = {**entry.pod, "metadata": {**metadata, "deletionTimestamp": at,
+                                               "deletionGracePeriodSeconds": grace}}
+        self._unwritten[uid] = orjson.dumps(entry.pod)
+        self._wake.set()
+
     def remove(self, uid: str) -> None:
         if self._entries.pop(uid, None) is not None:
             self._unwritten[uid] = None
@@ -183,6 +194,15 @@ def decode_stored_pod(payload: bytes) -> tuple[Pod | None, str]:
 def pod_list(pods: list[Pod]) -> dict[str, Any]:
     ordered = sorted(pods, key=lambda p: (podutil.namespace(p), podutil.name(p)))
     return {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": ordered}
+
+
+def read_pod(directory: str, uid: str) -> Pod | None:
+    """One pod as the agent last wrote it, or None when it has no status (any more)."""
+    payload = CheckpointStore(directory, kind=STATUS_KIND, mode=0o600, reader=True).read(uid)
+    try:
+        return orjson.loads(payload) if payload is not None else None
+    except orjson.JSONDecodeError:
+        return None
 
 
 def read_pod_list(directory: str) -> dict[str, Any]:

@@ -129,7 +129,7 @@ class AgentProcess:
 
     def pods(self) -> dict[str, dict]:
         """The PodList as `edgelet pods -o json` prints it, by pod name."""
-        result = self.cli("pods", "-o", "json")
+        result = self.cli("pods", "-A", "-o", "json")
         assert result.returncode == 0, result.stderr
         return {p["metadata"]["name"]: p for p in json.loads(result.stdout)["items"]}
 

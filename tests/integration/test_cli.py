@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
-from tests.integration.agent_harness import REPO
+from tests.integration.agent_harness import REPO, AgentProcess
 
 
 def edgelet(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
@@ -59,3 +60,73 @@ def test_bad_kubeconfig_is_a_config_error_not_a_traceback(tmp_path):
     result = edgelet("run", "--config", str(config))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "kubeconfig" in result.stderr
+
+
+def test_version_flag_and_help_for_every_command():
+    assert edgelet("--version").stdout == edgelet("version").stdout
+    for command in ("run", "pods", "logs", "check-config", "version"):
+        result = edgelet(command, "--help")
+        assert result.returncode == 0 and "--help" in result.stdout, command
+
+
+def test_config_path_comes_from_edgelet_config_when_not_given(tmp_path):
+    config = tmp_path / "edgelet.toml"
+    config.write_text('node_name = "from-env"\n')
+    env = dict(os.environ, PYTHONPATH=str(REPO), EDGELET_CONFIG=str(config))
+    result = subprocess.run([sys.executable, "-m", "edgelet", "check-config"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert 'node_name = "from-env"' in result.stdout
+    env.pop("EDGELET_CONFIG")
+    default = subprocess.run([sys.executable, "-m", "edgelet", "pods"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=60)
+    if not os.path.exists("/etc/edgelet/edgelet.toml"):
+        assert default.returncode == 2 and "/etc/edgelet/edgelet.toml" in default.stderr
+
+
+def _cluster_config(tmp_path, kubeconfig) -> str:
+    config = tmp_path / "edgelet.toml"
+    config.write_text(f'root_dir = "{tmp_path / "root"}"\n[cluster]\nkubeconfig = "{kubeconfig}"\n')
+    return str(config)
+
+
+def test_check_config_runs_the_validation_run_runs(tmp_path):
+    """A kubeconfig that cannot be read (missing, or naming a missing certificate) fails both, naming the file."""
+    missing = tmp_path / "absent-kubeconfig"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""\
+apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:6443", certificate-authority: "{tmp_path}/no-ca.crt"}}}}]
+users: [{{name: u, user: {{token: abc}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    for path, named in ((missing, str(missing)), (kubeconfig, f"{kubeconfig}: clusters[name=c].cluster.certificate-authority")):
+        config = _cluster_config(tmp_path, path)
+        for args in (("check-config", config), ("run", "--config", config)):
+            result = edgelet(*args)
+            assert result.returncode == 2, (args, result.stderr)
+            assert "Traceback" not in result.stderr
+            (line,) = result.stderr.strip().splitlines()
+            assert named in line, line
+
+
+def test_a_port_in_use_stops_run_at_once_with_one_line_naming_it(tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    address = f"127.0.0.1:{taken.getsockname()[1]}"
+    try:
+        agent = AgentProcess(tmp_path, f"unix://{tmp_path}/no-runtime.sock", server_address=address)
+        result = subprocess.run([sys.executable, "-m", "edgelet", "run", "--config", str(agent.config_path)],
+                                cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                capture_output=True, text=True, timeout=60)
+    finally:
+        taken.close()
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if address in line]
+    assert line.endswith(f"cannot run: cannot listen on {address}: Address already in use")
+    assert "edgelet starting" not in result.stderr, "nothing may start before every listener is bound"
+    assert not (agent.root_dir / "state" / "pods" / "agent.json").exists()

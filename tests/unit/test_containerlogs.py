@@ -7,9 +7,16 @@ import os
 import pytest
 
 from edgelet.containerlogs import (
+    DEFAULT_CONTAINER_ANNOTATION,
     LogLine,
+    LogOptions,
     LogsError,
+    choose_containers,
     container_log_files,
+    format_message,
+    instance_ended,
+    log_time,
+    select_messages,
     files_to_delete,
     find_pod_dir,
     join_partials,
@@ -91,10 +98,84 @@ def test_container_log_files_current_previous_and_choice(tmp_path):
     assert [os.path.basename(p) for p in container_log_files(str(pod_dir), "a", False)] == [
         "2.log.20260101-000000", "2.log"]
     assert [os.path.basename(p) for p in container_log_files(str(pod_dir), "a", True)] == ["1.log"]
-    with pytest.raises(LogsError, match="one of: a b"):
-        container_log_files(str(pod_dir), None, False)
-    with pytest.raises(LogsError, match="'c' not found"):
+    with pytest.raises(LogsError, match="'c' has no logs yet \\(containers with logs: a b\\)"):
         container_log_files(str(pod_dir), "c", False)
     single = make_pod_dir(tmp_path, "q", uid="u2", restarts=(0,))
     with pytest.raises(LogsError, match="previous terminated container"):
-        container_log_files(str(single), None, True)
+        container_log_files(str(single), "main", True)
+
+
+def _spec_pod(containers, init=(), annotation=None):
+    meta = {"annotations": {DEFAULT_CONTAINER_ANNOTATION: annotation}} if annotation else {}
+    return {"metadata": meta, "spec": {"containers": [{"name": n} for n in containers],
+                                       "initContainers": [{"name": n} for n in init]}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "container", "all_containers", "expected", "note"),
+    [
+        (_spec_pod(["app"]), None, False, ["app"], ""),
+        (_spec_pod(["app", "side"]), None, False, ["app"], 'Defaulted container "app" out of: app, side'),
+        (_spec_pod(["app", "side"], init=["setup"]), None, False, ["app"],
+         'Defaulted container "app" out of: app, side, setup (init)'),
+        (_spec_pod(["app", "side"], annotation="side"), None, False, ["side"],
+         'Defaulted container "side" out of: app, side'),
+        (_spec_pod(["app", "side"], annotation="nope"), None, False, ["app"],
+         'Defaulted container "app" out of: app, side'),
+        (_spec_pod(["app", "side"]), "side", False, ["side"], ""),
+        (_spec_pod(["app", "side"], init=["setup"]), None, True, ["setup", "app", "side"], ""),
+        (None, None, False, ["main"], ""),  # the status is gone: the single log directory tells
+    ],
+)
+def test_choose_containers_defaults_like_kubectl(pod, container, all_containers, expected, note):
+    on_disk = ["app", "side", "setup"] if pod is not None else ["main"]
+    assert choose_containers(pod, on_disk, container, all_containers=all_containers) == (expected, note)
+
+
+def test_choose_containers_refuses_an_unknown_or_ambiguous_container():
+    with pytest.raises(LogsError, match="'db' not found, one of: app side"):
+        choose_containers(_spec_pod(["app", "side"]), ["app"], "db", all_containers=False)
+    with pytest.raises(LogsError, match="must be given with -c, one of: a b"):
+        choose_containers(None, ["b", "a"], None, all_containers=False)
+
+
+LINES = [
+    LogLine("2026-01-01T00:00:01.000000001Z", "stdout", False, b"one"),
+    LogLine("2026-01-01T00:00:02Z", "stdout", True, b"t"),
+    LogLine("2026-01-01T00:00:03+00:00", "stdout", False, b"wo"),
+    LogLine("2026-01-01T00:00:04Z", "stderr", False, b"three"),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (LogOptions(), [b"one\n", b"two\n", b"three\n"]),
+        (LogOptions(tail=2), [b"two\n", b"three\n"]),
+        (LogOptions(tail=0), []),
+        (LogOptions(since=log_time("2026-01-01T00:00:02Z")), [b"two\n", b"three\n"]),
+        (LogOptions(since=log_time("2026-01-01T00:00:02.5Z")), [b"three\n"]),
+        (LogOptions(timestamps=True, tail=2),
+         [b"2026-01-01T00:00:02Z two\n", b"2026-01-01T00:00:04Z three\n"]),
+    ],
+)
+def test_select_messages_tail_since_and_timestamps(options, expected):
+    selected = select_messages(LINES, options)
+    assert [format_message(t, text, timestamps=options.timestamps) for t, text in selected] == expected
+
+
+@pytest.mark.parametrize(
+    ("state", "restart_count", "followed", "ended"),
+    [
+        ({"running": {}}, 0, 0, False),
+        ({"waiting": {"reason": "ContainerCreating"}}, 0, 0, False),
+        ({"terminated": {"exitCode": 0}}, 0, 0, True),
+        ({"running": {}}, 1, 0, True),  # restarted since: the followed instance ended
+        ({"waiting": {"reason": "CrashLoopBackOff"}}, 1, 1, True),  # instance 1 ended, waits to restart
+        ({"waiting": {}}, 1, 1, False),  # instance 1 created, not started yet
+    ],
+)
+def test_instance_ended(state, restart_count, followed, ended):
+    pod = {"status": {"containerStatuses": [{"name": "main", "restartCount": restart_count, "state": state}]}}
+    assert instance_ended(pod, "main", followed) is ended
+    assert instance_ended(pod, "other", followed) is False

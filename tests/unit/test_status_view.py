@@ -1,0 +1,71 @@
+"""What `edgelet pods` and /pods may claim: the agent's heartbeat record, and pods adjusted for a down runtime
+or a manifest removed while the agent was away."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgelet.status.view import (
+    STALE_AFTER,
+    AgentRecord,
+    agent_state,
+    present_pods,
+    read_agent_record,
+    write_agent_record,
+)
+
+NOW = 1_800_000_000.0
+
+
+def test_record_round_trips_and_unreadable_is_none(tmp_path):
+    record = AgentRecord(pid=42, started_at=NOW - 60, heartbeat_at=NOW, runtime_ready=False, runtime_message="down")
+    write_agent_record(str(tmp_path), record)
+    assert read_agent_record(str(tmp_path)) == record
+    (tmp_path / "agent.json").write_text("{torn")
+    assert read_agent_record(str(tmp_path)) is None
+    assert read_agent_record(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize(
+    ("record", "alive", "running", "fragment"),
+    [
+        (AgentRecord(1, NOW - 60, NOW - 1), True, True, ""),
+        (None, False, False, "has not run"),
+        (AgentRecord(1, NOW - 60, NOW - 30, stopped_at=NOW - 30), False, False,
+         "it stopped at 2027-01-15T07:59:30Z, 30s ago"),
+        (AgentRecord(1, NOW - 60, NOW - 7), False, False, "ended without stopping (last heartbeat"),
+        (AgentRecord(1, NOW - 600, NOW - STALE_AFTER - 1), True, False, "(pid 1) is not responding"),
+    ],
+)
+def test_agent_state(record, alive, running, fragment):
+    state = agent_state(record, now=NOW, alive=alive)
+    assert state.running is running
+    assert fragment in state.message
+
+
+def _pod(uid, source="file", **meta):
+    return {"metadata": {"uid": uid, "name": uid, "annotations": {"kubernetes.io/config.source": source}, **meta},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "main", "ready": True}],
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_nothing_changes_when_all_is_well():
+    pods = [_pod("a"), _pod("b", source="api")]
+    assert present_pods(pods, manifest_uids={"a"}) == pods
+
+
+def test_runtime_down_makes_every_pod_unknown_and_not_ready_without_touching_the_input():
+    pods = [_pod("a")]
+    (shown,) = present_pods(pods, runtime_ready=False, runtime_message="container runtime is down: EOF")
+    assert shown["status"]["phase"] == "Unknown"
+    assert shown["status"]["message"] == "container runtime is down: EOF"
+    assert shown["status"]["containerStatuses"][0]["ready"] is False
+    assert shown["status"]["conditions"][0]["status"] == "False"
+    assert pods[0]["status"]["phase"] == "Running"
+
+
+def test_a_file_pod_whose_manifest_is_gone_is_terminating():
+    pods = [_pod("kept"), _pod("gone"), _pod("api", source="api"), _pod("http", source="http")]
+    shown = {p["metadata"]["uid"]: p for p in present_pods(pods, manifest_uids={"kept"}, manifests_changed_at=NOW)}
+    assert shown["gone"]["metadata"]["deletionTimestamp"] == "2027-01-15T08:00:00Z"
+    assert all("deletionTimestamp" not in shown[uid]["metadata"] for uid in ("kept", "api", "http"))
