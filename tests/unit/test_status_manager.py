@@ -69,3 +69,16 @@ async def test_writer_persists_in_the_background_and_survives_reload(tmp_path):
     reloaded.load()
     assert reloaded.get_status("u1") == RUNNING
     assert reloaded.set_pod_status(pod("u1", "a"), RUNNING) is False  # hash carried over: no rewrite
+
+
+def test_a_deleted_pod_carries_its_deletion_timestamp_until_it_is_removed(tmp_path):
+    manager = StatusManager(str(tmp_path))
+    manager.set_pod_status(pod(), RUNNING)
+    manager.mark_deleted("u1", at="2026-01-01T00:00:00Z", grace=30)
+    manager.mark_deleted("u1", at="2026-01-01T00:09:00Z", grace=1)  # the first deletion stands
+    manager.mark_deleted("unknown", at="2026-01-01T00:00:00Z", grace=1)
+    manager.flush()
+    (stored,) = read_pod_list(str(tmp_path))["items"]
+    assert stored["metadata"]["deletionTimestamp"] == "2026-01-01T00:00:00Z"
+    assert stored["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert stored["status"]["phase"] == "Running"

@@ -69,3 +69,30 @@ def test_a_file_pod_whose_manifest_is_gone_is_terminating():
     shown = {p["metadata"]["uid"]: p for p in present_pods(pods, manifest_uids={"kept"}, manifests_changed_at=NOW)}
     assert shown["gone"]["metadata"]["deletionTimestamp"] == "2027-01-15T08:00:00Z"
     assert all("deletionTimestamp" not in shown[uid]["metadata"] for uid in ("kept", "api", "http"))
+
+
+async def test_heartbeat_writes_at_once_on_a_runtime_change_and_records_the_stop(tmp_path):
+    import asyncio
+
+    from edgelet.status.view import Heartbeat
+
+    health = [(False, "waiting for the container runtime")]
+    heartbeat = Heartbeat(str(tmp_path), runtime_health=lambda: health[0])
+    task = asyncio.create_task(heartbeat.run())
+    try:
+        for _ in range(100):
+            if (record := read_agent_record(str(tmp_path))) is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert record.runtime_ready is False and record.stopped_at is None
+        health[0] = (True, "ok")
+        heartbeat.beat_now()  # long before the next periodic beat
+        for _ in range(100):
+            if read_agent_record(str(tmp_path)).runtime_ready:
+                break
+            await asyncio.sleep(0.01)
+        assert read_agent_record(str(tmp_path)).runtime_ready is True
+    finally:
+        task.cancel()
+    heartbeat.write_stopped()
+    assert read_agent_record(str(tmp_path)).stopped_at is not None
