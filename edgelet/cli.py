@@ -35,17 +35,19 @@ def setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def load_checked_config(path: str):
+def load_checked_config(path: str, *, referenced_files: bool = True):
     """The config as `run` needs it, or None after one line on stderr: the file, then the files it points at.
 
-    `run` and `check-config` both call this, so a config one accepts the other never refuses.
+    `run` and `check-config` both call this, so a config one accepts the other never refuses. The
+    commands that only read the agent's files (`pods`, `logs`) leave the referenced files alone.
     """
     from .config import load_config
     from .errors import ConfigError
 
     try:
         config = load_config(path)
-        check_referenced_files(config)
+        if referenced_files:
+            check_referenced_files(config)
     except ConfigError as exc:
         print(f"edgelet: invalid config: {exc}", file=sys.stderr)
         return None
@@ -113,7 +115,7 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_pods(args: argparse.Namespace) -> int:
-    config = load_checked_config(args.config)
+    config = load_checked_config(args.config, referenced_files=False)
     if config is None:
         return EXIT_BAD_CONFIG
     from . import cli_pods
@@ -122,7 +124,7 @@ def cmd_pods(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    config = load_checked_config(args.config)
+    config = load_checked_config(args.config, referenced_files=False)
     if config is None:
         return EXIT_BAD_CONFIG
     from .containerlogs import LogOptions, LogsError, print_logs
