@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 import orjson
@@ -43,10 +44,14 @@ def run(config, args: argparse.Namespace, out: IO[str] = sys.stdout, err: IO[str
         print(f"edgelet: -l {args.selector!r}: {exc}", file=err)
         return 2
     namespace = None if args.all_namespaces else args.namespace
-    pods, note = load_view(config)
+
+    def fetch() -> tuple[list[Pod], str]:
+        pods, note = load_view(config)
+        return select(pods, namespace=namespace, name=args.name, selector=selector, node_name=config.node_name), note
+
+    selected, note = fetch()
     if note:
         print(f"edgelet: {note}; statuses are as it last wrote them", file=err)
-    selected = select(pods, namespace=namespace, name=args.name, selector=selector, node_name=config.node_name)
     if args.name and not selected:
         where = "any namespace" if namespace is None else f"namespace {namespace!r}"
         print(f"edgelet: pod {args.name!r} not found in {where}", file=err)
@@ -58,21 +63,22 @@ def run(config, args: argparse.Namespace, out: IO[str] = sys.stdout, err: IO[str
     out.write(printer.render(selected, header=True))
     out.flush()
     if args.watch:
-        _watch(config, args, printer, selected, note, out, err, namespace=namespace, selector=selector)
+        _watch(fetch, printer, selected, note, out, err)
     return 0
 
 
-def _watch(config, args, printer: Printer, shown: list[Pod], note: str, out: IO[str], err: IO[str], *,
-           namespace: str | None, selector: Requirement | None) -> None:
+def _watch(fetch: Callable[[], tuple[list[Pod], str]], printer: Printer, shown: list[Pod], note: str,
+           out: IO[str], err: IO[str]) -> None:
+    """kubectl's -w: a pod is printed again whenever its row (or document) changes; the agent coming and
+    going is said on stderr."""
     last = {podutil.uid(pod): printer.render([pod], header=False) for pod in shown}
     header_printed = bool(shown) or printer.output not in ("table", "wide")
     while True:
         time.sleep(WATCH_INTERVAL)
-        pods, new_note = load_view(config)
+        selected, new_note = fetch()
         if new_note != note:
             print(f"edgelet: {new_note or 'the agent is running again'}", file=err)
             note = new_note
-        selected = select(pods, namespace=namespace, name=args.name, selector=selector, node_name=config.node_name)
         current = {podutil.uid(pod): printer.render([pod], header=False) for pod in selected}
         changed = [pod for pod in selected if last.get(podutil.uid(pod)) != current[podutil.uid(pod)]]
         if changed:
