@@ -220,7 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check_config)
 
     from .cli_describe import add_commands  # describe pod, get events
-    add_commands(sub, default_config=DEFAULT_CONFIG, load_config=_load_config)
+
+    add_commands(sub, default_config=default_config_path(),
+                 load_config=lambda path: load_checked_config(path, referenced_files=False))
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=cmd_version)
