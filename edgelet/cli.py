@@ -213,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="start each line with the time the runtime recorded it (RFC 3339)")
     logs.set_defaults(func=cmd_logs)
 
-    check = sub.add_parser("check-config", parents=[common], help="validate a config file, print the effective settings",
+    check = sub.add_parser("check-config", parents=[common],
+                           help="validate a config file, print the effective settings",
                            description="Run the validation `edgelet run` runs, then print the effective settings.")
     check.add_argument("file", nargs="?", default=None, help="the config file (default: the --config file)")
     check.add_argument("-q", "--quiet", action="store_true", help="print nothing; only the exit code tells")

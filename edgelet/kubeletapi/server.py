@@ -67,19 +67,6 @@ class KubeletApiServer(HttpServer):
         self._authorizer = authorizer
         self._streams = asyncio.Semaphore(max_streams)
 
-    async def run(self) -> None:
-        """Serves until cancelled. An address that cannot be bound is reported and leaves the rest of the
-        agent running: its pods matter more than `kubectl logs`."""
-        try:
-            await self.start()
-        except OSError as err:
-            log.error("kubelet API not started: kubelet_api.address %s: %s", self.address, err)
-            return
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await self.close()
-
     async def respond(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       request: h11.Request) -> bool:
         method = request.method.decode("ascii", "replace")

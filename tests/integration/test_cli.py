@@ -102,7 +102,8 @@ users: [{{name: u, user: {{token: abc}}}}]
 contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
 current-context: x
 """)
-    for path, named in ((missing, str(missing)), (kubeconfig, f"{kubeconfig}: clusters[name=c].cluster.certificate-authority")):
+    bad_ca = f"{kubeconfig}: clusters[name=c].cluster.certificate-authority"
+    for path, named in ((missing, str(missing)), (kubeconfig, bad_ca)):
         config = _cluster_config(tmp_path, path)
         for args in (("check-config", config), ("run", "--config", config)):
             result = edgelet(*args)

@@ -61,8 +61,8 @@ def agent(tmp_path, containerd):
 def test_logs_default_container_tail_timestamps_since_and_all_containers(agent):
     agent.start()
     agent.write_manifest("duo.yaml", TWO_CONTAINERS.replace("{ANNOTATIONS}", "{}"))
-    wait_for(lambda: _phase(agent.pod("duo")) == "Running" and "first 5" in agent.cli("logs", "duo", "-c", "first").stdout,
-             60, what="duo Running with its output")
+    wait_for(lambda: _phase(agent.pod("duo")) == "Running"
+             and "first 5" in agent.cli("logs", "duo", "-c", "first").stdout, 60, what="duo Running with its output")
 
     default = agent.cli("logs", "duo")
     assert default.returncode == 0
@@ -138,7 +138,8 @@ def test_pods_name_namespace_selector_and_output_formats(agent):
         "pod/solo-testnode\npod/sys-testnode\n"  # notin matches pods without the label, as in Kubernetes
     single = json.loads(agent.cli("pods", "duo", "-o", "json").stdout)
     assert single["kind"] == "Pod" and single["metadata"]["name"] == "duo-testnode"
-    assert yaml.safe_load(agent.cli("pods", "solo-testnode", "-o", "yaml").stdout)["metadata"]["name"] == "solo-testnode"
+    as_yaml = yaml.safe_load(agent.cli("pods", "solo-testnode", "-o", "yaml").stdout)
+    assert as_yaml["metadata"]["name"] == "solo-testnode"
     missing = agent.cli("pods", "nope")
     assert missing.returncode == 1 and missing.stderr == "edgelet: pod 'nope' not found in namespace 'default'\n"
     bad = agent.cli("pods", "-l", "a=b=c")

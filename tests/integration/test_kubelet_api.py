@@ -145,16 +145,18 @@ def test_node_status_reports_the_port(kubelet_api):
     assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": kubelet_api.port}}
 
 
-def test_a_port_in_use_is_reported_and_the_agent_runs_its_pods(tmp_path, containerd, pki):
+def test_a_port_in_use_stops_the_agent_at_once_naming_the_address(tmp_path, containerd, pki):
+    """Every listener is bound before anything starts (issue 12): no agent runs without its kubelet API."""
     with socket.socket() as taken, ApiServerDouble() as api:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        agent = start_agent(tmp_path, containerd.endpoint, api, pki, taken.getsockname()[1])
+        port = taken.getsockname()[1]
+        agent = start_agent(tmp_path, containerd.endpoint, api, pki, port)
         try:
-            agent.write_manifest("web.yaml", busybox_pod("web", "exec sleep 3600"))
-            wait_for(lambda: is_running(agent.pod("web")), 60, what="the pod running")
-            assert "kubelet API not started: kubelet_api.address" in agent.log_text()
-            assert agent.proc is not None and agent.proc.poll() is None
+            assert agent.proc.wait(60) == 1
+            log = agent.log_text()
+            assert f"cannot run: cannot listen on 127.0.0.1:{port}: Address already in use" in log
+            assert "Traceback" not in log and "edgelet starting" not in log
         finally:
             agent.close()
 
