@@ -109,9 +109,11 @@ class StatusManager:
     def mark_deleted(self, uid: str, *, at: str, grace: int | None) -> None:
         """The pod is being deleted: until it is gone its stored copy carries the deletionTimestamp (Terminating)."""
         entry = self._entries.get(uid)
-        metadata = entry.pod.get("metadata") or {} if entry is not None else {}
-        if entry is None or metadata.get("deletionTimestamp"):
+        if entry is None:
             return
+        metadata = entry.pod.get("metadata") or {}
+        if metadata.get("deletionTimestamp"):
+            return  # the first deletion stands, as the API server keeps the first deletionTimestamp
         entry.pod = {**entry.pod, "metadata": {**metadata, "deletionTimestamp": at,
                                                "deletionGracePeriodSeconds": grace}}
         self._unwritten[uid] = orjson.dumps(entry.pod)
