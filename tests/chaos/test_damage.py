@@ -1,0 +1,226 @@
+"""Damage to every kind of file the agent keeps under root_dir, in standalone and in cluster mode.
+
+The agent runs its pods, is killed with SIGKILL, and one file of every kind it wrote (status checkpoints,
+etc-hosts, termination-message files, container logs, the lock, and in cluster mode the pod cache, its state
+and the object store) is damaged the same way: truncated, garbled, emptied, deleted, or replaced by a checkpoint
+whose checksum is valid but whose content is wrong. The agent must start, report each damaged checkpoint once,
+restart no container, converge (pods running, statuses written again) and leave no damaged checkpoint in place.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from edgelet import checkpoint
+from tests.chaos.harness import ChaosAgent, Runtime
+from tests.integration.agent_harness import busybox_pod, wait_for
+from tests.integration.test_cluster import CLUSTER_TOML, api_pod, running_in_api
+from tests.kubeapi_double import ApiServerDouble
+
+SEED = 10_7777
+MODES = ("truncate", "garble", "empty", "delete", "wrong-content")
+CONVERGE_TIMEOUT_S = 45.0
+# Payloads with a valid checksum that no reader should accept as its state.
+WRONG_PAYLOADS = (b"null", b"[]", b'{"metadata": 5}', b'"text"', b"{}")
+_VARIABLE = re.compile(r"[0-9a-f]{8}-[0-9a-f-]{27}|[0-9a-f]{16,}|[0-9a-f]{8}|(?<=/)[0-9]+(?=\.log)|%2F[^/]*")
+
+
+def file_kind(root: Path, path: Path) -> str:
+    """The path with uids, ids and names folded, so one file of each kind is picked."""
+    return _VARIABLE.sub("*", str(path.relative_to(root)))
+
+
+def pick_files(root: Path, rng: random.Random) -> dict[str, Path]:
+    by_kind: dict[str, list[Path]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink() and f"/{checkpoint.CORRUPT_DIR}/" not in str(path):
+            by_kind.setdefault(file_kind(root, path), []).append(path)
+    return {kind: rng.choice(paths) for kind, paths in sorted(by_kind.items())}
+
+
+def damage(path: Path, mode: str, rng: random.Random) -> None:
+    data = path.read_bytes()
+    if mode == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif mode == "garble":
+        garbled = bytearray(data or b"\0")
+        for _ in range(4):
+            at = rng.randrange(len(garbled))
+            garbled[at] ^= 0xFF
+        path.write_bytes(bytes(garbled))
+    elif mode == "empty":
+        path.write_bytes(b"")
+    elif mode == "delete":
+        path.unlink()
+    elif path.suffix == checkpoint.SUFFIX and (header := re.match(rb"EDGELET-CHECKPOINT 1 ([a-z0-9.-]+) ", data)):
+        path.write_bytes(checkpoint.encode(header.group(1).decode(), rng.choice(WRONG_PAYLOADS)))
+    else:
+        path.write_bytes(b"# not what the agent wrote\n0.0.0.0 wrong\n")
+
+
+def intact_checkpoints(root: Path) -> list[str]:
+    """Checkpoint files left in place that do not decode (damage that was neither repaired nor set aside)."""
+    bad = []
+    for path in root.rglob(f"*{checkpoint.SUFFIX}"):
+        if f"/{checkpoint.CORRUPT_DIR}/" in str(path):
+            continue
+        data = path.read_bytes()
+        header = re.match(rb"EDGELET-CHECKPOINT 1 ([a-z0-9.-]+) ", data)
+        try:
+            checkpoint.decode(data, header.group(1).decode() if header else "?")
+        except checkpoint.CorruptCheckpoint as problem:
+            bad.append(f"{path.relative_to(root)}: {problem}")
+    return bad
+
+
+def warnings_naming(log: str, name: str) -> int:
+    return sum(1 for line in log.splitlines() if name in line and re.search(r" (WARNING|ERROR|CRITICAL) ", line))
+
+
+def container_ids(runtime: Runtime) -> set[str]:
+    return {c.id for seen in runtime.view().containers.values() for c in seen if c.state == 1}
+
+
+def run_damage_rounds(agent: ChaosAgent, runtime: Runtime, figures, rng: random.Random, mode_name: str,
+                      converged) -> list[str]:
+    """Every mode once: damage one file of each kind, restart, check; returns the failures."""
+    failures: list[str] = []
+    cases = 0
+    for mode in MODES:
+        agent.kill9()
+        running_before = container_ids(runtime)
+        picked = pick_files(agent.root_dir, rng)
+        for path in picked.values():
+            damage(path, mode, rng)
+        cases += len(picked)
+        offset = agent.log_size()
+        agent.start()
+        try:
+            # The agent reads its files first; only then may `edgelet pods` (a reader of the status files) look.
+            wait_for(lambda: "container runtime ready" in agent.log_since(offset) or not agent.alive(),
+                     CONVERGE_TIMEOUT_S, what=f"the agent's start after {mode}")
+            wait_for(converged, CONVERGE_TIMEOUT_S, interval=0.3, what=f"convergence after {mode}")
+        except AssertionError as err:
+            failures.append(f"{mode}: {str(err)[-300:]}")
+            continue
+        time.sleep(2.5)  # a resync and a housekeeping pass, so a file reported again would show
+        log = agent.log_since(offset)
+        if not agent.alive():
+            failures.append(f"{mode}: the agent exited")
+        if "Traceback" in log:
+            failures.append(f"{mode}: traceback in the log")
+        restarted = running_before - container_ids(runtime)
+        if restarted:
+            failures.append(f"{mode}: {len(restarted)} running containers were replaced")
+        for kind, path in picked.items():
+            if path.suffix == checkpoint.SUFFIX and mode != "delete":
+                reports = warnings_naming(log, path.name)
+                if reports != 1:
+                    failures.append(f"{mode} {kind}: reported {reports} times, not once")
+            if path.name == "etc-hosts" and mode != "delete" and not _repaired(path):
+                failures.append(f"{mode} {kind}: not repaired")
+        failures += [f"{mode}: left damaged: {bad}" for bad in intact_checkpoints(agent.root_dir)]
+    figures.add("damage_cases", cases)
+    figures.add("damage_failures", len(failures))
+    figures.note(f"damage {mode_name}: seed={SEED} kinds={len(pick_files(agent.root_dir, random.Random(0)))} "
+                 f"cases={cases} failures={len(failures)}" + "".join(f"\n    {f[:160]}" for f in failures))
+    return failures
+
+
+def _repaired(path: Path) -> bool:
+    try:
+        return wait_for(lambda: path.exists() and b"wrong" not in path.read_bytes() and path.stat().st_size > 0, 15)
+    except AssertionError:
+        return False
+
+
+def _write_standalone_pods(agent: ChaosAgent) -> None:
+    agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
+    agent.write_manifest("netpod.yaml", busybox_pod("netpod", "echo hello; exec sleep 3600", host_network=False))
+    agent.write_manifest("config.yaml", """\
+        apiVersion: v1
+        kind: ConfigMap
+        metadata:
+          name: settings
+        data:
+          greeting: hello
+        ---
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: withvolume
+        spec:
+          hostNetwork: true
+          terminationGracePeriodSeconds: 1
+          volumes:
+            - name: settings
+              configMap:
+                name: settings
+          containers:
+            - name: main
+              image: docker.io/library/busybox:local
+              imagePullPolicy: Never
+              command: ["sh", "-c", "cat /etc/settings/greeting; exec sleep 3600"]
+              volumeMounts:
+                - name: settings
+                  mountPath: /etc/settings
+        """)
+
+
+@pytest.mark.timeout(900)
+def test_damage_standalone(tmp_path, containerd, runtime, figures):
+    rng = random.Random(SEED)
+    agent = ChaosAgent(tmp_path, containerd.endpoint, figures)
+    _write_standalone_pods(agent)
+    names = ("steady", "netpod", "withvolume")
+
+    def converged() -> bool:
+        pods = agent.pods()
+        return agent.alive() and all(
+            (pod := pods.get(f"{name}-{agent.node_name}")) and pod["status"].get("phase") == "Running" for name in names)
+
+    try:
+        agent.start()
+        wait_for(converged, 60, what="pods running before any damage")
+        time.sleep(1.5)
+        failures = run_damage_rounds(agent, runtime, figures, rng, "standalone", converged)
+    finally:
+        agent.close()
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.timeout(900)
+def test_damage_cluster(tmp_path, containerd, runtime, figures):
+    rng = random.Random(SEED + 1)
+    with ApiServerDouble(bookmark_interval=0.5) as api:
+        kubeconfig = api.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        agent = ChaosAgent(tmp_path, containerd.endpoint, figures, extra_toml=CLUSTER_TOML.format(kubeconfig=kubeconfig))
+        api.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"},
+                                  "data": {"greeting": "hello"}})
+        api.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token", "namespace": "default"},
+                               "data": {"token": "c2VjcmV0"}})
+        api.create("pods", api_pod("apipod", volumes=[{"name": "settings", "configMap": {"name": "settings"}},
+                                                      {"name": "token", "secret": {"secretName": "token"}}]))
+        api.create("pods", api_pod("plain"))
+        agent.write_manifest("static.yaml", busybox_pod("static", "exec sleep 3600"))
+
+        def converged() -> bool:
+            if not agent.alive() or not all(running_in_api(api, name) for name in ("apipod", "plain")):
+                return False
+            local = agent.pods()
+            return all((pod := local.get(name)) and pod["status"].get("phase") == "Running"
+                       for name in ("apipod", "plain", f"static-{agent.node_name}"))
+
+        try:
+            agent.start()
+            wait_for(converged, 60, what="pods running before any damage")
+            time.sleep(1.5)
+            failures = run_damage_rounds(agent, runtime, figures, rng, "cluster", converged)
+        finally:
+            agent.close()
+    assert not failures, "\n".join(failures)
