@@ -77,10 +77,12 @@ class AgentProcess:
             address = "{server_address}"
             """) + extra_toml)
         self.proc: subprocess.Popen | None = None
+        self.env: dict[str, str] = {}  # added to the agent's environment (e.g. LD_PRELOAD)
 
     def start(self) -> "AgentProcess":
         env = dict(os.environ)
         env.setdefault("PYTHONPATH", str(REPO))
+        env.update(self.env)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edgelet", "run", "--config", str(self.config_path)],
