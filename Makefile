@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STATE := .state
 # OS packages the agent's local run and the tests need (Debian/Ubuntu names).
 OS_PACKAGES := containerd runc containernetworking-plugins busybox-static umoci skopeo \
-	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv
+	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv faketime
 PYTHON_BUILD_DEPS := cython "setuptools>=77" wheel
 # Every Python package the venv and the packages use, at the versions last resolved (`make lock`), so that
 # a build next month is the build of today.
@@ -17,7 +17,7 @@ ARCH ?= $(shell dpkg --print-architecture)
 # What building and booting packages needs on top (Debian names).
 PACKAGE_OS_PACKAGES := debootstrap systemd-container rpm qemu-user-static binfmt-support dpkg-dev
 
-.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package bench proto package clean
+.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package chaos chaos-fast bench proto package clean
 
 all: build
 
@@ -98,6 +98,14 @@ test-unit: build
 
 test-integration: deps build
 	$(PY) -m pytest -q tests/integration
+
+# Hostile conditions with figures (not part of make test; see docs/reliability.md); the last line is CHAOS ...
+chaos: deps build
+	$(PY) -m tests.chaos.run
+
+# The fast slice of the chaos suite for CI: the same experiments, fewer rounds (a few minutes).
+chaos-fast: deps build
+	CHAOS_SCALE=small $(PY) -m tests.chaos.run
 
 # Speed and footprint beside their floors, in one run (not part of make test; see docs/benchmarks.md).
 bench: deps build

@@ -38,16 +38,19 @@ class Scale:
     config_fuzz_cases: int
     api_fuzz_cases: int
     clock_window_s: float
+    damage_modes: tuple[str, ...]
 
     @staticmethod
     def from_env() -> Scale:
         name = os.environ.get("CHAOS_SCALE", "full")
         if name == "small":
             return Scale(name, kill9_rounds=10, kill9_check_every=5, runtime_losses=2, fuzz_cases=120,
-                         config_fuzz_cases=40, api_fuzz_cases=40, clock_window_s=10.0)
+                         config_fuzz_cases=40, api_fuzz_cases=40, clock_window_s=6.0,
+                         damage_modes=("garble", "wrong-content"))
         if name == "full":
             return Scale(name, kill9_rounds=100, kill9_check_every=10, runtime_losses=10, fuzz_cases=800,
-                         config_fuzz_cases=250, api_fuzz_cases=250, clock_window_s=16.0)
+                         config_fuzz_cases=250, api_fuzz_cases=250, clock_window_s=16.0,
+                         damage_modes=("truncate", "garble", "empty", "delete", "wrong-content"))
         raise ValueError(f"CHAOS_SCALE must be small or full, not {name!r}")
 
 

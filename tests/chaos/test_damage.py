@@ -23,7 +23,6 @@ from tests.integration.test_cluster import CLUSTER_TOML, api_pod, running_in_api
 from tests.kubeapi_double import ApiServerDouble
 
 SEED = 10_7777
-MODES = ("truncate", "garble", "empty", "delete", "wrong-content")
 CONVERGE_TIMEOUT_S = 45.0
 # Payloads with a valid checksum that no reader should accept as its state.
 WRONG_PAYLOADS = (b"null", b"[]", b'{"metadata": 5}', b'"text"', b"{}")
@@ -87,11 +86,11 @@ def container_ids(runtime: Runtime) -> set[str]:
 
 
 def run_damage_rounds(agent: ChaosAgent, runtime: Runtime, figures, rng: random.Random, mode_name: str,
-                      converged) -> list[str]:
+                      converged, modes: tuple[str, ...]) -> list[str]:
     """Every mode once: damage one file of each kind, restart, check; returns the failures."""
     failures: list[str] = []
     cases = 0
-    for mode in MODES:
+    for mode in modes:
         agent.kill9()
         running_before = container_ids(runtime)
         picked = pick_files(agent.root_dir, rng)
@@ -173,7 +172,7 @@ def _write_standalone_pods(agent: ChaosAgent) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_damage_standalone(tmp_path, containerd, runtime, figures):
+def test_damage_standalone(tmp_path, containerd, runtime, scale, figures):
     rng = random.Random(SEED)
     agent = ChaosAgent(tmp_path, containerd.endpoint, figures)
     _write_standalone_pods(agent)
@@ -188,14 +187,14 @@ def test_damage_standalone(tmp_path, containerd, runtime, figures):
         agent.start()
         wait_for(converged, 60, what="pods running before any damage")
         time.sleep(1.5)
-        failures = run_damage_rounds(agent, runtime, figures, rng, "standalone", converged)
+        failures = run_damage_rounds(agent, runtime, figures, rng, "standalone", converged, scale.damage_modes)
     finally:
         agent.close()
     assert not failures, "\n".join(failures)
 
 
 @pytest.mark.timeout(900)
-def test_damage_cluster(tmp_path, containerd, runtime, figures):
+def test_damage_cluster(tmp_path, containerd, runtime, scale, figures):
     rng = random.Random(SEED + 1)
     with ApiServerDouble(bookmark_interval=0.5) as api:
         kubeconfig = api.write_kubeconfig(str(tmp_path / "kubeconfig"))
@@ -220,7 +219,7 @@ def test_damage_cluster(tmp_path, containerd, runtime, figures):
             agent.start()
             wait_for(converged, 60, what="pods running before any damage")
             time.sleep(1.5)
-            failures = run_damage_rounds(agent, runtime, figures, rng, "cluster", converged)
+            failures = run_damage_rounds(agent, runtime, figures, rng, "cluster", converged, scale.damage_modes)
         finally:
             agent.close()
     assert not failures, "\n".join(failures)
