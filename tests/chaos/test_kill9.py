@@ -2,7 +2,7 @@
 
 Each round starts the agent, applies a batch of at most MAX_BATCH changes at a random moment (only while no stale
 container is left from the previous batch, so the batch size bounds what may legitimately be stale) and kills
-the agent with SIGKILL at an independent random moment 0.1-3 s after its start: during start-up, adoption,
+the agent with SIGKILL at an independent random moment 0.1-4 s after its start: during start-up, adoption,
 admission, CreateContainer/StartContainer or the stopping of old pod versions. Every few rounds the agent gets
 to converge, and then the runtime must hold exactly what the manifests ask for.
 """
@@ -156,7 +156,7 @@ def test_kill9_during_churn(tmp_path, containerd, runtime, scale, figures):
         for round_number in range(1, scale.kill9_rounds + 1):
             started = time.monotonic()
             agent.start()
-            kill_at = started + rng.uniform(0.1, 3.0)
+            kill_at = started + rng.uniform(0.1, 4.0)
             apply_at = started + rng.uniform(0.0, kill_at - started)
             batch = churn.plan()
             applied = False
