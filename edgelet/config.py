@@ -536,6 +536,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(path, "", f"not UTF-8 text (byte {exc.start})") from None
     except RecursionError:
         raise ConfigError(path, "", f"nested more than {MAX_CONFIG_DEPTH} levels deep") from None
+    except ValueError as exc:  # after its subclasses above: an integer of more than 4300 digits
+        raise ConfigError(path, "", f"TOML value out of range: {str(exc)[:120]}") from None
     if problem := document_problem(data, max_depth=MAX_CONFIG_DEPTH):
         raise ConfigError(path, problem[0], problem[1])
     return parse_config(data, path, base_dir=os.path.dirname(os.path.abspath(path)))

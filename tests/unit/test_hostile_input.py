@@ -151,6 +151,18 @@ def test_huge_values_are_cut_in_errors():
     assert cut_long_values("short 'x'") == "short 'x'"
 
 
+def test_cutting_a_huge_value_needs_no_memory_of_its_size():
+    text = "metadata.name: '%s' is not a DNS-1123 subdomain" % ("n" * 1_000_000)
+    tracemalloc.start()
+    try:
+        cut = cut_long_values(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert cut.endswith("…(1000002 bytes) is not a DNS-1123 subdomain")
+    assert peak < 10 * 1024 * 1024, f"{peak >> 20} MB to cut one 1 MB value"
+
+
 # -- special files and duplicate names in the manifest directory -----------------------------------
 
 def test_special_files_are_reported_once_and_dot_files_ignored(tmp_path):
@@ -306,6 +318,7 @@ async def test_a_pod_failing_the_same_way_is_logged_once(caplog):
         ("max_pods = 99999", "max_pods", "between 1 and 10000"),
         ("[gc]\nmax_containers = 9999999999999", "gc.max_containers", "at most 2147483647"),
         ("x = " + "[" * 5000 + "]" * 5000, "", "nested more than"),
+        ("max_pods = 1" + "0" * 5000, "", "out of range"),  # beyond Python's int-from-text limit
     ],
 )
 def test_absurd_config_values_name_the_key(tmp_path, toml, key, fragment):
