@@ -117,8 +117,9 @@ class GenericPLEG:
         """One relist: list, diff, inspect changed pods, publish events. Returns the events."""
         async with self._lock:
             started = time.perf_counter()
-            # What the lists return is at least as new as this moment: the pod cache orders by it.
-            observed_at = time.time()
+            # What the lists return is at least as new as this moment: the pod cache orders by it. Monotonic:
+            # after the wall clock stepped back, every observation would be "older" and never stored.
+            observed_at = time.monotonic()
             sandboxes_wire = await self._runtime.list_pod_sandbox_raw()
             containers_wire = await self._runtime.list_containers_raw()
             snapshot, raw_events = core.relist(self._snapshot, sandboxes_wire, containers_wire)
@@ -169,7 +170,7 @@ class GenericPLEG:
         the status calls of what changed; the cache is updated too.
         """
         selector = {labels.POD_UID: uid}
-        observed_at = time.time()
+        observed_at = time.monotonic()
         sandboxes = core.parse_sandboxes(
             await self._runtime.list_pod_sandbox_raw(pb.PodSandboxFilter(label_selector=selector)))
         containers = core.parse_containers(

@@ -66,7 +66,7 @@ class PodRuntimeStatus:
     namespace: str = ""
     sandboxes: list[SandboxStatus] = field(default_factory=list)
     containers: list[ContainerStatus] = field(default_factory=list)
-    timestamp: float = 0.0  # when this was inspected (time.time())
+    timestamp: float = 0.0  # when this was inspected (time.monotonic(): it orders observations, wall time may jump)
 
     @property
     def ip(self) -> str:

@@ -4,9 +4,12 @@ finishes after it cannot put back the older state it observed."""
 from __future__ import annotations
 
 import asyncio
+import time
+import types
 
 import pytest
 
+from edgelet import pleg as pleg_module
 from edgelet.kuberuntime.types import ContainerState
 from edgelet.pleg import GenericPLEG
 
@@ -62,3 +65,24 @@ async def test_an_older_relist_cannot_replace_a_newer_inspection(cri, containerd
     # The next relist (observed after both) brings the cache up to date as usual.
     await pleg.relist()
     assert pleg.get_status(uid).latest_container("main").state == ContainerState.EXITED
+
+
+async def test_the_cache_follows_the_runtime_after_the_wall_clock_stepped_back(cri, containerd, monkeypatch):
+    config = sandbox_config(containerd)
+    uid = config.metadata.uid
+    sandbox_id = await cri.run_pod_sandbox(config)
+    container = container_config(containerd)
+    container.labels["io.kubernetes.pod.uid"] = uid
+    container_id = await cri.create_container(sandbox_id, container, config)
+    await cri.start_container(container_id)
+    pleg = GenericPLEG(cri)
+    await pleg.relist()
+    assert pleg.cache.get(uid).latest_container("main").state == ContainerState.RUNNING
+
+    ten_years = 10 * 365 * 86400
+    stepped_back = types.SimpleNamespace(time=lambda: time.time() - ten_years, monotonic=time.monotonic,
+                                         perf_counter=time.perf_counter)
+    monkeypatch.setattr(pleg_module, "time", stepped_back)  # an NTP step back, or a dead RTC battery
+    await cri.stop_container(container_id, 0)
+    await pleg.relist()
+    assert pleg.cache.get(uid).latest_container("main").state == ContainerState.EXITED
