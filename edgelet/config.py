@@ -517,6 +517,13 @@ class Config:
 # The settings fit in a few kilobytes and three levels; anything far beyond is not a config file.
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_CONFIG_DEPTH = 8
+# tomllib keeps an entry for every prefix of a dotted key or table name, so a key of n parts costs n² (10,000
+# parts: 400 MB) before any depth check can run; far more parts than any key or value has are refused unread.
+MAX_DOTTED_PARTS = 64
+_LONG_DOTTED_KEY = re.compile(
+    r"""(?<![A-Za-z0-9_-])(?:(?:[A-Za-z0-9_-]++|"[^"\n]*+"|'[^'\n]*+')[ \t]*+\.[ \t]*+){%d}"""
+    % MAX_DOTTED_PARTS)  # the look-behind keeps the search linear: each run of key characters is tried once
+
 
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and check a config file; any problem raises ConfigError naming the file and the dotted key."""
@@ -529,7 +536,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(path, "", f"config file is more than the {MAX_CONFIG_BYTES} bytes allowed")
     try:
-        data = tomllib.loads(raw.decode())
+        text = raw.decode()
+        if long_key := _LONG_DOTTED_KEY.search(text):
+            line = text.count("\n", 0, long_key.start()) + 1
+            raise ConfigError(path, "", f"more than {MAX_DOTTED_PARTS} dot-separated parts in one key or value "
+                                        f"(line {line}): no setting is nested like that")
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, "", f"TOML syntax error: {exc}") from None
     except UnicodeDecodeError as exc:

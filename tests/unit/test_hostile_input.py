@@ -319,6 +319,8 @@ async def test_a_pod_failing_the_same_way_is_logged_once(caplog):
         ("[gc]\nmax_containers = 9999999999999", "gc.max_containers", "at most 2147483647"),
         ("x = " + "[" * 5000 + "]" * 5000, "", "nested more than"),
         ("max_pods = 1" + "0" * 5000, "", "out of range"),  # beyond Python's int-from-text limit
+        (".".join(["a"] * 10_000) + " = 1", "", "more than 64 dot-separated parts in one key or value (line 2)"),  # quadratic in tomllib
+        ("[" + ".".join(['"a"'] * 100) + "]", "", "more than 64 dot-separated parts"),
     ],
 )
 def test_absurd_config_values_name_the_key(tmp_path, toml, key, fragment):
