@@ -120,7 +120,7 @@ def run_damage_rounds(agent: ChaosAgent, runtime: Runtime, figures, rng: random.
             failures.append(f"{mode}: {len(restarted)} running containers were replaced")
         for kind, path in picked.items():
             if path.suffix == checkpoint.SUFFIX and mode != "delete":
-                reports = warnings_naming(log, path.name)
+                reports = warnings_naming(log, str(path))
                 if reports != 1:
                     failures.append(f"{mode} {kind}: reported {reports} times, not once")
         failures += [f"{mode}: left damaged: {bad}" for bad in intact_checkpoints(agent.root_dir)]
