@@ -45,7 +45,7 @@ class Scale:
         name = os.environ.get("CHAOS_SCALE", "full")
         if name == "small":
             return Scale(name, kill9_rounds=10, kill9_check_every=5, runtime_losses=2, fuzz_cases=120,
-                         config_fuzz_cases=40, api_fuzz_cases=40, clock_window_s=6.0,
+                         config_fuzz_cases=40, api_fuzz_cases=40, clock_window_s=8.0,
                          damage_modes=("garble", "wrong-content"))
         if name == "full":
             return Scale(name, kill9_rounds=100, kill9_check_every=10, runtime_losses=10, fuzz_cases=800,
