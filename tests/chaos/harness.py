@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
@@ -224,7 +225,20 @@ class Runtime:
         except grpc.RpcError:
             return None
 
-    def remove_everything(self) -> None:
+    def remove_everything(self, timeout: float = 60.0) -> None:
+        """Empties the runtime. A killed agent can leave a StartContainer running on in containerd, and a
+        container that is starting cannot be removed: such errors are retried until `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._remove_all()
+                return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _remove_all(self) -> None:
         for container in self._stub.ListContainers(pb.ListContainersRequest(), timeout=30).containers:
             self._stub.RemoveContainer(pb.RemoveContainerRequest(container_id=container.id), timeout=60)
         for sandbox in self._stub.ListPodSandbox(pb.ListPodSandboxRequest(), timeout=30).items:
