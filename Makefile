@@ -17,7 +17,7 @@ ARCH ?= $(shell dpkg --print-architecture)
 # What building and booting packages needs on top (Debian names).
 PACKAGE_OS_PACKAGES := debootstrap systemd-container rpm qemu-user-static binfmt-support dpkg-dev
 
-.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package chaos chaos-fast bench proto package clean
+.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package chaos chaos-fast bench fleet proto package clean
 
 all: build
 
@@ -110,6 +110,14 @@ chaos-fast: deps build
 # Speed and footprint beside their floors, in one run (not part of make test; see docs/benchmarks.md).
 bench: deps build
 	$(PY) -m bench.run
+
+# N hollow nodes (`edgelet simulate`) against the e2e control plane: steady state, pod starts, a 60 s apiserver
+# outage; prints a FLEET line last (not part of make test; see docs/fleet.md). About 12 min at the defaults.
+FLEET_NODES ?= 1000
+FLEET_STEADY_SECONDS ?= 300
+FLEET_OUTAGE_SECONDS ?= 60
+fleet: e2e-deps build
+	$(PY) -m bench.fleet --nodes $(FLEET_NODES) --steady $(FLEET_STEADY_SECONDS) --outage $(FLEET_OUTAGE_SECONDS)
 
 proto: venv
 	hack/gen-proto.sh

@@ -227,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=cmd_version)
+
+    from .simulate import cli as simulate_cli
+
+    simulate_cli.register(sub)
     return parser
 
 
