@@ -158,7 +158,13 @@ class ApiServerSource:
             self._cancel_flush()
 
     async def _list(self) -> None:
-        result = await self.client.list(PODS_PATH, self.selector)
+        # As the kubelet's reflector: "0" first, then "not older than what we saw", both served from the apiserver's
+        # watch cache. Without one, a fleet re-listing after an apiserver restart reads every pod from etcd per node.
+        params = {**self.selector, "resourceVersion": self.resource_version or "0"}
+        try:
+            result = await self.client.list(PODS_PATH, params)
+        except Gone:  # a server without a watch cache, compacted past that version: take its latest state
+            result = await self.client.list(PODS_PATH, self.selector)
         pods: dict[str, Pod] = {}
         for obj in result.get("items") or []:
             key = object_key(obj)

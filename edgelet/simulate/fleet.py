@@ -21,6 +21,8 @@ from edgelet.tasks import TaskGroup
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 5.0
+# How often the loop's lateness is sampled: a starved loop delays every node's Lease alike.
+_LAG_PROBE = 0.25
 # A node name is a DNS-1123 subdomain; the prefix plus a number must stay one.
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
@@ -72,12 +74,14 @@ class Fleet:
         ]
         self.tasks = TaskGroup()
         self.started = 0
+        self.loop_lag_max = 0.0  # the worst lateness of the event loop since the last summary line
         self._began = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Starts the nodes at `start_rate` per second and runs them until `stop` is set."""
         self._began = time.monotonic()
         self.tasks.start("fleet:report", self._report())
+        self.tasks.start("fleet:loop-lag", self._probe_loop_lag())
         try:
             for index, node in enumerate(self.nodes):
                 delay = self._began + index / self.options.start_rate - time.monotonic()
@@ -108,10 +112,19 @@ class Fleet:
             f"node_status_writes={sum(n.node_status.status_writes for n in nodes)} "
             f"pod_status_writes={sum(n.syncer.api_writes for n in nodes)} "
             f"pods_running={sum(len(n.runtime.pods) for n in nodes)} "
-            f"pod_starts={sum(n.runtime.starts for n in nodes)} crashed_tasks={crashed}"
+            f"pod_starts={sum(n.runtime.starts for n in nodes)} loop_lag_max_s={self.loop_lag_max:.2f} "
+            f"crashed_tasks={crashed}"
         )
 
     async def _report(self) -> None:
         while True:
             await asyncio.sleep(self.options.report_interval)
             print(self.summary(), flush=True)
+            self.loop_lag_max = 0.0
+
+    async def _probe_loop_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(_LAG_PROBE)
+            self.loop_lag_max = max(self.loop_lag_max, loop.time() - before - _LAG_PROBE)

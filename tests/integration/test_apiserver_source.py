@@ -127,6 +127,18 @@ async def test_a_burst_of_events_becomes_few_sets(api: ApiServerDouble, start: A
     assert sum(len(n) for n in adds) == 20 and len(adds) < 20
 
 
+async def test_lists_ask_for_the_watch_cache_as_the_kubelets_reflector_does(api: ApiServerDouble, start: Any) -> None:
+    r = start()
+    await eventually(lambda: r.config.all_sources_ready() and api.active_watches == 1)
+    api.create("pods", pod("a"))
+    await eventually(lambda: r.names() == ["a"])
+    seen = r.source.resource_version
+    api.expire_watches()
+    await eventually(lambda: list_requests(api) == 2)
+    lists = [q.query for q in api.requests if q.path == "/api/v1/pods" and "watch" not in q.query]
+    assert [q.get("resourceVersion") for q in lists] == ["0", seen]  # any version first, then not older than seen
+
+
 @pytest.mark.parametrize("break_watch", ["expire", "compact_and_drop", "garbage", "truncate"])
 async def test_broken_or_expired_watch_relists_without_losing_pods(api: ApiServerDouble, start: Any, break_watch: str) -> None:
     api.create("pods", pod("kept"))
