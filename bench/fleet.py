@@ -236,6 +236,14 @@ class Run:
                 self.rss_samples.append(proc_rss_mb(self.simulator.pid))
             await asyncio.sleep(2.0)
 
+    def _control_plane_cpu(self) -> dict[str, float]:
+        """CPU seconds so far of etcd, the apiserver and the controller-manager."""
+        used = {}
+        for name in ("etcd", "apiserver", "controller-manager"):
+            with contextlib.suppress(OSError, ValueError):
+                used[name] = proc_cpu_seconds(int((self.cp / f"{name}.pid").read_text()))
+        return used
+
     def _check_simulator(self) -> None:
         if self.simulator.poll() is not None:
             raise RuntimeError(f"edgelet simulate exited with {self.simulator.returncode}; see "
@@ -267,9 +275,14 @@ class Run:
         say(f"steady state for {self.args.steady:.0f}s")
         rss_from = len(self.rss_samples)
         since, cpu_before = time.time(), proc_cpu_seconds(pid)
+        plane_before = self._control_plane_cpu()
         await asyncio.sleep(self.args.steady)
         self._check_simulator()
         until, cpu_after = time.time(), proc_cpu_seconds(pid)
+        plane = {name: 100 * (seconds - plane_before.get(name, 0.0)) / (until - since)
+                 for name, seconds in self._control_plane_cpu().items()}
+        self.figures.notes.append("steady-state CPU (% of one core): " + ", ".join(
+            f"{name} {pct:.0f}" for name, pct in plane.items()) + f"; load average {os.getloadavg()[0]:.1f}")
         requests = self.audit.read()
         figures = self.figures
         figures.rss_mb = max(self.rss_samples[rss_from:] or [proc_rss_mb(pid)])
@@ -341,6 +354,10 @@ class Run:
             if (len(leases) >= self.args.nodes and len(lists) >= self.args.nodes) or time.monotonic() > deadline:
                 break
         self._check_simulator()
+        with contextlib.suppress(ApiError):
+            ready = await self._ready_nodes()
+            self.figures.notes.append(f"{ready} of {self.args.nodes} nodes Ready "
+                                      f"{time.time() - starting:.0f}s after the apiserver was started again")
         up = first_served(requests, starting) or starting
         back = {node: max(leases[node], lists[node]) - up for node in leases.keys() & lists.keys()}
         figures = self.figures

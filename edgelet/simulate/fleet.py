@@ -7,6 +7,7 @@ for minutes, as a real node's does; the TLS context (CA and client certificate) 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import random
 import re
@@ -75,11 +76,14 @@ class Fleet:
         self.tasks = TaskGroup()
         self.started = 0
         self.loop_lag_max = 0.0  # the worst lateness of the event loop since the last summary line
+        self.gc_pause_max = 0.0  # the longest garbage collection since the last summary line
+        self._gc_started = 0.0
         self._began = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Starts the nodes at `start_rate` per second and runs them until `stop` is set."""
         self._began = time.monotonic()
+        gc.callbacks.append(self._time_gc)
         self.tasks.start("fleet:report", self._report())
         self.tasks.start("fleet:loop-lag", self._probe_loop_lag())
         try:
@@ -94,8 +98,13 @@ class Fleet:
                     break
                 node.start(self.tasks, pods=self.options.pods_per_node, namespace=self.options.namespace)
                 self.started += 1
+            # The nodes' long-lived objects would otherwise be scanned by every full collection, stalling all
+            # nodes at once for as long as the scan takes.
+            gc.collect()
+            gc.freeze()
             await stop.wait()
         finally:
+            gc.callbacks.remove(self._time_gc)
             await self.tasks.cancel_all(grace=SHUTDOWN_GRACE)
             await asyncio.gather(*(node.client.aclose() for node in self.nodes), return_exceptions=True)
             print(self.summary(), flush=True)
@@ -113,6 +122,7 @@ class Fleet:
             f"pod_status_writes={sum(n.syncer.api_writes for n in nodes)} "
             f"pods_running={sum(len(n.runtime.pods) for n in nodes)} "
             f"pod_starts={sum(n.runtime.starts for n in nodes)} loop_lag_max_s={self.loop_lag_max:.2f} "
+            f"gc_pause_max_s={self.gc_pause_max:.2f} "
             f"crashed_tasks={crashed}"
         )
 
@@ -120,7 +130,13 @@ class Fleet:
         while True:
             await asyncio.sleep(self.options.report_interval)
             print(self.summary(), flush=True)
-            self.loop_lag_max = 0.0
+            self.loop_lag_max = self.gc_pause_max = 0.0
+
+    def _time_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc_pause_max = max(self.gc_pause_max, time.perf_counter() - self._gc_started)
 
     async def _probe_loop_lag(self) -> None:
         loop = asyncio.get_running_loop()

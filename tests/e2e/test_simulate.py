@@ -31,7 +31,7 @@ def simulator(control_plane, kubectl, tmp_path):
         [sys.executable, "-m", "edgelet", "simulate", "--nodes", str(NODES), "--kubeconfig", str(kubeconfig),
          "--name-prefix", PREFIX, "--start-rate", "50", "--report-interval", "1",
          "--lease-duration", str(LEASE_DURATION_S), "--lease-renew-interval", str(LEASE_DURATION_S / 4),
-         "--node-status-update-frequency", "2", "--status-resync", "2"],
+         "--node-status-update-frequency", "2", "--node-status-report-frequency", "10", "--status-resync", "2"],
         stdout=out, stderr=err, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
     yield proc
     if proc.poll() is None:
