@@ -19,6 +19,8 @@ from typing import Any
 from edgelet import __version__
 from edgelet.backoff import jittered_delays
 from edgelet.cluster import _MirrorSplitter
+from edgelet.events import NORMAL, EventRecorder, node_ref
+from edgelet.events.apisink import ApiEventSink
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Invalid, NotFound, Unauthorized
 from edgelet.nodestatus.lease import LeaseController
@@ -92,6 +94,10 @@ class HollowNode:
         self.client = client
         self._rng = rng
         self.pod_config = PodConfig()
+        # Events go to the API only (no local event log), through the agent's recorder and correlator.
+        self.recorder = EventRecorder(name, None)
+        self.events = ApiEventSink(client)
+        self.recorder.add_sink(self.events)
         # The local status store is never flushed to disk: only its API half matters to the control plane.
         self.status = StatusManager(os.path.join(state_dir, name))
         facts = hollow_facts(name)
@@ -103,6 +109,7 @@ class HollowNode:
             update_frequency=timings.node_status_update_frequency,
             report_frequency=timings.node_status_report_frequency,
             rng=rng,
+            recorder=self.recorder,
         )
         self.lease = LeaseController(client, name, duration=timings.lease_duration,
                                      renew_interval=timings.lease_renew_interval, rng=rng)
@@ -116,7 +123,8 @@ class HollowNode:
         )
         self.source = ApiServerSource(client, name, _MirrorSplitter(self.pod_config.source("api"),
                                                                     self.syncer.set_mirror_pods), rng=rng)
-        self.runtime = HollowRuntime(self.pod_config, self.status, on_terminated=self.syncer.pod_terminated)
+        self.runtime = HollowRuntime(self.pod_config, self.status, on_terminated=self.syncer.pod_terminated,
+                                     recorder=self.recorder)
 
     def start(self, tasks: TaskGroup, *, pods: int = 0, namespace: str = "default") -> None:
         tasks.start(f"{self.name}:pod-source", self.source.run())
@@ -124,6 +132,9 @@ class HollowNode:
         tasks.start(f"{self.name}:lease", self.lease.run())
         tasks.start(f"{self.name}:pod-status", self.syncer.run())
         tasks.start(f"{self.name}:runtime", self.runtime.run())
+        tasks.start(f"{self.name}:events", self.recorder.run())
+        tasks.start(f"{self.name}:events-api", self.events.run())
+        self.recorder.event(node_ref(self.name), NORMAL, "Starting", "Starting kubelet.")
         if pods:
             tasks.start(f"{self.name}:workload", self.create_workload(pods, namespace))
 

@@ -10,6 +10,7 @@ import time
 from typing import Callable
 
 from edgelet import podutil
+from edgelet.events import NO_EVENTS, NORMAL, Recorder, pod_ref
 from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate
 from edgelet.podutil import Pod
@@ -40,10 +41,11 @@ class HollowRuntime:
     """Applies one node's pod updates at once and publishes each pod's status, like a pod worker would."""
 
     def __init__(self, pod_config: PodConfig, status: StatusManager, *, on_terminated: Callable[[Pod], None],
-                 clock: Callable[[], float] = time.time):
+                 recorder: Recorder = NO_EVENTS, clock: Callable[[], float] = time.time):
         self._pod_config = pod_config
         self._status = status
         self._on_terminated = on_terminated
+        self._recorder = recorder
         self._clock = clock
         self.pods: dict[str, PodRuntimeStatus] = {}
         self.starts = 0
@@ -64,6 +66,7 @@ class HollowRuntime:
                 if uid not in self.pods:
                     self.pods[uid] = started(pod, self._clock())
                     self.starts += 1
+                    self._started_events(pod)
                 self._publish(pod)
 
     def _terminate(self, pod: Pod) -> None:
@@ -72,6 +75,14 @@ class HollowRuntime:
         self.pods.pop(uid, None)
         self._status.remove(uid)
         self._on_terminated(pod)
+
+    def _started_events(self, pod: Pod) -> None:
+        """What the kubelet tells of a container whose image is present: Pulled, Created, Started."""
+        for spec in podutil.containers(pod):
+            name, ref = spec["name"], pod_ref(pod, spec["name"])
+            self._recorder.event(ref, NORMAL, "Pulled", f'Container image "{spec.get("image", "")}" already present on machine')
+            self._recorder.event(ref, NORMAL, "Created", f"Created container {name}")
+            self._recorder.event(ref, NORMAL, "Started", f"Started container {name}")
 
     def _publish(self, pod: Pod) -> None:
         uid = podutil.uid(pod)

@@ -72,12 +72,23 @@ def test_hollow_facts_are_stable_per_node_and_differ_between_nodes():
     assert hollow_facts("a").hostname == "a"
 
 
+class ListRecorder:
+    def __init__(self):
+        self.events = []
+
+    def event(self, ref, event_type, reason, message):
+        self.events.append((ref.get("fieldPath", ""), reason))
+
+
 def test_the_runtime_publishes_running_then_forgets_a_deleted_pod(tmp_path):
+    recorder = ListRecorder()
+
     async def scenario():
         config = PodConfig()
         status = StatusManager(str(tmp_path))
         terminated = []
-        runtime = HollowRuntime(config, status, on_terminated=terminated.append, clock=lambda: 1_000.0)
+        runtime = HollowRuntime(config, status, on_terminated=terminated.append, recorder=recorder,
+                                clock=lambda: 1_000.0)
         handle = config.source("api")
         handle.set([pod()])
         runtime.apply(config.updates.get_nowait())
@@ -92,6 +103,8 @@ def test_the_runtime_publishes_running_then_forgets_a_deleted_pod(tmp_path):
     assert [s["name"] for s in published["containerStatuses"] if s["ready"] and "running" in s["state"]] == ["main", "side"]
     assert op is Op.DELETE
     assert after is None and [p["metadata"]["uid"] for p in terminated] == ["u1"] and pods == {}
+    assert [reason for _, reason in recorder.events] == ["Pulled", "Created", "Started"] * 2
+    assert recorder.events[3][0] == "spec.containers{side}"
 
 
 def audit_line(verb: str, at: str, *, user: str = SIMULATOR_USER, resource: str = "leases", name: str = "",
