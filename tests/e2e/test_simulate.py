@@ -57,7 +57,9 @@ def test_ten_hollow_nodes_run_pods_and_reconnect_after_an_apiserver_restart(simu
     wait_for(lambda: ready_nodes(kubectl) == names, 60, interval=0.5, what="ten hollow nodes Ready")
     node = kubectl.get("node", f"{PREFIX}0003", None)
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("hollow://")
-    lease = kubectl.get("lease", f"{PREFIX}0003", "kube-node-lease")
+    # The Lease is held by its node and, once the node's uid is known, owned by it.
+    lease = wait_for(lambda: (lambda lease: lease if lease.get("metadata", {}).get("ownerReferences") else None)(
+        kubectl.get("lease", f"{PREFIX}0003", "kube-node-lease")), 20, interval=0.5, what="the Lease's owner")
     assert lease["spec"]["holderIdentity"] == f"{PREFIX}0003"
     assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
 
