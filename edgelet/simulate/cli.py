@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--node-status-update-frequency", type=float, default=10.0, help="seconds (default 10)")
     parser.add_argument("--node-status-report-frequency", type=float, default=300.0, help="seconds (default 300)")
     parser.add_argument("--status-resync", type=float, default=10.0, help="pod status resync, seconds (default 10)")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="warning",
+                        help="log level of the nodes' own messages on stderr (default warning)")
     parser.set_defaults(func=main)
 
 
