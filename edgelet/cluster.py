@@ -1,5 +1,6 @@
-"""Cluster mode in one place: the API client from the kubeconfig, the cached API pod source, the ConfigMaps and
-Secrets pods reference, node registration with its status and Lease, and pod statuses with mirror pods.
+"""Cluster mode in one place: the API client (from the kubeconfig, or TLS bootstrap with a token), the cached
+API pod source, the ConfigMaps and Secrets pods reference, node registration with its status and Lease, and pod
+statuses with mirror pods.
 
 The Agent builds one `ClusterConnection` when the config has a `[cluster]` section and starts it; nothing in
 here can stop the agent: an unreachable API server only delays what is sent to it.
@@ -94,12 +95,20 @@ class ClusterConnection:
         if cluster is None:
             raise ValueError("ClusterConnection needs a config with a [cluster] section")
         node_name = config.node_name
-        self.client = ApiClient.from_kubeconfig(cluster.kubeconfig)
+        self.certificates = None
+        if cluster.bootstrap_token:
+            from .bootstrap.manager import ClientCertificateManager
+
+            self.certificates = ClientCertificateManager(cluster, node_name, config.pki_dir)
+            self.client = ApiClient(cluster.server, tls=self.certificates.tls_context())
+        else:
+            self.client = ApiClient.from_kubeconfig(cluster.kubeconfig)
         self.events = ApiEventSink(self.client)
         if recorder is not None:
             recorder.add_sink(self.events)
         self._pod_config = pod_config
         self._tasks: TaskGroup | None = None
+        self._api_tasks_started = False
         self.objects = ObjectSyncer(self.client, object_store, os.path.join(config.cache_dir, "objects"),
                                     refresh=OBJECTS_REFRESH)
         self.pod_cache = PodCache(os.path.join(config.cache_dir, "pods"), node_name)
@@ -140,12 +149,28 @@ class ClusterConnection:
         self.objects.load()
         restored = self.caching.restore()
         self.objects.set_pods(restored)
+        if self.certificates is None or self.certificates.valid():
+            self._start_api_tasks()
+        if self.certificates is not None:
+            tasks.start("cluster:certificates", self.certificates.run(self._use_certificate))
+
+    def _start_api_tasks(self) -> None:
+        tasks = self._tasks
+        assert tasks is not None
+        self._api_tasks_started = True
         tasks.start("cluster:pod-source", self.source.run())
         tasks.start("cluster:objects", self.objects.run())
         tasks.start("cluster:node-status", self.node_status.run())
         tasks.start("cluster:lease", self.lease.run())
         tasks.start("cluster:pod-status", self.status.run())
         tasks.start("cluster:events", self.events.run())
+
+    def _use_certificate(self, tls) -> None:
+        """A new client certificate (bootstrap or rotation): new connections use it; the API work starts
+        with the first one. Running requests and the pod watch go on undisturbed."""
+        self.client.use_tls(tls)
+        if not self._api_tasks_started:
+            self._start_api_tasks()
 
     def pod_terminated(self, pod: Pod) -> None:
         """Call when every container of `pod` has stopped and its runtime pieces are removed."""
@@ -157,6 +182,12 @@ class ClusterConnection:
         crashed = sorted(name for name in (self._tasks.crashed if self._tasks else {}) if name.startswith("cluster:"))
         if crashed:
             return False, f"{', '.join(crashed)} crashed"
+        if self.certificates is not None and not self._api_tasks_started:
+            problem = self.certificates.problem()
+            if problem:
+                return False, f"no client certificate: {problem}"
+            return True, (f"waiting for a client certificate from {self.client.server}; running "
+                          f"{len(self._pod_config.get_pods())} pods from the cache")
         if isinstance(self.status.last_error, Unauthorized):
             return False, f"the API server refuses edgelet's credentials: {self.status.last_error.message}"
         pending = self.status.pending

@@ -20,6 +20,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
+from edgelet.bootstrap.tokens import ca_hash_error, token_error
 from edgelet.cm.cpuset import parse_cpuset
 from edgelet.errors import ConfigError
 from edgelet.podconfig.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
@@ -331,9 +332,27 @@ class BackoffConfig:
             yield "image_pull_max", "must not be shorter than image_pull_initial"
 
 
+def _https_url_error(value: str) -> str | None:
+    parsed = urllib.parse.urlsplit(value)
+    if value and (parsed.scheme != "https" or not parsed.netloc):
+        return f'must be the API server\'s https:// URL, like "https://10.0.0.1:6443"; got {value!r}'
+    return None
+
+
+def _secret(check: Callable[[str], str | None]) -> _Kind:
+    """A secret string: checked like any other, never shown by `check-config` or in logs."""
+    return dataclasses.replace(_string(check), write=lambda value: "<redacted>" if value else "")
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
+    """How to reach the API server: a kubeconfig, or a bootstrap token join (server + CA + token)."""
+
     kubeconfig: str = setting("", _path())
+    server: str = setting("", _string(_https_url_error))
+    ca_file: str = setting("", _path())
+    ca_cert_hash: str = setting("", _string(lambda v: v and ca_hash_error(v)))
+    bootstrap_token: str = setting("", _secret(lambda v: v and token_error(v)))
     lease_duration: float = setting("40s", _duration())
     lease_renew_interval: float = setting("10s", _duration())
     node_status_update_frequency: float = setting("10s", _duration())
@@ -343,8 +362,19 @@ class ClusterConfig:
                                              factory=lambda: MappingProxyType({}))
 
     def problems(self) -> Iterator[tuple[str, str]]:
-        if not self.kubeconfig:
-            yield "kubeconfig", "is required when [cluster] is present (remove the section to run standalone)"
+        if self.kubeconfig and self.bootstrap_token:
+            yield "bootstrap_token", "set either kubeconfig or a bootstrap token join (server, CA, token), not both"
+        elif self.bootstrap_token:
+            if not self.server:
+                yield "server", "is required with bootstrap_token"
+            if bool(self.ca_file) == bool(self.ca_cert_hash):
+                yield "ca_file", "a bootstrap token join needs exactly one of ca_file or ca_cert_hash"
+        elif not self.kubeconfig:
+            yield "kubeconfig", ("is required when [cluster] is present unless bootstrap_token is set "
+                                 "(remove the section to run standalone)")
+        elif self.server or self.ca_file or self.ca_cert_hash:
+            yield "server" if self.server else "ca_file" if self.ca_file else "ca_cert_hash", \
+                "belongs to a bootstrap token join; with kubeconfig the kubeconfig says it"
         if self.lease_renew_interval >= self.lease_duration:
             yield "lease_renew_interval", "must be shorter than lease_duration"
         if self.node_status_report_frequency < self.node_status_update_frequency:
@@ -444,6 +474,23 @@ class GCConfig:
     max_containers: int = setting(-1, _integer(-1))
 
 
+@dataclass(frozen=True, slots=True)
+class ShutdownConfig:
+    """Graceful node shutdown (the kubelet's shutdownGracePeriod and shutdownGracePeriodCriticalPods);
+    0 = off. The part for critical pods is taken from the whole, regular pods get the rest."""
+
+    grace_period: float = setting("0s", _duration(exclusive=False))
+    critical_pods_grace_period: float = setting("0s", _duration(exclusive=False))
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if self.critical_pods_grace_period > self.grace_period:
+            yield "critical_pods_grace_period", "must not be longer than grace_period (it is part of it)"
+
+    @property
+    def enabled(self) -> bool:
+        return self.grace_period > 0
+
+
 def _default_node_name() -> str:
     return socket.gethostname().lower()
 
@@ -469,6 +516,7 @@ class Config:
     eviction: EvictionConfig = section(EvictionConfig)
     cpu: CPUConfig = section(CPUConfig)
     gc: GCConfig = section(GCConfig)
+    shutdown: ShutdownConfig = section(ShutdownConfig)
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
     #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)
@@ -476,6 +524,7 @@ class Config:
     #   state/                                       checkpoints (crash-safe, checksummed)
     #   cache/                                       API objects cached for offline restarts
     #   images/                                      air-gap image tarballs imported at start
+    #   pki/                                         the node's certificates and keys from TLS bootstrap (0700)
     @property
     def pods_dir(self) -> str:
         return os.path.join(self.root_dir, "pods")
@@ -491,6 +540,10 @@ class Config:
     @property
     def cache_dir(self) -> str:
         return os.path.join(self.root_dir, "cache")
+
+    @property
+    def pki_dir(self) -> str:
+        return os.path.join(self.root_dir, "pki")
 
     @property
     def images_dir(self) -> str:

@@ -6,7 +6,10 @@ Requests return decoded JSON dicts; failures raise the types of `edgelet.kubeapi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import platform
+import ssl
 import time
 from typing import Any, AsyncIterator, Generator, Mapping
 
@@ -78,21 +81,46 @@ class ApiClient:
         self.server = server.rstrip("/")
         self._timeout = timeout
         self._connect_timeout = connect_timeout
-        auth = BearerAuth(token, token_file, kubeconfig_path=kubeconfig_path, field="tokenFile") if token or token_file else None
-        self._http = httpx.AsyncClient(
+        self._auth = BearerAuth(token, token_file, kubeconfig_path=kubeconfig_path, field="tokenFile") if token or token_file else None
+        self._http = self._new_http(tls)
+        # Pools replaced by `use_tls`, with the number of requests and watches still running on each.
+        self._in_flight: dict[httpx.AsyncClient, int] = {}
+
+    def _new_http(self, tls: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
             base_url=self.server,
-            auth=auth,
+            auth=self._auth,
             verify=tls if tls is not None else True,
             http1=True,
             http2=False,
             trust_env=False,  # proxy variables must never reroute the API connection
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            timeout=httpx.Timeout(self._timeout, connect=self._connect_timeout),
             limits=httpx.Limits(max_connections=10, max_keepalive_connections=5, keepalive_expiry=60.0),
             headers={
                 "Accept": "application/json",
                 "User-Agent": f"edgelet/{__version__} ({platform.system().lower()}/{platform.machine()})",
             },
         )
+
+    def use_tls(self, tls: ssl.SSLContext) -> None:
+        """New connections use `tls` (a rotated client certificate). Requests and watches already running
+        finish on their connections, which close when the last of them ends: a rotation drops no watch."""
+        old, self._http = self._http, self._new_http(tls)
+        if not self._in_flight.get(old):
+            _close_later(old)
+
+    @contextlib.asynccontextmanager
+    async def _pool(self) -> AsyncIterator[httpx.AsyncClient]:
+        http = self._http
+        self._in_flight[http] = self._in_flight.get(http, 0) + 1
+        try:
+            yield http
+        finally:
+            self._in_flight[http] -= 1
+            if not self._in_flight[http]:
+                del self._in_flight[http]
+                if http is not self._http:
+                    _close_later(http)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: KubeConfig | str, *, context: str | None = None, timeout: float = 10.0) -> "ApiClient":
@@ -116,7 +144,9 @@ class ApiClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        for http in {*self._in_flight, self._http}:
+            await http.aclose()
+        self._in_flight.clear()
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
         return await self._request("GET", path, params=params)
@@ -158,7 +188,7 @@ class ApiClient:
         server_seconds = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_SECONDS)
         timeout = httpx.Timeout(self._timeout, connect=self._connect_timeout, read=server_seconds + _WATCH_READ_SLACK)
         try:
-            async with self._http.stream("GET", path, params=query, timeout=timeout) as response:
+            async with self._pool() as http, http.stream("GET", path, params=query, timeout=timeout) as response:
                 if response.status_code != 200:
                     await response.aread()
                     raise error_from_status(response.status_code, _json_or_none(response.content), method="WATCH", path=path)
@@ -180,7 +210,8 @@ class ApiClient:
     ) -> dict[str, Any]:
         headers = {"Content-Type": content_type} if content_type else None
         try:
-            response = await self._http.request(method, path, params=params, content=body, headers=headers)
+            async with self._pool() as http:
+                response = await http.request(method, path, params=params, content=body, headers=headers)
         except httpx.TimeoutException:
             raise ServerError(0, "Timeout", f"no answer within {self._timeout:g}s", method=method, path=path) from None
         except httpx.RequestError as e:
@@ -191,6 +222,16 @@ class ApiClient:
         if not isinstance(decoded, dict):
             raise ServerError(response.status_code, "InvalidResponse", "the response is not a JSON object", method=method, path=path)
         return decoded
+
+
+def _close_later(http: httpx.AsyncClient) -> None:
+    """Close a replaced pool without making its caller wait (nothing is running on it any more)."""
+    task = asyncio.get_running_loop().create_task(http.aclose())
+    _CLOSING.add(task)
+    task.add_done_callback(_CLOSING.discard)
+
+
+_CLOSING: set[asyncio.Task] = set()
 
 
 async def _decode_events(chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:

@@ -9,6 +9,7 @@ kubelet API on a loopback port with a serving certificate of the cluster CA.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -102,16 +103,14 @@ def _cannot_run(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+@contextlib.contextmanager
+def running_control_plane(directory: Path, node: str, **env_knobs: str) -> Iterator[ControlPlane]:
+    """hack/control-plane.sh start under `directory` with EDGELET_E2E_* knobs; stopped on exit."""
     if os.geteuid() != 0:
         _cannot_run("needs root (the control plane's build installs Debian packages)")
     if shutil.which("kubectl") is None:
         _cannot_run("kubectl is missing (make test-e2e installs it)")
-    directory = tmp_path_factory.mktemp("control-plane")
-    node = loopback_node_name()
-    env = dict(os.environ, EDGELET_E2E_NODE_MONITOR_GRACE=NODE_MONITOR_GRACE,
-               EDGELET_E2E_TOLERATION_SECONDS=str(TOLERATION_SECONDS))
+    env = dict(os.environ, **env_knobs)
     started = subprocess.run(["bash", str(CONTROL_PLANE), "start", str(directory), node], env=env,
                              capture_output=True, text=True, timeout=1800)
     try:
@@ -125,6 +124,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield plane
     finally:
         subprocess.run(["bash", str(CONTROL_PLANE), "stop", str(directory)], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with running_control_plane(tmp_path_factory.mktemp("control-plane"), loopback_node_name(),
+                               EDGELET_E2E_NODE_MONITOR_GRACE=NODE_MONITOR_GRACE,
+                               EDGELET_E2E_TOLERATION_SECONDS=str(TOLERATION_SECONDS)) as plane:
+        yield plane
 
 
 class Kubectl:

@@ -1,0 +1,2 @@
+"""TLS bootstrap: join a cluster with a bootstrap token, get the node's client (and serving) certificate
+through the CSR API, keep it under root_dir and rotate it before it expires, as the kubelet does."""

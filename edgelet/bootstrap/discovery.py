@@ -1,0 +1,82 @@
+"""Finding the cluster CA as `kubeadm join --discovery-token-ca-cert-hash` does.
+
+The kube-public/cluster-info ConfigMap is read anonymously over TLS that is not yet verified; it is trusted
+only if the bootstrapsigner's JWS for our token matches it and its CA's public key has the pinned hash.
+Then it is read again over TLS verified with that CA, and must not have changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ssl
+from typing import Any
+
+import yaml
+
+from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError, spki_hash, verify_detached
+from edgelet.bootstrap.x509 import CertificateError, first_certificate
+from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import NotFound
+
+CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
+
+
+class UnsignedClusterInfo(DiscoveryError):
+    """No JWS for our token (yet): the bootstrapsigner may not have signed, or the token is unknown."""
+
+
+def trusted_ca(configmap: dict[str, Any], token: BootstrapToken, pinned_hash: str) -> bytes:
+    """The CA bundle (PEM) of a cluster-info ConfigMap, or DiscoveryError saying why it is not trusted."""
+    data = configmap.get("data") or {}
+    kubeconfig = data.get("kubeconfig")
+    if not isinstance(kubeconfig, str) or not kubeconfig:
+        raise DiscoveryError("kube-public/cluster-info has no kubeconfig")
+    signature = data.get(f"jws-kubeconfig-{token.id}")
+    if not isinstance(signature, str):
+        raise UnsignedClusterInfo(f"kube-public/cluster-info has no signature for bootstrap token id {token.id} "
+                                  "(unknown or expired token, or no usage-bootstrap-signing)")
+    verify_detached(signature, kubeconfig.encode(), token)
+    ca_pem = _ca_data(kubeconfig)
+    try:
+        actual = spki_hash(first_certificate(ca_pem).spki_der)
+    except CertificateError as exc:
+        raise DiscoveryError(f"the CA in kube-public/cluster-info is not a certificate: {exc}") from None
+    if actual != pinned_hash:
+        raise DiscoveryError(f"the cluster CA's public key hash is {actual}, not the pinned ca_cert_hash "
+                             f"{pinned_hash}: refusing to trust this server")
+    return ca_pem
+
+
+def _ca_data(kubeconfig: str) -> bytes:
+    try:
+        doc = yaml.safe_load(kubeconfig)
+        clusters = doc["clusters"]
+        encoded = clusters[0]["cluster"]["certificate-authority-data"]
+        return base64.b64decode("".join(encoded.split()), validate=True)
+    except (yaml.YAMLError, KeyError, IndexError, TypeError, AttributeError, binascii.Error, ValueError):
+        raise DiscoveryError("the kubeconfig in kube-public/cluster-info has no "
+                             "clusters[0].cluster.certificate-authority-data") from None
+
+
+async def discover_ca(server: str, token: BootstrapToken, pinned_hash: str) -> bytes:
+    """The pinned cluster CA (PEM), read from the server. Raises DiscoveryError or ApiError."""
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    # Anonymous on purpose: the token must not reach a server that has not proven itself yet.
+    async with ApiClient(server, tls=unverified) as client:
+        first = await _cluster_info(client)
+    ca_pem = trusted_ca(first, token, pinned_hash)
+    async with ApiClient(server, tls=ssl.create_default_context(cadata=ca_pem.decode("ascii"))) as client:
+        second = await _cluster_info(client)
+    if (second.get("data") or {}).get("kubeconfig") != first["data"]["kubeconfig"]:
+        raise DiscoveryError("kube-public/cluster-info changed between the unverified and the verified read")
+    return ca_pem
+
+
+async def _cluster_info(client: ApiClient) -> dict[str, Any]:
+    try:
+        return await client.get(CLUSTER_INFO)
+    except NotFound:
+        raise DiscoveryError("the server has no kube-public/cluster-info ConfigMap to discover the CA from") from None

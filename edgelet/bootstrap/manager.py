@@ -1,0 +1,254 @@
+"""The node's client certificate: kept under root_dir, obtained with the bootstrap token when there is none
+(or it expired), rotated at a random point in 70-90 % of its life; every new one goes to the API client.
+
+Nothing here stops the agent: without a certificate the pods from the cache keep running and the
+bootstrap is retried until the API server answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import os
+import random
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from edgelet.backoff import jittered_delays
+from edgelet.bootstrap.csr import (
+    CLIENT_SIGNER, CLIENT_USAGES, NODES_GROUP, SERVING_SIGNER, SERVING_USAGES, csr_object, csr_outcome,
+    new_key_and_request, node_user, rotation_deadline,
+)
+from edgelet.bootstrap.discovery import discover_ca
+from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError, spki_hash
+from edgelet.bootstrap.x509 import Certificate, CertificateError, first_certificate, pem_blocks
+from edgelet.checkpoint import CheckpointStore
+from edgelet.config import ClusterConfig
+from edgelet.errors import ConfigError, EdgeletError, TemporaryError
+from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import ApiError, Unauthorized
+from edgelet.kubeapi.kubeconfig import KubeConfig, KubeconfigError, ssl_context
+
+log = logging.getLogger(__name__)
+
+CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+CLIENT_KEY = "kubelet-client"
+SERVING_KEY = "kubelet-server"
+CA_KEY = "cluster-ca"
+# The kubelet waits this long for approval before it starts over with a new request.
+APPROVAL_TIMEOUT = 15 * 60.0
+
+
+class CertificateDenied(EdgeletError):
+    """The CSR was denied or failed; a new one is tried later (an operator may fix the approval rules)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    key_pem: bytes
+    cert_pem: bytes
+    cert: Certificate
+
+    @staticmethod
+    def from_pem(pem: bytes) -> Credentials:
+        """Key and certificate as stored: one PEM text holding both (the kubelet's kubelet-client-current.pem)."""
+        key = pem_blocks(pem, "PRIVATE KEY") or pem_blocks(pem, "EC PRIVATE KEY")
+        if not key:
+            raise CertificateError("no private key")
+        start = pem.find(b"-----BEGIN CERTIFICATE-----")
+        return Credentials(key_pem=pem[:start], cert_pem=pem[start:], cert=first_certificate(pem))
+
+    @property
+    def pem(self) -> bytes:
+        return self.key_pem + self.cert_pem
+
+    def valid(self, now: float) -> bool:
+        return self.cert.not_before <= now < self.cert.not_after
+
+
+def tls_context(server: str, ca_pem: bytes | None, credentials: Credentials | None, where: str) -> ssl.SSLContext:
+    """TLS for the API server: verified against the cluster CA (none known yet: nothing verifies)."""
+    if ca_pem is None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # no trusted CA at all: fails closed
+    else:
+        config = KubeConfig(path=where, context="", server=server, ca_data=ca_pem,
+                            client_cert_data=credentials.cert_pem if credentials else None,
+                            client_key_data=credentials.key_pem if credentials else None,
+                            user_field="client certificate", cluster_field="cluster CA")
+        ctx = ssl_context(config)
+        assert ctx is not None  # the server is https:// (checked by the config)
+    return ctx
+
+
+async def request_certificate(client: ApiClient, csr: dict, *, timeout: float = APPROVAL_TIMEOUT,
+                              poll: tuple[float, float] = (0.5, 5.0)) -> bytes:
+    """Create `csr` and wait until it is signed; the certificate PEM. Denied/Failed raise CertificateDenied,
+    no answer in `timeout` raises TemporaryError (the caller starts over with a new key)."""
+    created = await client.create(CSR_PATH, csr)
+    name = created["metadata"]["name"]
+    log.info("created CertificateSigningRequest %s (signer %s); waiting for approval", name, csr["spec"]["signerName"])
+    deadline = time.monotonic() + timeout
+    delay, maximum = poll
+    while time.monotonic() < deadline:
+        outcome, detail = csr_outcome(await client.get(f"{CSR_PATH}/{name}"))
+        if outcome == "issued":
+            try:
+                return base64.b64decode(detail, validate=True)
+            except (binascii.Error, ValueError):
+                raise CertificateDenied(f"CertificateSigningRequest {name}: status.certificate is not base64") from None
+        if outcome != "pending":
+            raise CertificateDenied(f"CertificateSigningRequest {name} {outcome}: {detail}")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, maximum)
+    raise TemporaryError(f"CertificateSigningRequest {name} was not approved within {timeout:.0f}s")
+
+
+async def request_serving_certificate(client: ApiClient, node_name: str, *, dns_names: tuple[str, ...],
+                                      ip_addresses: tuple[str, ...]) -> Credentials:
+    """A serving certificate for the kubelet API from kubernetes.io/kubelet-serving (needs an approver:
+    kube-controller-manager approves only client certificates)."""
+    request = await asyncio.to_thread(new_key_and_request, node_user(node_name), NODES_GROUP,
+                                      dns_names=dns_names, ip_addresses=ip_addresses)
+    pem = await request_certificate(client, csr_object("csr-", request.csr_pem, SERVING_SIGNER, SERVING_USAGES))
+    return Credentials(request.key_pem, pem, first_certificate(pem))
+
+
+class ClientCertificateManager:
+    """Owns root_dir/pki: the cluster CA (from ca_file or discovered) and the node's client certificate."""
+
+    def __init__(self, cluster: ClusterConfig, node_name: str, pki_dir: str, *,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+        """Raises ConfigError for an unreadable ca_file."""
+        self.server = cluster.server
+        self.node_name = node_name
+        self._token = BootstrapToken.parse(cluster.bootstrap_token)
+        self._pinned_hash = cluster.ca_cert_hash or None
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._store = CheckpointStore(pki_dir, kind="pki")
+        self._where = os.path.join(pki_dir, CLIENT_KEY)
+        self.ca_pem = self._read_ca_file(cluster.ca_file) if cluster.ca_file else self._stored_ca()
+        self.current = self._stored_credentials()
+        self._deadline = self._next_deadline()
+        self._cert_refused = False
+        self.last_error: BaseException | None = None
+        self._last_logged = ""
+
+    # -- what is on disk ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _read_ca_file(path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                pem = f.read()
+            first_certificate(pem)
+        except OSError as exc:
+            raise ConfigError(path, "", f"cannot read the cluster CA (cluster.ca_file): {exc.strerror or exc}") from None
+        except CertificateError as exc:
+            raise ConfigError(path, "", f"the cluster CA (cluster.ca_file) is not a PEM certificate: {exc}") from None
+        return pem
+
+    def _stored_ca(self) -> bytes | None:
+        """A CA discovered before, if it still has the pinned hash (the pin may have changed in the config)."""
+        pem = self._store.read(CA_KEY)
+        if pem is None:
+            return None
+        try:
+            if spki_hash(first_certificate(pem).spki_der) == self._pinned_hash:
+                return pem
+        except CertificateError:
+            pass
+        log.warning("the stored cluster CA does not match ca_cert_hash; discovering it again")
+        return None
+
+    def _stored_credentials(self) -> Credentials | None:
+        pem = self._store.read(CLIENT_KEY)
+        if pem is None:
+            return None
+        try:
+            credentials = Credentials.from_pem(pem)
+        except CertificateError as exc:
+            log.warning("the stored client certificate is unusable (%s); bootstrapping again", exc)
+            return None
+        if not credentials.valid(self._clock()):
+            log.warning("the stored client certificate (serial %x) expired; bootstrapping again with the token",
+                        credentials.cert.serial)
+        return credentials
+
+    def _next_deadline(self) -> float:
+        if self.current is None:
+            return 0.0
+        return rotation_deadline(self.current.cert.not_before, self.current.cert.not_after, self._rng)
+
+    # -- what the cluster connection asks ----------------------------------------------------------
+
+    def valid(self) -> bool:
+        return self.current is not None and self.current.valid(self._clock())
+
+    def tls_context(self) -> ssl.SSLContext:
+        return tls_context(self.server, self.ca_pem, self.current if self.valid() else None, self._where)
+
+    def problem(self) -> str | None:
+        """Why there is no usable certificate, when the reason is not just an unreachable server."""
+        error = self.last_error
+        if isinstance(error, (DiscoveryError, CertificateDenied, Unauthorized, KubeconfigError)):
+            return str(error)
+        return None
+
+    async def run(self, on_new: Callable[[ssl.SSLContext], None]) -> None:
+        """Bootstrap when needed, then rotate forever; `on_new` gets the TLS context of every new certificate."""
+        delays = jittered_delays(1.0, 60.0, rng=self._rng)
+        while True:
+            if self.valid() and not self._cert_refused:
+                wait = self._deadline - self._clock()
+                if wait > 0:
+                    log.info("client certificate serial %x valid until %s; rotating in %.0fs", self.current.cert.serial,
+                             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.current.cert.not_after)), wait)
+                    await asyncio.sleep(wait)
+            try:
+                credentials = await self._obtain()
+            except (ApiError, DiscoveryError, CertificateDenied, CertificateError, TemporaryError, KubeconfigError,
+                    OSError) as exc:
+                self._report(exc)
+                await asyncio.sleep(next(delays))
+                continue
+            self.current, self.last_error, self._last_logged = credentials, None, ""
+            self._deadline = self._next_deadline()
+            self._cert_refused = False
+            delays = jittered_delays(1.0, 60.0, rng=self._rng)
+            on_new(self.tls_context())
+
+    def _report(self, exc: BaseException) -> None:
+        self.last_error = exc
+        if isinstance(exc, Unauthorized) and self.valid():
+            self._cert_refused = True  # e.g. revoked or the CA changed: start over with the token
+        message = f"cannot get a client certificate from {self.server}: {exc}"
+        # One clear line per distinct problem; the retries every minute would only repeat it.
+        (log.error if message != self._last_logged else log.debug)("%s", message)
+        self._last_logged = message
+
+    async def _obtain(self) -> Credentials:
+        if self.ca_pem is None:
+            assert self._pinned_hash is not None
+            self.ca_pem = await discover_ca(self.server, self._token, self._pinned_hash)
+            await asyncio.to_thread(self._store.write, CA_KEY, self.ca_pem)
+            log.info("discovered the cluster CA (public key %s) from kube-public/cluster-info", self._pinned_hash)
+        if self.valid() and not self._cert_refused:
+            # Rotation: the node's own certificate asks (the approver's selfnodeclient rule).
+            client = ApiClient(self.server, tls=self.tls_context())
+        else:
+            client = ApiClient(self.server, token=str(self._token),
+                               tls=tls_context(self.server, self.ca_pem, None, self._where))
+        request = await asyncio.to_thread(new_key_and_request, node_user(self.node_name), NODES_GROUP)
+        async with client:
+            pem = await request_certificate(client, csr_object("csr-", request.csr_pem, CLIENT_SIGNER, CLIENT_USAGES))
+        credentials = Credentials(request.key_pem, pem, first_certificate(pem))
+        tls_context(self.server, self.ca_pem, credentials, self._where)  # the key and certificate belong together
+        await asyncio.to_thread(self._store.write, CLIENT_KEY, credentials.pem)
+        log.info("got client certificate serial %x for %s, valid until %s", credentials.cert.serial,
+                 node_user(self.node_name), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(credentials.cert.not_after)))
+        return credentials
