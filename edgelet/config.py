@@ -193,12 +193,13 @@ def _string_table(key_check: Callable[[str], str | None], value_check: Callable[
     return _Kind(read, dict)
 
 
-def setting(default: Any, kind: _Kind, *, factory: Callable[[], Any] | None = None) -> Any:
-    """A dataclass field holding the already-read default; `kind` reads TOML values for it."""
+def setting(default: Any, kind: _Kind, *, factory: Callable[[], Any] | None = None, secret: bool = False) -> Any:
+    """A dataclass field holding the already-read default; `kind` reads TOML values for it. A secret is left
+    out of the dataclass repr (so of tracebacks and logs)."""
     metadata = {"kind": kind}
     if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=kind.read(default), metadata=metadata)
+        return field(default_factory=factory, metadata=metadata, repr=not secret)
+    return field(default=kind.read(default), metadata=metadata, repr=not secret)
 
 
 def section(cls: type) -> Any:
@@ -352,7 +353,7 @@ class ClusterConfig:
     server: str = setting("", _string(_https_url_error))
     ca_file: str = setting("", _path())
     ca_cert_hash: str = setting("", _string(lambda v: v and ca_hash_error(v)))
-    bootstrap_token: str = setting("", _secret(lambda v: v and token_error(v)))
+    bootstrap_token: str = setting("", _secret(lambda v: v and token_error(v)), secret=True)
     lease_duration: float = setting("40s", _duration())
     lease_renew_interval: float = setting("10s", _duration())
     node_status_update_frequency: float = setting("10s", _duration())

@@ -69,13 +69,6 @@ def _unb64url(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def sign_detached(payload: bytes, token: BootstrapToken) -> str:
-    """What the bootstrapsigner stores as `jws-kubeconfig-<id>` (used by the tests to check `verify_detached`)."""
-    header = _b64url(json.dumps({"alg": "HS256", "kid": token.id}, separators=(",", ":")).encode())
-    signature = hmac.new(token.secret.encode(), f"{header}.{_b64url(payload)}".encode(), hashlib.sha256).digest()
-    return f"{header}..{_b64url(signature)}"
-
-
 def verify_detached(jws: str, payload: bytes, token: BootstrapToken) -> None:
     """Raise DiscoveryError unless `jws` is the token's HS256 signature of `payload`."""
     parts = jws.strip().split(".")

@@ -116,9 +116,11 @@ class ApiClient:
         try:
             yield http
         finally:
-            self._in_flight[http] -= 1
-            if not self._in_flight[http]:
-                del self._in_flight[http]
+            left = self._in_flight.get(http, 1) - 1  # absent: aclose() already closed every pool
+            if left:
+                self._in_flight[http] = left
+            else:
+                self._in_flight.pop(http, None)
                 if http is not self._http:
                     _close_later(http)
 

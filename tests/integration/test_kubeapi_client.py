@@ -272,3 +272,39 @@ async def test_tls_refuses_a_server_the_ca_does_not_vouch_for(tls_api: ApiServer
     async with ApiClient.from_kubeconfig(load_kubeconfig(path)) as client:
         with pytest.raises(ServerError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.list(PODS)
+
+
+async def test_new_credentials_leave_a_running_watch_alone(api: ApiServerDouble, client: ApiClient) -> None:
+    """A certificate rotation (`use_tls`) must not drop the pod watch: it ends on the old connection,
+    new requests go through the new pool, and the old pool is closed once the watch is done."""
+    events: list[tuple[str, dict]] = []
+    got_first = asyncio.Event()
+
+    async def watch() -> None:
+        async with contextlib.aclosing(client.watch(PODS, {"timeoutSeconds": "30"})) as stream:
+            async for event in stream:
+                events.append(event)
+                got_first.set()
+                if len(events) == 2:
+                    return
+
+    watching = asyncio.create_task(watch())
+    for _ in range(200):
+        if api.active_watches == 1:
+            break
+        await asyncio.sleep(0.01)
+    old_pool = client._http
+    await client.create(PODS, pod("before"))
+    await asyncio.wait_for(got_first.wait(), 5)
+
+    client.use_tls(ssl.create_default_context())
+    await client.create(PODS, pod("after"))  # through the new pool, delivered on the old watch
+    await asyncio.wait_for(watching, 5)
+    assert [obj["metadata"]["name"] for _, obj in events] == ["before", "after"]
+    assert client._http is not old_pool
+    for _ in range(50):
+        if old_pool.is_closed:
+            break
+        await asyncio.sleep(0.01)
+    assert old_pool.is_closed and not client._http.is_closed
+    assert (await client.get(f"{PODS}/after"))["metadata"]["name"] == "after"

@@ -249,7 +249,8 @@ def test_example_documents_every_setting_with_its_default():
     defaults = parse_config({"node_name": "n", "cluster": {"kubeconfig": "/k"}}, base_dir="/").to_dict()
     # Values that legitimately differ from the defaults in the example (placeholders, local-run paths).
     placeholders = {"node_name", "root_dir", "runtime.endpoint", "pods.manifest_dir", "cluster.kubeconfig",
-                    "cluster.node_labels"}
+                    "cluster.node_labels", "cluster.server", "cluster.ca_file", "cluster.ca_cert_hash",
+                    "cluster.bootstrap_token"}
 
     def walk(expected: dict, actual: dict, prefix: str = "") -> None:
         assert set(actual) == set(expected), f"example keys differ in [{prefix or 'top level'}]"
