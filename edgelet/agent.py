@@ -137,9 +137,12 @@ class Agent:
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
                              lambda pod: Verdict(*self.cpu_manager.admit(pod))]
-        self.evicted: dict[str, str] = {}  # uid -> eviction message, until the pod is gone
+        # Pods the node stopped for good (evicted, or at node shutdown): uid -> (reason, message) of their final
+        # status, until the pod is gone.
+        self.evicted: dict[str, tuple[str, str]] = {}
         self.cluster = self._make_cluster() if config.cluster is not None else None
         self.kubelet_api = None  # the :10250 server, cluster mode only
+        self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
 
     def _make_cluster(self):
         """The control-plane side (imported only when a cluster is configured: it costs memory)."""
@@ -147,10 +150,43 @@ class Agent:
 
         return ClusterConnection(
             self.config, pod_config=self.pod_config, status_manager=self.status, object_store=self.store,
-            health_provider=lambda: {"runtime": self._runtime_health, "pleg": self.pleg.healthy()},
+            health_provider=self._node_health,
             pressure_provider=self.eviction.pressure,
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
         )
+
+    def _node_health(self) -> dict[str, tuple[bool, str]]:
+        """What the node's Ready condition reports: runtime, PLEG, and a node shutdown in progress."""
+        health = {"runtime": self._runtime_health, "pleg": self.pleg.healthy()}
+        if self.shutdown is not None:
+            health["shutdown"] = self.shutdown.health()
+        return health
+
+    def _make_shutdown(self):
+        """Graceful node shutdown (imported only when configured: it brings the D-Bus client)."""
+        from .eviction.policy import is_critical
+        from .shutdown import MESSAGE, REASON, ShutdownManager
+
+        def stop_pod(pod: Pod, grace: int) -> None:
+            self.evicted[podutil.uid(pod)] = (REASON, MESSAGE)
+            self.workers.update(pod, WorkType.TERMINATE, grace)
+
+        async def report_not_ready() -> None:
+            if self.cluster is not None:
+                await self.cluster.node_status.sync_once()
+
+        async def flush_statuses(timeout: float) -> None:
+            self.status.flush()
+            if self.cluster is not None:
+                await self.cluster.flush_statuses(timeout)
+
+        manager = ShutdownManager(
+            self.config.shutdown, active_pods=self.active_pods, is_critical=is_critical, stop_pod=stop_pod,
+            pod_stopped=lambda uid: not self.pleg.get_status(uid).running_containers(),
+            report_not_ready=report_not_ready, flush_statuses=flush_statuses,
+        )
+        self.admit_checks.append(manager.admit)
+        return manager
 
     async def _node_runtime_version(self) -> str:
         """The Node's containerRuntimeVersion, e.g. containerd://1.6.20."""
@@ -165,7 +201,7 @@ class Agent:
     async def _evict_pod(self, pod: Pod, reason: str, message: str, grace: int) -> None:
         uid = podutil.uid(pod)
         log.warning("evicting pod %s: %s", podutil.full_name(pod), message)
-        self.evicted[uid] = message
+        self.evicted[uid] = (reason, message)
         self.recorder.event(pod_ref(pod), WARNING, reason, message)
         self.workers.update(pod, WorkType.TERMINATE, grace)
 
@@ -254,6 +290,8 @@ class Agent:
         self._tasks.start("watchdog", self._watchdog())
         for listener in listeners:
             self._tasks.start(f"listener {listener.address}", listener.run())
+        if self.shutdown is not None:
+            self._tasks.start("node-shutdown", self.shutdown.run())
         try:
             await self._stopping.wait()
         finally:

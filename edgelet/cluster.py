@@ -198,6 +198,12 @@ class ClusterConnection:
         return True, (f"API server {self.client.server} unreachable {offline}; running "
                       f"{len(self._pod_config.get_pods())} pods from the cache, {pending} status updates pending")
 
+    async def flush_statuses(self, timeout: float) -> None:
+        """Waits (at most `timeout`) until every pending pod status reached the API server."""
+        deadline = time.monotonic() + timeout
+        while self.status.pending and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+
     async def close(self) -> None:
         """Call after the tasks were cancelled."""
         await self.caching.close()

@@ -68,9 +68,9 @@ class PodSyncer:
             started=self._agent.prober.started(uid),
             host_ip=self._agent.node_ip,
         )
-        message = self._agent.evicted.get(uid)
-        if message is not None:
-            status = evicted_status(status, message, format_time(time.time()))
+        stopped = self._agent.evicted.get(uid)
+        if stopped is not None:
+            status = evicted_status(status, stopped[1], format_time(time.time()), reason=stopped[0])
         self._agent.status.set_pod_status(pod, status)
         self._observe_start(uid, runtime_status)
         return status

@@ -232,11 +232,12 @@ def eviction_message(signal: str, pod: Pod, usage: PodUsage | None, threshold: T
     return message
 
 
-def evicted_status(status: Mapping[str, Any], message: str, now: str) -> dict[str, Any]:
-    """`status` as an evicted pod reports it: phase Failed, reason Evicted, and a DisruptionTarget condition
-    (`now` is an RFC 3339 time; a condition already there keeps its transition time)."""
+def evicted_status(status: Mapping[str, Any], message: str, now: str, *, reason: str = REASON) -> dict[str, Any]:
+    """`status` as an evicted pod reports it: phase Failed, reason Evicted (or Terminated at node shutdown),
+    and a DisruptionTarget condition (`now` is an RFC 3339 time; a condition already there keeps its
+    transition time)."""
     result = dict(status)
-    result.update(phase="Failed", reason=REASON, message=message)
+    result.update(phase="Failed", reason=reason, message=message)
     conditions = [c for c in status.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET]
     previous = next((c for c in status.get("conditions") or [] if c.get("type") == DISRUPTION_TARGET
                      and c.get("status") == "True"), None)
