@@ -164,7 +164,7 @@ class LogindInhibitor:
         from jeepney.io.blocking import open_dbus_connection
 
         self._signal_conn = await asyncio.to_thread(open_dbus_connection, "SYSTEM")
-        await asyncio.to_thread(self._signal_conn.send_and_get_reply, message_bus.AddMatch(_prepare_rule()),
+        await asyncio.to_thread(self._signal_conn.send_and_get_reply, message_bus.AddMatch(_prepare_rule(on_bus=True)),
                                 timeout=10)
         await asyncio.to_thread(self.take)
         threading.Thread(target=self._receive, args=(self._signal_conn, loop), name="logind-signals",
@@ -224,8 +224,11 @@ def _login1_call(message) -> tuple:
         return unwrap_msg(conn.send_and_get_reply(message, timeout=10))
 
 
-def _prepare_rule():
+def _prepare_rule(*, on_bus: bool = False):
+    """The PrepareForShutdown signal. The bus resolves the sender's well-known name; messages carry the unique
+    name, so the rule that filters received messages leaves the sender out."""
     from jeepney import MatchRule
 
-    return MatchRule(type="signal", sender="org.freedesktop.login1", interface="org.freedesktop.login1.Manager",
-                     member="PrepareForShutdown", path="/org/freedesktop/login1")
+    sender = {"sender": "org.freedesktop.login1"} if on_bus else {}
+    return MatchRule(type="signal", interface="org.freedesktop.login1.Manager", member="PrepareForShutdown",
+                     path="/org/freedesktop/login1", **sender)
