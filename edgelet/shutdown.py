@@ -8,6 +8,7 @@ agent; `LogindInhibitor` speaks D-Bus (jeepney, imported only when a grace perio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -17,6 +18,7 @@ from typing import Awaitable, Callable, Iterable
 
 from . import podutil
 from .admission import Verdict
+from .backoff import jittered_delays
 from .config import ShutdownConfig
 from .podutil import Pod
 
@@ -87,7 +89,22 @@ class ShutdownManager:
         return Verdict(True)
 
     async def run(self) -> None:
-        """Holds the logind inhibitor and runs `shutdown` on PrepareForShutdown(true)."""
+        """Holds the logind inhibitor and runs `shutdown` on PrepareForShutdown(true). Without a system bus or
+        logind (yet) it says so once and tries again: pods run on either way, only unprotected from power-off."""
+        from jeepney.wrappers import DBusErrorResponse
+
+        delays = jittered_delays(1.0, 60.0)
+        while True:
+            try:
+                await self._arm_and_watch()
+            except (OSError, EOFError, RuntimeError, ValueError, DBusErrorResponse) as exc:  # no bus, no logind, refused
+                # After our shutdown ran, the bus going away is just the machine powering off.
+                (log.info if self.shutting_down else log.warning)(
+                    "graceful node shutdown unavailable (system bus / systemd-logind): %s; retrying",
+                    str(exc) or type(exc).__name__)
+                await asyncio.sleep(next(delays))
+
+    async def _arm_and_watch(self) -> None:
         inhibitor = LogindInhibitor(INHIBIT_WHY)
         try:
             await inhibitor.start(asyncio.get_running_loop())
@@ -157,7 +174,7 @@ class LogindInhibitor:
         self._why = why
         self._signal_conn = None
         self._lock_fd: int | None = None
-        self._signals: asyncio.Queue[bool] = asyncio.Queue()
+        self._signals: asyncio.Queue[bool | None] = asyncio.Queue()  # None: the receiver ended
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> None:
         from jeepney import message_bus
@@ -190,7 +207,10 @@ class LogindInhibitor:
         return usec / 1e6
 
     async def next_prepare_for_shutdown(self) -> bool:
-        return await self._signals.get()
+        active = await self._signals.get()
+        if active is None:
+            raise ConnectionError("the system bus connection was lost")
+        return active
 
     def _receive(self, conn, loop: asyncio.AbstractEventLoop) -> None:
         try:
@@ -200,6 +220,8 @@ class LogindInhibitor:
                     loop.call_soon_threadsafe(self._signals.put_nowait, bool(message.body[0]))
         except Exception as exc:  # the connection was closed (agent stopping) or the bus went away
             log.debug("logind signal receiver ended: %s", exc)
+            with contextlib.suppress(RuntimeError):  # the loop is already closed when the agent stopped
+                loop.call_soon_threadsafe(self._signals.put_nowait, None)
 
     def close(self) -> None:
         self.release()
