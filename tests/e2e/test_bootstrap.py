@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import calendar
+import datetime
 import json
 import re
 import secrets
@@ -24,7 +25,7 @@ from tests.e2e.conftest import (
     ControlPlane, Kubectl, _remove_everything, condition, loopback_node_name, now, pod_phase, running_control_plane,
     wait_pod,
 )
-from tests.integration.agent_harness import AgentProcess, unmount_under, wait_for
+from tests.integration.agent_harness import AgentProcess, busybox_pod, is_running, unmount_under, wait_for
 
 pytestmark = pytest.mark.containerd
 
@@ -150,10 +151,10 @@ def agents(containerd, tmp_path: Path):
     """Starts agents with a given [cluster] table; stops them, their pods and their Node objects afterwards."""
     started: list[tuple[AgentProcess, Kubectl]] = []
 
-    def start(node: str, toml: str, kubectl: Kubectl) -> AgentProcess:
+    def start(node: str, toml: str, kubectl: Kubectl, *, start: bool = True) -> AgentProcess:
         agent = AgentProcess(tmp_path / f"agent-{node}", containerd.endpoint, node_name=node, extra_toml=toml)
         started.append((agent, kubectl))
-        return agent.start()
+        return agent.start() if start else agent
 
     yield start
     for agent, _ in started:
@@ -227,6 +228,7 @@ def test_restart_reuses_the_certificate(control_plane, kubectl, agents, audit):
     agent = agents("boot-restart", join_toml(control_plane, token, ca_file=control_plane.dir / "pki" / "ca.crt"),
                    kubectl)
     _assert_joined(kubectl, agent, token)
+    rss_joined = rss_kib(agent)
     stored = (agent.root_dir / "pki" / "kubelet-client.ckpt").read_bytes()
     agent.stop()
     restarted = now()
@@ -240,6 +242,14 @@ def test_restart_reuses_the_certificate(control_plane, kubectl, agents, audit):
     assert len(csrs_of(kubectl, f"system:bootstrap:{token.split('.')[0]}")) == 1
     assert csrs_of(kubectl, f"system:node:{agent.node_name}") == []
     assert (agent.root_dir / "pki" / "kubelet-client.ckpt").read_bytes() == stored
+    # The crypto library is loaded only to make a key and CSR: a restart with a valid certificate never loads it.
+    print(f"agent RSS: {rss_joined} KiB after the token join, {rss_kib(agent)} KiB after a restart reusing the "
+          "certificate")
+
+
+def rss_kib(agent: AgentProcess) -> int:
+    status = Path(f"/proc/{agent.proc.pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
 
 
 @pytest.fixture(scope="module")
@@ -285,3 +295,86 @@ def test_rotation_keeps_the_node_ready(short_cert_plane, agents):
     log = agent.log_text()
     assert not re.search(r"API pod source: .*(401|Unauthorized|failing|retrying)", log), log[-3000:]
     assert "401" not in log[log_mark:], log[log_mark:][-3000:]
+
+
+def _store_expired_certificate(plane: ControlPlane, agent: AgentProcess) -> None:
+    """A client certificate from the cluster CA that expired an hour ago, where the agent keeps its own."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from edgelet.checkpoint import CheckpointStore
+
+    ca_key = serialization.load_pem_private_key((plane.dir / "pki" / "ca.key").read_bytes(), None)
+    ca = x509.load_pem_x509_certificate((plane.dir / "pki" / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{agent.node_name}")])
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=2))
+            .not_valid_after(now - datetime.timedelta(hours=1)).sign(ca_key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    CheckpointStore(agent.root_dir / "pki", kind="pki").write("kubelet-client",
+                                                              key_pem + cert.public_bytes(serialization.Encoding.PEM))
+
+
+def test_expired_certificate_offline_keeps_pods_and_bootstraps_when_the_api_returns(short_cert_plane, agents):
+    plane = short_cert_plane
+    kubectl = Kubectl(plane.admin_kubeconfig)
+    prepare_cluster(plane, kubectl)
+    token = new_token(kubectl)
+    plane.stop_apiserver()
+    try:
+        agent = agents("boot-expired", join_toml(plane, token, ca_file=plane.dir / "pki" / "ca.crt"), kubectl,
+                       start=False)
+        _store_expired_certificate(plane, agent)
+        agent.write_manifest("local.yaml", busybox_pod("local", "sleep 3600"))
+        agent.start()
+        # No API server and no valid certificate: the local pod runs all the same.
+        wait_for(lambda: is_running(agent.pod("local")), 60, interval=0.3, what="the local pod running offline")
+        assert "expired; bootstrapping again with the token" in agent.log_text()
+        assert agent.proc.poll() is None
+    finally:
+        plane.start_apiserver()
+    wait_for(lambda: is_ready(kubectl, agent.node_name), 90, interval=0.3, what="the node Ready once the API is back")
+    [csr] = csrs_of(kubectl, f"system:bootstrap:{token.split('.')[0]}")
+    assert (csr.get("status") or {}).get("certificate")
+    assert is_running(agent.pod("local"))
+
+
+def test_serving_certificate_from_the_kubelet_serving_signer(control_plane, kubectl):
+    """The reusable client side of `[kubelet_api] serving_cert = "csr"`: the node asks, an approver (here the
+    operator: kube-controller-manager approves only client certificates) approves, the CA signs."""
+    import asyncio
+    import threading
+
+    from edgelet.bootstrap.manager import request_serving_certificate
+    from edgelet.kubeapi.client import ApiClient
+
+    node = control_plane.node
+    user = f"system:node:{node}"
+
+    def approve() -> None:
+        pending = wait_for(lambda: [c for c in csrs_of(kubectl, user)
+                                    if c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+                                    and not (c.get("status") or {}).get("conditions")], 30, interval=0.3,
+                           what="the serving CSR")
+        kubectl("certificate", "approve", pending[0]["metadata"]["name"])
+
+    async def request():
+        async with ApiClient.from_kubeconfig(str(control_plane.node_kubeconfig())) as client:
+            return await request_serving_certificate(client, node, dns_names=(node,), ip_addresses=("127.0.0.1",))
+
+    approver = threading.Thread(target=approve, daemon=True)
+    approver.start()
+    credentials = asyncio.run(asyncio.wait_for(request(), 60))
+    approver.join(5)
+    text = subprocess.run(["openssl", "x509", "-noout", "-text"], input=credentials.cert_pem, capture_output=True,
+                          check=True).stdout.decode()
+    assert f"Subject: O = system:nodes, CN = system:node:{node}" in text
+    assert "TLS Web Server Authentication" in text
+    assert f"DNS:{node}" in text and "IP Address:127.0.0.1" in text
+    assert credentials.cert.not_after > time.time()
