@@ -32,6 +32,7 @@ from edgelet.errors import ConfigError, EdgeletError, TemporaryError
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError, Unauthorized
 from edgelet.kubeapi.kubeconfig import KubeConfig, KubeconfigError, ssl_context
+from edgelet.kubetime import format_time
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ SERVING_KEY = "kubelet-server"
 CA_KEY = "cluster-ca"
 # The kubelet waits this long for approval before it starts over with a new request.
 APPROVAL_TIMEOUT = 15 * 60.0
+# The longest single sleep before the rotation deadline is looked at again.
+_RECHECK = 600.0
 
 
 class CertificateDenied(EdgeletError):
@@ -67,7 +70,9 @@ class Credentials:
         return self.key_pem + self.cert_pem
 
     def valid(self, now: float) -> bool:
-        return self.cert.not_before <= now < self.cert.not_after
+        # Only the end counts, as for the kubelet: a device that booted with its clock behind (no RTC, no NTP
+        # yet) must not throw away a good certificate.
+        return now < self.cert.not_after
 
 
 def tls_context(server: str, ca_pem: bytes | None, credentials: Credentials | None, where: str) -> ssl.SSLContext:
@@ -202,13 +207,18 @@ class ClientCertificateManager:
     async def run(self, on_new: Callable[[ssl.SSLContext], None]) -> None:
         """Bootstrap when needed, then rotate forever; `on_new` gets the TLS context of every new certificate."""
         delays = jittered_delays(1.0, 60.0, rng=self._rng)
+        announced = None
         while True:
             if self.valid() and not self._cert_refused:
                 wait = self._deadline - self._clock()
                 if wait > 0:
-                    log.info("client certificate serial %x valid until %s; rotating in %.0fs", self.current.cert.serial,
-                             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.current.cert.not_after)), wait)
-                    await asyncio.sleep(wait)
+                    if announced != self._deadline:
+                        announced = self._deadline
+                        log.info("client certificate serial %x valid until %s; rotating in %.0fs",
+                                 self.current.cert.serial, format_time(self.current.cert.not_after), wait)
+                    # In steps, so a wall clock set late (NTP after boot) moves the rotation with it.
+                    await asyncio.sleep(min(wait, _RECHECK))
+                    continue
             try:
                 credentials = await self._obtain()
             except (ApiError, DiscoveryError, CertificateDenied, CertificateError, TemporaryError, KubeconfigError,
@@ -250,5 +260,5 @@ class ClientCertificateManager:
         tls_context(self.server, self.ca_pem, credentials, self._where)  # the key and certificate belong together
         await asyncio.to_thread(self._store.write, CLIENT_KEY, credentials.pem)
         log.info("got client certificate serial %x for %s, valid until %s", credentials.cert.serial,
-                 node_user(self.node_name), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(credentials.cert.not_after)))
+                 node_user(self.node_name), format_time(credentials.cert.not_after))
         return credentials

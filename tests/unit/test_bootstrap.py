@@ -210,6 +210,8 @@ def test_stored_credentials_split_back_into_key_and_certificate():
     loaded = Credentials.from_pem(stored)
     assert (loaded.key_pem, loaded.cert_pem) == (key_pem, cert_pem)
     assert loaded.valid(now.timestamp()) and not loaded.valid((now + datetime.timedelta(hours=2)).timestamp())
+    # A clock behind (booted without RTC, before NTP) does not throw a good certificate away.
+    assert loaded.valid((now - datetime.timedelta(days=365 * 50)).timestamp())
     with pytest.raises(CertificateError, match="no private key"):
         Credentials.from_pem(cert_pem)
 
