@@ -134,9 +134,10 @@ class ClientCertificateManager:
         self._pinned_hash = cluster.ca_cert_hash or None
         self._clock = clock
         self._rng = rng or random.Random()
+        ca_from_file = self._read_ca_file(cluster.ca_file) if cluster.ca_file else None
         self._store = CheckpointStore(pki_dir, kind="pki")
         self._where = os.path.join(pki_dir, CLIENT_KEY)
-        self.ca_pem = self._read_ca_file(cluster.ca_file) if cluster.ca_file else self._stored_ca()
+        self.ca_pem = ca_from_file or self._stored_ca()
         self.current = self._stored_credentials()
         self._deadline = self._next_deadline()
         self._cert_refused = False
