@@ -240,3 +240,52 @@ def test_the_token_is_never_shown():
     assert config.cluster.bootstrap_token == JOIN["bootstrap_token"]
     assert JOIN["bootstrap_token"].split(".")[1] not in format_effective(config)
     assert JOIN["bootstrap_token"].split(".")[1] not in repr(config)
+
+
+def _join(**cluster):
+    return parse_config({"node_name": "edge-1", "cluster": {**JOIN, **cluster}}).cluster
+
+
+def test_manager_refuses_an_unreadable_ca_file_before_touching_root_dir(tmp_path):
+    from edgelet.bootstrap.manager import ClientCertificateManager
+
+    with pytest.raises(ConfigError) as error:
+        ClientCertificateManager(_join(ca_file=str(tmp_path / "missing.crt")), "edge-1", str(tmp_path / "pki"))
+    assert "cluster.ca_file" in str(error.value) and not (tmp_path / "pki").exists()
+    (tmp_path / "junk.crt").write_text("not a certificate")
+    with pytest.raises(ConfigError, match="not a PEM certificate"):
+        ClientCertificateManager(_join(ca_file=str(tmp_path / "junk.crt")), "edge-1", str(tmp_path / "pki"))
+
+
+def test_manager_uses_a_stored_certificate_until_it_ends(tmp_path):
+    from edgelet.bootstrap.manager import CLIENT_KEY, ClientCertificateManager
+    from edgelet.checkpoint import CheckpointStore
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_pem, _ = make_cert(now - datetime.timedelta(days=1), now + datetime.timedelta(days=1))
+    (tmp_path / "ca.crt").write_bytes(ca_pem)
+    cert_pem, key = make_cert(now - datetime.timedelta(hours=1), now + datetime.timedelta(hours=1))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    CheckpointStore(tmp_path / "pki", kind="pki").write(CLIENT_KEY, key_pem + cert_pem)
+    clock = [now.timestamp()]
+    manager = ClientCertificateManager(_join(ca_file=str(tmp_path / "ca.crt")), "edge-1", str(tmp_path / "pki"),
+                                       clock=lambda: clock[0], rng=random.Random(1))
+    assert manager.valid() and manager.tls_context() is not None
+    life = first_certificate(cert_pem)
+    assert life.not_before + 0.7 * life.lifetime <= manager._deadline <= life.not_before + 0.9 * life.lifetime
+    clock[0] = life.not_after + 1
+    assert not manager.valid()
+
+
+def test_manager_discovers_again_when_the_stored_ca_has_another_pin(tmp_path):
+    from edgelet.bootstrap.manager import CA_KEY, ClientCertificateManager
+    from edgelet.checkpoint import CheckpointStore
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_pem, _ = make_cert(now, now + datetime.timedelta(days=1))
+    CheckpointStore(tmp_path / "pki", kind="pki").write(CA_KEY, ca_pem)
+    pin = spki_hash(first_certificate(ca_pem).spki_der)
+    assert ClientCertificateManager(_join(ca_cert_hash=pin), "edge-1", str(tmp_path / "pki")).ca_pem == ca_pem
+    other = "sha256:" + "1" * 64
+    assert ClientCertificateManager(_join(ca_cert_hash=other), "edge-1", str(tmp_path / "pki")).ca_pem is None
