@@ -292,6 +292,9 @@ class Agent:
             self._tasks.start(f"listener {listener.address}", listener.run())
         if self.shutdown is not None:
             self._tasks.start("node-shutdown", self.shutdown.run())
+        if self.kubelet_api is not None and self.cluster.cluster_ca is None and self.cluster.certificates is not None:
+            # A token join with ca_cert_hash learns the cluster CA (the kubelet API's client CA) when it joins.
+            self.cluster.when_joined(lambda: self.kubelet_api.trust_client_ca(self.cluster.cluster_ca))
         try:
             await self._stopping.wait()
         finally:
@@ -317,6 +320,7 @@ class Agent:
                 self.config, runtime=self.runtime, review=self.cluster.client.create,
                 lookup=PodLookup(self.node_name, lambda: self.pods, self.pleg.get_status),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
+                cluster_ca=self.cluster.cluster_ca,
             )
         except (EdgeletError, OSError) as exc:
             log.error("kubelet API not started: %s", exc)

@@ -109,6 +109,7 @@ class ClusterConnection:
         self._pod_config = pod_config
         self._tasks: TaskGroup | None = None
         self._api_tasks_started = False
+        self._on_joined: list[Callable[[], None]] = []
         self.objects = ObjectSyncer(self.client, object_store, os.path.join(config.cache_dir, "objects"),
                                     refresh=OBJECTS_REFRESH)
         self.pod_cache = PodCache(os.path.join(config.cache_dir, "pods"), node_name)
@@ -164,6 +165,22 @@ class ClusterConnection:
         tasks.start("cluster:lease", self.lease.run())
         tasks.start("cluster:pod-status", self.status.run())
         tasks.start("cluster:events", self.events.run())
+        for callback in self._on_joined:
+            callback()
+        self._on_joined.clear()
+
+    def when_joined(self, callback: Callable[[], None]) -> None:
+        """Calls `callback` once the node talks to the API server with credentials of its own (at once with a
+        kubeconfig or a valid stored certificate; after the bootstrap otherwise)."""
+        if self._api_tasks_started:
+            callback()
+        else:
+            self._on_joined.append(callback)
+
+    @property
+    def cluster_ca(self) -> bytes | None:
+        """The cluster CA of a bootstrap token join (None with a kubeconfig, or before discovery)."""
+        return self.certificates.ca_pem if self.certificates is not None else None
 
     def _use_certificate(self, tls) -> None:
         """A new client certificate (bootstrap or rotation): new connections use it; the API work starts

@@ -76,7 +76,7 @@ class PodLookup:
 def build_server(
     config: Config, *, runtime: Any, review: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]],
     lookup: PodLookup, pods_json: Callable[[], bytes], health_checks: Mapping[str, HealthCheck],
-    node_ip: str,
+    node_ip: str, cluster_ca: bytes | None = None,
 ) -> KubeletApiServer:
     """The server for config.kubelet_api; raises TLSSetupError or KubeconfigError naming the setting at fault."""
     settings = config.kubelet_api
@@ -85,7 +85,9 @@ def build_server(
         cert_file, key_file = ensure_self_signed(os.path.join(config.root_dir, "pki"), config.node_name,
                                                  [node_ip, "127.0.0.1"])
     ca_data = None
-    if not settings.client_ca_file and config.cluster is not None:
+    if not settings.client_ca_file and config.cluster is not None and not config.cluster.kubeconfig:
+        ca_data = cluster_ca  # a bootstrap token join: its ca_file or the discovered CA
+    elif not settings.client_ca_file and config.cluster is not None:
         kubeconfig = load_kubeconfig(config.cluster.kubeconfig)
         ca_data = kubeconfig.ca_data
         if ca_data is None and kubeconfig.ca_file:

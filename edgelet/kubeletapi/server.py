@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -66,6 +67,11 @@ class KubeletApiServer(HttpServer):
         self._authenticator = authenticator
         self._authorizer = authorizer
         self._streams = asyncio.Semaphore(max_streams)
+
+    def trust_client_ca(self, ca_pem: bytes) -> None:
+        """Client certificates from this CA are verified on new connections (a token join learns its CA late)."""
+        self._ssl.load_verify_locations(cadata=ca_pem.decode("ascii"))
+        self._ssl.verify_mode = ssl.CERT_OPTIONAL
 
     async def respond(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       request: h11.Request) -> bool:

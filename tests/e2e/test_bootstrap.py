@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import (
-    ControlPlane, Kubectl, _remove_everything, condition, loopback_node_name, now, pod_phase, running_control_plane,
-    wait_pod,
+    ControlPlane, Kubectl, _remove_everything, condition, free_port, loopback_node_name, now, pod_phase,
+    running_control_plane, wait_pod,
 )
 from tests.integration.agent_harness import AgentProcess, busybox_pod, is_running, unmount_under, wait_for
 
@@ -124,7 +124,27 @@ lease_duration = "8s"
 lease_renew_interval = "2s"
 node_status_update_frequency = "2s"
 status_resync = "2s"
+
+[kubelet_api]
+address = "127.0.0.1:{free_port()}"
 """
+
+
+def kubelet_api_trusts_cluster_clients(port: int, plane: ControlPlane) -> bool:
+    """A TLS handshake with the apiserver's kubelet client certificate is accepted and authenticated."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the serving certificate is self-signed here
+    pki = plane.dir / "pki"
+    context.load_cert_chain(pki / "apiserver-kubelet-client.crt", pki / "apiserver-kubelet-client.key")
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=context, timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def csrs_of(kubectl: Kubectl, username: str) -> list[dict]:
@@ -194,6 +214,11 @@ def test_join_with_ca_file(control_plane, kubectl, agents):
     _assert_joined(kubectl, agent, token)
     lease = kubectl.get("lease", agent.node_name, "kube-node-lease")
     assert lease["spec"]["holderIdentity"] == agent.node_name
+    # The kubelet API starts once joined, trusting the cluster CA from ca_file for the apiserver's client cert.
+    port = int(re.search(r'address = "127\.0\.0\.1:(\d+)"', agent.config_path.read_text()).group(1))
+    wait_for(lambda: kubelet_api_trusts_cluster_clients(port, control_plane), 30, interval=0.3,
+             what="the kubelet API serving")
+    assert "kubelet API not started" not in agent.log_text()
     assert token.split(".")[1] not in agent.log_text()  # the secret never reaches the log
 
 
