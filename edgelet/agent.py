@@ -142,6 +142,7 @@ class Agent:
         self.evicted: dict[str, tuple[str, str]] = {}
         self.cluster = self._make_cluster() if config.cluster is not None else None
         self.kubelet_api = None  # the :10250 server, cluster mode only
+        self.serving_certificate = None  # its certificate from the cluster, with [kubelet_api] serving_cert = "csr"
         self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
 
     def _make_cluster(self):
@@ -295,6 +296,10 @@ class Agent:
         if self.kubelet_api is not None and self.cluster.cluster_ca is None and self.cluster.certificates is not None:
             # A token join with ca_cert_hash learns the cluster CA (the kubelet API's client CA) when it joins.
             self.cluster.when_joined(lambda: self.kubelet_api.trust_client_ca(self.cluster.cluster_ca))
+        if self.serving_certificate is not None:  # asked for with the node's own credentials, once it has them
+            serving, server = self.serving_certificate, self.kubelet_api
+            self.cluster.when_joined(lambda: self._tasks.start(
+                "kubelet-api:serving-cert", serving.run(lambda: server.reload_certificate(serving.path, serving.path))))
         try:
             await self._stopping.wait()
         finally:
@@ -315,17 +320,24 @@ class Agent:
         setting is logged and leaves the rest of the agent running (a port it cannot bind does not)."""
         from .kubeletapi import PodLookup, build_server
 
+        serving = None
+        if self.config.kubelet_api.serving_cert == "csr":
+            from .bootstrap.manager import ServingCertificateManager
+
+            serving = ServingCertificateManager(self.config.pki_dir, self.node_name, (self.node_ip, "127.0.0.1"),
+                                                self.cluster.client)
         try:
             server = build_server(
                 self.config, runtime=self.runtime, review=self.cluster.client.create,
                 lookup=PodLookup(self.node_name, lambda: self.pods, self.pleg.get_status),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
-                cluster_ca=self.cluster.cluster_ca,
+                cluster_ca=self.cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
             )
         except (EdgeletError, OSError) as exc:
             log.error("kubelet API not started: %s", exc)
             return None
         self.kubelet_api = server
+        self.serving_certificate = serving
         return server
 
     def request_stop(self) -> None:

@@ -182,10 +182,10 @@ class ClusterConnection:
         """The cluster CA of a bootstrap token join (None with a kubeconfig, or before discovery)."""
         return self.certificates.ca_pem if self.certificates is not None else None
 
-    def _use_certificate(self, tls) -> None:
+    def _use_certificate(self) -> None:
         """A new client certificate (bootstrap or rotation): new connections use it; the API work starts
         with the first one. Running requests and the pod watch go on undisturbed."""
-        self.client.use_tls(tls)
+        self.client.use_tls(self.certificates.tls_context())
         if not self._api_tasks_started:
             self._start_api_tasks()
 

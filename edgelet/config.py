@@ -408,11 +408,16 @@ class KubeletApiConfig:
     tls_private_key_file: str = setting("", _path())
     client_ca_file: str = setting("", _path())
     anonymous: bool = setting(False, _boolean())
+    # "csr": a serving certificate from the cluster's kubernetes.io/kubelet-serving signer (needs an approver),
+    # renewed like the client certificate; the self-signed one serves until the first is issued.
+    serving_cert: str = setting("self-signed", _choice("self-signed", "csr"))
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
             missing = "tls_private_key_file" if self.tls_cert_file else "tls_cert_file"
             yield missing, "must be set together with the other (a certificate needs its key)"
+        if self.serving_cert == "csr" and self.tls_cert_file:
+            yield "serving_cert", '"csr" and tls_cert_file exclude each other (one serving certificate)'
 
     @property
     def port(self) -> int:

@@ -26,7 +26,7 @@ from edgelet.bootstrap.csr import (
 from edgelet.bootstrap.discovery import discover_ca
 from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError, spki_hash
 from edgelet.bootstrap.x509 import Certificate, CertificateError, first_certificate, pem_blocks
-from edgelet.checkpoint import CheckpointStore
+from edgelet.checkpoint import CheckpointStore, key_to_filename
 from edgelet.config import ClusterConfig
 from edgelet.errors import ConfigError, EdgeletError, TemporaryError
 from edgelet.kubeapi.client import ApiClient
@@ -122,8 +122,101 @@ async def request_serving_certificate(client: ApiClient, node_name: str, *, dns_
     return Credentials(request.key_pem, pem, first_certificate(pem))
 
 
-class ClientCertificateManager:
+class RenewedCertificate:
+    """A key and certificate kept under root_dir/pki (one checkpoint, 0600, crash-safe) and replaced at a random
+    point in 70-90 % of its life; subclasses say how a new one is obtained."""
+
+    what = "certificate"
+
+    def __init__(self, store: CheckpointStore, key: str, *, clock: Callable[[], float], rng: random.Random | None):
+        self._store = store
+        self._key = key
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self.current = self._stored_credentials()
+        self._deadline = self._next_deadline()
+        self.last_error: BaseException | None = None
+        self._last_logged = ""
+
+    def _stored_credentials(self) -> Credentials | None:
+        pem = self._store.read(self._key)
+        if pem is None:
+            return None
+        try:
+            credentials = Credentials.from_pem(pem)
+        except CertificateError as exc:
+            log.warning("the stored %s is unusable (%s); requesting a new one", self.what, exc)
+            return None
+        if not credentials.valid(self._clock()):
+            log.warning("the stored %s (serial %x) expired; %s", self.what, credentials.cert.serial, self._expired_means)
+        return credentials
+
+    _expired_means = "requesting a new one"
+
+    def _next_deadline(self) -> float:
+        if self.current is None:
+            return 0.0
+        return rotation_deadline(self.current.cert.not_before, self.current.cert.not_after, self._rng)
+
+    def valid(self) -> bool:
+        return self.current is not None and self.current.valid(self._clock())
+
+    def _renewal_due_now(self) -> bool:
+        return not self.valid()
+
+    async def run(self, on_new: Callable[[], None]) -> None:
+        """Obtains a certificate when there is none, then renews it forever; `on_new` is called after each."""
+        delays = jittered_delays(1.0, 60.0, rng=self._rng)
+        announced = None
+        while True:
+            if not self._renewal_due_now():
+                wait = self._deadline - self._clock()
+                if wait > 0:
+                    if announced != self._deadline:
+                        announced = self._deadline
+                        log.info("%s serial %x valid until %s; rotating in %.0fs", self.what,
+                                 self.current.cert.serial, format_time(self.current.cert.not_after), wait)
+                    # In steps, so a wall clock set late (NTP after boot) moves the rotation with it.
+                    await asyncio.sleep(min(wait, _RECHECK))
+                    continue
+            try:
+                credentials = await self._obtain()
+                await asyncio.to_thread(self._store.write, self._key, credentials.pem)
+            except (ApiError, DiscoveryError, CertificateDenied, CertificateError, TemporaryError, KubeconfigError,
+                    OSError) as exc:
+                self._report(exc)
+                await asyncio.sleep(next(delays))
+                continue
+            log.info("got %s serial %x, valid until %s", self.what, credentials.cert.serial,
+                     format_time(credentials.cert.not_after))
+            self.current, self.last_error, self._last_logged = credentials, None, ""
+            self._deadline = self._next_deadline()
+            self._renewed()
+            delays = jittered_delays(1.0, 60.0, rng=self._rng)
+            on_new()
+
+    def _renewed(self) -> None:
+        """Hook: a new certificate is in place."""
+
+    def _report(self, exc: BaseException) -> None:
+        self.last_error = exc
+        message = f"cannot get a {self.what} from {self._server_name()}: {exc}"
+        # One clear line per distinct problem; the retries every minute would only repeat it.
+        (log.error if message != self._last_logged else log.debug)("%s", message)
+        self._last_logged = message
+
+    async def _obtain(self) -> Credentials:
+        raise NotImplementedError
+
+    def _server_name(self) -> str:
+        raise NotImplementedError
+
+
+class ClientCertificateManager(RenewedCertificate):
     """Owns root_dir/pki: the cluster CA (from ca_file or discovered) and the node's client certificate."""
+
+    what = "client certificate"
+    _expired_means = "bootstrapping again with the token"
 
     def __init__(self, cluster: ClusterConfig, node_name: str, pki_dir: str, *,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None):
@@ -132,17 +225,12 @@ class ClientCertificateManager:
         self.node_name = node_name
         self._token = BootstrapToken.parse(cluster.bootstrap_token)
         self._pinned_hash = cluster.ca_cert_hash or None
-        self._clock = clock
-        self._rng = rng or random.Random()
         ca_from_file = self._read_ca_file(cluster.ca_file) if cluster.ca_file else None
-        self._store = CheckpointStore(pki_dir, kind="pki")
+        store = CheckpointStore(pki_dir, kind="pki")
         self._where = os.path.join(pki_dir, CLIENT_KEY)
-        self.ca_pem = ca_from_file or self._stored_ca()
-        self.current = self._stored_credentials()
-        self._deadline = self._next_deadline()
         self._cert_refused = False
-        self.last_error: BaseException | None = None
-        self._last_logged = ""
+        super().__init__(store, CLIENT_KEY, clock=clock, rng=rng)
+        self.ca_pem = ca_from_file or self._stored_ca()
 
     # -- what is on disk ----------------------------------------------------------------------------
 
@@ -171,29 +259,7 @@ class ClientCertificateManager:
         log.warning("the stored cluster CA does not match ca_cert_hash; discovering it again")
         return None
 
-    def _stored_credentials(self) -> Credentials | None:
-        pem = self._store.read(CLIENT_KEY)
-        if pem is None:
-            return None
-        try:
-            credentials = Credentials.from_pem(pem)
-        except CertificateError as exc:
-            log.warning("the stored client certificate is unusable (%s); bootstrapping again", exc)
-            return None
-        if not credentials.valid(self._clock()):
-            log.warning("the stored client certificate (serial %x) expired; bootstrapping again with the token",
-                        credentials.cert.serial)
-        return credentials
-
-    def _next_deadline(self) -> float:
-        if self.current is None:
-            return 0.0
-        return rotation_deadline(self.current.cert.not_before, self.current.cert.not_after, self._rng)
-
     # -- what the cluster connection asks ----------------------------------------------------------
-
-    def valid(self) -> bool:
-        return self.current is not None and self.current.valid(self._clock())
 
     def tls_context(self) -> ssl.SSLContext:
         return tls_context(self.server, self.ca_pem, self.current if self.valid() else None, self._where)
@@ -205,42 +271,19 @@ class ClientCertificateManager:
             return str(error)
         return None
 
-    async def run(self, on_new: Callable[[ssl.SSLContext], None]) -> None:
-        """Bootstrap when needed, then rotate forever; `on_new` gets the TLS context of every new certificate."""
-        delays = jittered_delays(1.0, 60.0, rng=self._rng)
-        announced = None
-        while True:
-            if self.valid() and not self._cert_refused:
-                wait = self._deadline - self._clock()
-                if wait > 0:
-                    if announced != self._deadline:
-                        announced = self._deadline
-                        log.info("client certificate serial %x valid until %s; rotating in %.0fs",
-                                 self.current.cert.serial, format_time(self.current.cert.not_after), wait)
-                    # In steps, so a wall clock set late (NTP after boot) moves the rotation with it.
-                    await asyncio.sleep(min(wait, _RECHECK))
-                    continue
-            try:
-                credentials = await self._obtain()
-            except (ApiError, DiscoveryError, CertificateDenied, CertificateError, TemporaryError, KubeconfigError,
-                    OSError) as exc:
-                self._report(exc)
-                await asyncio.sleep(next(delays))
-                continue
-            self.current, self.last_error, self._last_logged = credentials, None, ""
-            self._deadline = self._next_deadline()
-            self._cert_refused = False
-            delays = jittered_delays(1.0, 60.0, rng=self._rng)
-            on_new(self.tls_context())
+    def _renewal_due_now(self) -> bool:
+        return not self.valid() or self._cert_refused
+
+    def _server_name(self) -> str:
+        return self.server
+
+    def _renewed(self) -> None:
+        self._cert_refused = False
 
     def _report(self, exc: BaseException) -> None:
-        self.last_error = exc
         if isinstance(exc, Unauthorized) and self.valid():
             self._cert_refused = True  # e.g. revoked or the CA changed: start over with the token
-        message = f"cannot get a client certificate from {self.server}: {exc}"
-        # One clear line per distinct problem; the retries every minute would only repeat it.
-        (log.error if message != self._last_logged else log.debug)("%s", message)
-        self._last_logged = message
+        super()._report(exc)
 
     async def _obtain(self) -> Credentials:
         if self.ca_pem is None:
@@ -259,7 +302,27 @@ class ClientCertificateManager:
             pem = await request_certificate(client, csr_object("csr-", request.csr_pem, CLIENT_SIGNER, CLIENT_USAGES))
         credentials = Credentials(request.key_pem, pem, first_certificate(pem))
         tls_context(self.server, self.ca_pem, credentials, self._where)  # the key and certificate belong together
-        await asyncio.to_thread(self._store.write, CLIENT_KEY, credentials.pem)
-        log.info("got client certificate serial %x for %s, valid until %s", credentials.cert.serial,
-                 node_user(self.node_name), format_time(credentials.cert.not_after))
         return credentials
+
+
+class ServingCertificateManager(RenewedCertificate):
+    """The kubelet API's serving certificate from kubernetes.io/kubelet-serving ([kubelet_api] serving_cert =
+    "csr"), beside the client certificate and renewed the same way. It needs an approver (kube-controller-manager
+    approves only client certificates): until one approves, the self-signed certificate keeps serving."""
+
+    what = "serving certificate"
+
+    def __init__(self, pki_dir: str, node_name: str, addresses: tuple[str, ...], client: ApiClient, *,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+        self.node_name = node_name
+        self._addresses = addresses
+        self._client = client
+        self.path = os.path.join(pki_dir, key_to_filename(SERVING_KEY))  # OpenSSL reads past the header line
+        super().__init__(CheckpointStore(pki_dir, kind="pki"), SERVING_KEY, clock=clock, rng=rng)
+
+    def _server_name(self) -> str:
+        return self._client.server
+
+    async def _obtain(self) -> Credentials:
+        return await request_serving_certificate(self._client, self.node_name, dns_names=(self.node_name,),
+                                                 ip_addresses=self._addresses)

@@ -76,12 +76,14 @@ class PodLookup:
 def build_server(
     config: Config, *, runtime: Any, review: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]],
     lookup: PodLookup, pods_json: Callable[[], bytes], health_checks: Mapping[str, HealthCheck],
-    node_ip: str, cluster_ca: bytes | None = None,
+    node_ip: str, cluster_ca: bytes | None = None, serving_cert: str | None = None,
 ) -> KubeletApiServer:
     """The server for config.kubelet_api; raises TLSSetupError or KubeconfigError naming the setting at fault."""
     settings = config.kubelet_api
     cert_file, key_file = settings.tls_cert_file, settings.tls_private_key_file
-    if not cert_file:
+    if serving_cert:  # one file holding key and certificate, from the kubelet-serving signer
+        cert_file = key_file = serving_cert
+    elif not cert_file:
         cert_file, key_file = ensure_self_signed(os.path.join(config.root_dir, "pki"), config.node_name,
                                                  [node_ip, "127.0.0.1"])
     ca_data = None

@@ -73,6 +73,10 @@ class KubeletApiServer(HttpServer):
         self._ssl.load_verify_locations(cadata=ca_pem.decode("ascii"))
         self._ssl.verify_mode = ssl.CERT_OPTIONAL
 
+    def reload_certificate(self, cert_file: str, key_file: str) -> None:
+        """New connections get this certificate (a renewed serving certificate); open ones keep theirs."""
+        self._ssl.load_cert_chain(cert_file, key_file)
+
     async def respond(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       request: h11.Request) -> bool:
         method = request.method.decode("ascii", "replace")

@@ -113,7 +113,8 @@ def ca_cert_hash(ca_file: Path) -> str:
     return "sha256:" + digest.split("=")[-1].strip()
 
 
-def join_toml(plane: ControlPlane, token: str, *, ca_file: Path | None = None, ca_hash: str = "") -> str:
+def join_toml(plane: ControlPlane, token: str, *, ca_file: Path | None = None, ca_hash: str = "",
+              kubelet_api: str = "") -> str:
     ca = f'ca_file = "{ca_file}"' if ca_file else f'ca_cert_hash = "{ca_hash}"'
     return f"""
 [cluster]
@@ -127,18 +128,21 @@ status_resync = "2s"
 
 [kubelet_api]
 address = "127.0.0.1:{free_port()}"
+{kubelet_api}
 """
 
 
-def kubelet_api_trusts_cluster_clients(port: int, plane: ControlPlane) -> bool:
-    """A TLS handshake with the apiserver's kubelet client certificate is accepted and authenticated."""
+def kubelet_api_trusts_cluster_clients(port: int, plane: ControlPlane, *, verify_server: bool = False) -> bool:
+    """A TLS handshake with the apiserver's kubelet client certificate is accepted and authenticated (and, with
+    `verify_server`, the serving certificate is the cluster CA's, for 127.0.0.1)."""
     import ssl
     import urllib.request
 
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # the serving certificate is self-signed here
     pki = plane.dir / "pki"
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    if not verify_server:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the self-signed serving certificate
     context.load_cert_chain(pki / "apiserver-kubelet-client.crt", pki / "apiserver-kubelet-client.key")
     try:
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=context, timeout=5) as response:
@@ -370,36 +374,26 @@ def test_expired_certificate_offline_keeps_pods_and_bootstraps_when_the_api_retu
     assert is_running(agent.pod("local"))
 
 
-def test_serving_certificate_from_the_kubelet_serving_signer(control_plane, kubectl):
-    """The reusable client side of `[kubelet_api] serving_cert = "csr"`: the node asks, an approver (here the
-    operator: kube-controller-manager approves only client certificates) approves, the CA signs."""
-    import asyncio
-    import threading
+def test_serving_certificate_from_the_kubelet_serving_signer(control_plane, kubectl, agents):
+    """`[kubelet_api] serving_cert = "csr"`: the self-signed certificate serves until an approver (here the
+    operator: kube-controller-manager approves only client certificates) approves the node's kubelet-serving
+    CSR; then new connections get the cluster-signed one."""
+    prepare_cluster(control_plane, kubectl)
+    token = new_token(kubectl)
+    agent = agents("boot-serving", join_toml(control_plane, token, ca_file=control_plane.dir / "pki" / "ca.crt",
+                                             kubelet_api='serving_cert = "csr"'), kubectl)
+    _assert_joined(kubectl, agent, token)
+    port = int(re.search(r'address = "127\.0\.0\.1:(\d+)"', agent.config_path.read_text()).group(1))
+    wait_for(lambda: kubelet_api_trusts_cluster_clients(port, control_plane), 30, interval=0.3,
+             what="the kubelet API serving (self-signed)")
+    assert not kubelet_api_trusts_cluster_clients(port, control_plane, verify_server=True)
 
-    from edgelet.bootstrap.manager import request_serving_certificate
-    from edgelet.kubeapi.client import ApiClient
-
-    node = control_plane.node
-    user = f"system:node:{node}"
-
-    def approve() -> None:
-        pending = wait_for(lambda: [c for c in csrs_of(kubectl, user)
-                                    if c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
-                                    and not (c.get("status") or {}).get("conditions")], 30, interval=0.3,
-                           what="the serving CSR")
-        kubectl("certificate", "approve", pending[0]["metadata"]["name"])
-
-    async def request():
-        async with ApiClient.from_kubeconfig(str(control_plane.node_kubeconfig())) as client:
-            return await request_serving_certificate(client, node, dns_names=(node,), ip_addresses=("127.0.0.1",))
-
-    approver = threading.Thread(target=approve, daemon=True)
-    approver.start()
-    credentials = asyncio.run(asyncio.wait_for(request(), 60))
-    approver.join(5)
-    text = subprocess.run(["openssl", "x509", "-noout", "-text"], input=credentials.cert_pem, capture_output=True,
-                          check=True).stdout.decode()
-    assert f"Subject: O = system:nodes, CN = system:node:{node}" in text
-    assert "TLS Web Server Authentication" in text
-    assert f"DNS:{node}" in text and "IP Address:127.0.0.1" in text
-    assert credentials.cert.not_after > time.time()
+    user = f"system:node:{agent.node_name}"
+    [pending] = wait_for(lambda: [c for c in csrs_of(kubectl, user)
+                                  if c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"], 30, interval=0.3,
+                         what="the serving CSR")
+    assert sorted(pending["spec"]["usages"]) == ["digital signature", "key encipherment", "server auth"]
+    kubectl("certificate", "approve", pending["metadata"]["name"])
+    wait_for(lambda: kubelet_api_trusts_cluster_clients(port, control_plane, verify_server=True), 30, interval=0.3,
+             what="the kubelet API serving the cluster-signed certificate")
+    assert "got serving certificate serial" in agent.log_text()
