@@ -55,11 +55,16 @@ def load_checked_config(path: str, *, referenced_files: bool = True):
 
 
 def check_referenced_files(config) -> None:
-    """Files named by the config that `run` reads before anything starts (the kubeconfig and its certificates)."""
-    if config.cluster is not None:
+    """Files named by the config that `run` reads before anything starts (the kubeconfig and its certificates,
+    or the CA file of a bootstrap token join)."""
+    if config.cluster is not None and config.cluster.kubeconfig:
         from .kubeapi.kubeconfig import load_kubeconfig, ssl_context
 
         ssl_context(load_kubeconfig(config.cluster.kubeconfig))
+    elif config.cluster is not None and config.cluster.ca_file:
+        from .bootstrap.manager import read_ca_file
+
+        read_ca_file(config.cluster.ca_file)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

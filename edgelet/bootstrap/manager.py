@@ -89,6 +89,19 @@ def tls_context(server: str, ca_pem: bytes | None, credentials: Credentials | No
     return ctx
 
 
+def read_ca_file(path: str) -> bytes:
+    """The cluster CA of a token join ([cluster] ca_file); ConfigError naming the file otherwise."""
+    try:
+        with open(path, "rb") as f:
+            pem = f.read()
+        first_certificate(pem)
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot read the cluster CA (cluster.ca_file): {exc.strerror or exc}") from None
+    except CertificateError as exc:
+        raise ConfigError(path, "", f"the cluster CA (cluster.ca_file) is not a PEM certificate: {exc}") from None
+    return pem
+
+
 async def request_certificate(client: ApiClient, csr: dict, *, timeout: float = APPROVAL_TIMEOUT,
                               poll: tuple[float, float] = (0.5, 5.0)) -> bytes:
     """Create `csr` and wait until it is signed; the certificate PEM. Denied/Failed raise CertificateDenied,
@@ -225,7 +238,7 @@ class ClientCertificateManager(RenewedCertificate):
         self.node_name = node_name
         self._token = BootstrapToken.parse(cluster.bootstrap_token)
         self._pinned_hash = cluster.ca_cert_hash or None
-        ca_from_file = self._read_ca_file(cluster.ca_file) if cluster.ca_file else None
+        ca_from_file = read_ca_file(cluster.ca_file) if cluster.ca_file else None
         store = CheckpointStore(pki_dir, kind="pki")
         self._where = os.path.join(pki_dir, CLIENT_KEY)
         self._cert_refused = False
@@ -233,18 +246,6 @@ class ClientCertificateManager(RenewedCertificate):
         self.ca_pem = ca_from_file or self._stored_ca()
 
     # -- what is on disk ----------------------------------------------------------------------------
-
-    @staticmethod
-    def _read_ca_file(path: str) -> bytes:
-        try:
-            with open(path, "rb") as f:
-                pem = f.read()
-            first_certificate(pem)
-        except OSError as exc:
-            raise ConfigError(path, "", f"cannot read the cluster CA (cluster.ca_file): {exc.strerror or exc}") from None
-        except CertificateError as exc:
-            raise ConfigError(path, "", f"the cluster CA (cluster.ca_file) is not a PEM certificate: {exc}") from None
-        return pem
 
     def _stored_ca(self) -> bytes | None:
         """A CA discovered before, if it still has the pinned hash (the pin may have changed in the config)."""

@@ -289,3 +289,15 @@ def test_manager_discovers_again_when_the_stored_ca_has_another_pin(tmp_path):
     assert ClientCertificateManager(_join(ca_cert_hash=pin), "edge-1", str(tmp_path / "pki")).ca_pem == ca_pem
     other = "sha256:" + "1" * 64
     assert ClientCertificateManager(_join(ca_cert_hash=other), "edge-1", str(tmp_path / "pki")).ca_pem is None
+
+
+def test_run_and_check_config_read_the_ca_file_of_a_token_join(tmp_path):
+    from edgelet.cli import check_referenced_files
+
+    config = parse_config({"node_name": "n", "cluster": {**JOIN, "ca_file": str(tmp_path / "ca.crt")}})
+    with pytest.raises(ConfigError, match="cluster.ca_file"):
+        check_referenced_files(config)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    (tmp_path / "ca.crt").write_bytes(make_cert(now, now + datetime.timedelta(days=1))[0])
+    check_referenced_files(config)
+    check_referenced_files(parse_config({"node_name": "n", "cluster": {**JOIN, "ca_cert_hash": "sha256:" + "a" * 64}}))
