@@ -27,6 +27,7 @@ from edgelet.kuberuntime import labels
 from edgelet.podconfig import inotify
 
 REPO = Path(__file__).resolve().parent.parent
+SERVICE_UNIT = REPO / "packaging" / "edgelet.service"
 IMAGE = "docker.io/library/busybox:local"
 NODE_NAME = "benchnode"
 RAW_NAMESPACE = "bench-raw"
@@ -55,6 +56,25 @@ def pod_manifest(name: str) -> str:
               imagePullPolicy: IfNotPresent
               command: ["sleep", "3600"]
         """)
+
+
+def unit_environment(unit_text: str) -> dict[str, str]:
+    """The variables the systemd unit's `Environment=` lines set (KEY=VALUE words; quotes not used there)."""
+    env = {}
+    for line in unit_text.splitlines():
+        key, _, value = line.strip().partition("=")
+        if key == "Environment":
+            env.update(word.split("=", 1) for word in value.split() if "=" in word)
+    return env
+
+
+def compile_bytecode() -> None:
+    """Writes the package's bytecode as an install does (the shipped bundle carries it), so the agent's
+    start is not measured compiling every module from source (PYTHONDONTWRITEBYTECODE may be set)."""
+    import compileall
+
+    if not compileall.compile_dir(str(REPO / "edgelet"), quiet=1):
+        raise RuntimeError("compiling edgelet's bytecode failed")
 
 
 # -- the raw CRI floor ----------------------------------------------------------------------------
@@ -229,7 +249,8 @@ class AgentProcess:
         return self.proc.pid
 
     def start(self) -> AgentProcess:
-        env = dict(os.environ)
+        """Starts the agent as the service unit does: with the unit's environment (MALLOC_ARENA_MAX)."""
+        env = {**os.environ, **unit_environment(SERVICE_UNIT.read_text())}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -267,7 +288,7 @@ class AgentProcess:
         head, _, body = reply.partition(b"\r\n\r\n")
         return int(head.split(b" ", 2)[1]), body
 
-    async def wait_ready(self, timeout: float = 60.0) -> None:
+    async def wait_ready(self, timeout: float = 60.0, *, interval: float = 0.05) -> None:
         """Until /healthz answers 200: the runtime answered and the first relist is done."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -279,7 +300,7 @@ class AgentProcess:
                     return
             except (OSError, ValueError, IndexError):
                 pass
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(interval)
         raise TimeoutError(f"edgelet not healthy within {timeout:.0f}s (log: {self.log_path})")
 
     def drop_manifests(self, names: list[str]) -> int:
@@ -315,33 +336,72 @@ class AgentProcess:
 # -- the agent's own metrics ----------------------------------------------------------------------
 
 CRI_STEPS = ("run_podsandbox", "create_container", "start_container")
-_OPERATION_SAMPLE = re.compile(
-    r'^kubelet_runtime_operations_duration_seconds_(sum|count)\{operation_type="([a-z_]+)"\} (\S+)$', re.M)
+# The relist's own calls and the periodic ones (runtime Status every 5 s, the eviction manager's
+# ImageFsInfo, image GC's ListImages): what is left of a phase's calls is what its pods caused.
+RELIST_CALLS = ("list_podsandbox", "list_containers")
+PERIODIC_CALLS = ("status", "version", "image_fs_info", "list_images")
+_SAMPLE = re.compile(r'^(kubelet_runtime_operations_duration_seconds|kubelet_pleg_relist_duration_seconds'
+                     r'|kubelet_pod_worker_duration_seconds)_(sum|count)(?:\{operation_type="([a-z_]+)"\})? (\S+)$',
+                     re.M)
 
 
-def runtime_operation_totals(metrics_text: str) -> dict[str, tuple[float, float]]:
-    """operation -> (seconds, calls) from the agent's kubelet_runtime_operations_duration_seconds."""
-    totals: dict[str, list[float]] = {}
-    for kind, operation, value in _OPERATION_SAMPLE.findall(metrics_text):
-        totals.setdefault(operation, [0.0, 0.0])[0 if kind == "sum" else 1] = float(value)
-    return {operation: (seconds, calls) for operation, (seconds, calls) in totals.items()}
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """What the benchmark reads from the agent's /metrics: CRI operations (seconds, calls) by type, relists
+    done, pod-worker syncs done (all work types)."""
+
+    operations: dict[str, tuple[float, float]]
+    relists: float
+    syncs: float
+
+    def calls(self) -> float:
+        return sum(calls for _, calls in self.operations.values())
 
 
-async def runtime_operations(agent: "AgentProcess") -> dict[str, tuple[float, float]]:
+def parse_scrape(metrics_text: str) -> Scrape:
+    operations: dict[str, list[float]] = {}
+    relists = syncs = 0.0
+    for metric, kind, operation, value in _SAMPLE.findall(metrics_text):
+        if metric == "kubelet_runtime_operations_duration_seconds":
+            operations.setdefault(operation, [0.0, 0.0])[0 if kind == "sum" else 1] = float(value)
+        elif kind == "count" and metric == "kubelet_pleg_relist_duration_seconds":
+            relists = float(value)
+        elif kind == "count":
+            syncs += float(value)
+    return Scrape({op: (seconds, calls) for op, (seconds, calls) in operations.items()}, relists, syncs)
+
+
+async def scrape(agent: "AgentProcess") -> Scrape:
     status, body = await agent.http_get("/metrics")
     if status != 200:
         raise RuntimeError(f"GET /metrics answered {status}")
-    return runtime_operation_totals(body.decode())
+    return parse_scrape(body.decode())
 
 
-def mean_step_ms(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> dict[str, float]:
+def mean_step_ms(before: Scrape, after: Scrape) -> dict[str, float]:
     """Mean milliseconds per call of each pod-start CRI step between two scrapes."""
     means = {}
     for step in CRI_STEPS:
-        seconds = after.get(step, (0.0, 0.0))[0] - before.get(step, (0.0, 0.0))[0]
-        calls = after.get(step, (0.0, 0.0))[1] - before.get(step, (0.0, 0.0))[1]
+        seconds = after.operations.get(step, (0.0, 0.0))[0] - before.operations.get(step, (0.0, 0.0))[0]
+        calls = after.operations.get(step, (0.0, 0.0))[1] - before.operations.get(step, (0.0, 0.0))[1]
         means[step] = 1e3 * seconds / calls if calls else float("nan")
     return means
+
+
+def calls_between(before: Scrape, after: Scrape) -> dict[str, float]:
+    """CRI calls by operation type made between two scrapes (types with none left out)."""
+    delta = {op: calls - before.operations.get(op, (0.0, 0.0))[1] for op, (_, calls) in after.operations.items()}
+    return {op: n for op, n in delta.items() if n}
+
+
+def calls_per_pod_start(before: Scrape, after: Scrape, pods: int) -> dict[str, float]:
+    """CRI calls by type per pod started between two scrapes, without each relist's two lists and the
+    periodic calls (which run whether pods start or not)."""
+    calls = calls_between(before, after)
+    relists = after.relists - before.relists
+    for op in RELIST_CALLS:
+        calls[op] = calls.get(op, 0.0) - relists
+    return {op: n / pods for op, n in calls.items() if op not in PERIODIC_CALLS and n > 0}
 
 
 # -- idle costs -----------------------------------------------------------------------------------
@@ -418,6 +478,27 @@ async def agent_start(client: RuntimeClient, agent: AgentProcess, name: str) -> 
         raise RuntimeError(f"{name}: started_at {started} outside [{dropped}, {seen}]: clocks disagree")
     agent.check_alive()
     return (started - dropped) / 1e9
+
+
+async def agent_restart(agent: AgentProcess, pods: int, *, interval: float = 0.01,
+                        timeout: float = 60.0) -> tuple[float, float, float]:
+    """Restarts `agent` (SIGTERM, then `edgelet run` again on the same root_dir and manifests) with `pods`
+    running pods. Returns seconds from the exec to /healthz ok, to every pod synced once by its worker
+    (adopted), and the StartContainer calls the new agent made (0 when it adopted rather than restarted)."""
+    agent.stop()
+    started = time.monotonic()
+    agent.start()
+    await agent.wait_ready(timeout, interval=interval)
+    healthy = agent.ready_at - started
+    deadline = started + timeout
+    while True:
+        figures = await scrape(agent)
+        if figures.syncs >= pods:
+            adopted = time.monotonic() - started
+            return healthy, adopted, figures.operations.get("start_container", (0.0, 0.0))[1]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{figures.syncs:.0f} of {pods} pods synced {timeout:.0f}s after the restart")
+        await asyncio.sleep(interval)
 
 
 async def agent_burst(client: RuntimeClient, agent: AgentProcess, count: int) -> float:

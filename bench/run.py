@@ -53,6 +53,7 @@ GOALS = {  # figure -> (limit, "max" or "min")
     "status_writes_idle": (0, "max"),
     "rss_110_mb": (50.0, "max"),
     "idle_cpu_110_pct": (0.5, "max"),
+    "restart_110_ms": (250.0, "max"),
     "kubelet_api_rss_mb": (5.0, "max"),
 }
 
@@ -71,7 +72,15 @@ class Results:
     agent_burst_cpu_s: list[float] = field(default_factory=list)
     burst_pods: int = 0
     idle0: agent_bench.Usage | None = None
-    idle110: agent_bench.Usage | None = None
+    idle110: list[agent_bench.Usage] = field(default_factory=list)  # consecutive windows, same agent
+    restart_healthy_ms: list[float] = field(default_factory=list)  # exec -> /healthz ok, 110 pods running
+    restart_ms: list[float] = field(default_factory=list)  # exec -> /healthz ok and every pod adopted
+    restart_started_containers: float = 0.0  # StartContainer calls after the restarts (0: all adopted)
+    idle0_calls: dict[str, float] = field(default_factory=dict)  # CRI calls by type over the window
+    idle0_relists: float = 0.0
+    idle110_calls: dict[str, float] = field(default_factory=dict)
+    idle110_relists: float = 0.0
+    pod_start_calls: dict[str, float] = field(default_factory=dict)  # CRI calls by type per pod start
     status_writes: int = 0
     status_window_s: float = 0.0
     status_resyncs: int = 0
@@ -86,10 +95,13 @@ class Results:
             "relist_10k_ms": big.get("compiled_ms", float("nan")),
             "relist_speedup": big.get("speedup", float("nan")),
             "pod_start_ratio": _ratio(_median(self.agent_seq_ms), _median(self.raw_seq_returned_ms)),
-            "burst_110_ratio": _ratio(sum(self.agent_burst_s), sum(self.raw_burst_returned_s)),
+            "burst_110_ratio": _ratio(_median(self.agent_burst_s), _median(self.raw_burst_returned_s)),
             "status_writes_idle": self.status_writes,
-            "rss_110_mb": self.idle110.rss_mb if self.idle110 else float("nan"),
-            "idle_cpu_110_pct": self.idle110.cpu_pct if self.idle110 else float("nan"),
+            "rss_110_mb": _median([u.rss_mb for u in self.idle110]),
+            "idle_cpu_110_pct": _median([u.cpu_pct for u in self.idle110]),
+            "restart_110_ms": _median(self.restart_ms),
+            "cri_calls_per_relist": _per(sum(self.idle110_calls.values()), self.idle110_relists),
+            "cri_calls_per_pod_start": sum(self.pod_start_calls.values()) if self.pod_start_calls else float("nan"),
             "kubelet_api_rss_mb": self.kubelet_api_rss_on_mb - self.kubelet_api_rss_off_mb,
         }
 
@@ -100,6 +112,9 @@ def _median(values: list[float]) -> float:
 
 def _ratio(value: float, floor: float) -> float:
     return value / floor if floor else float("nan")
+
+
+_per = _ratio
 
 
 def _load() -> str:
@@ -190,9 +205,12 @@ async def bench_sequential(rt: Runtimes, workdir: Path, results: Results, opts: 
         await agent.wait_ready()
         await asyncio.sleep(STARTUP_SETTLE)
         log(f"edgelet, no pods: CPU and RSS over {opts.idle0_seconds:.0f}s")
+        idle_before = await agent_bench.scrape(agent)
         results.idle0 = await agent_bench.measure_usage(agent, opts.idle0_seconds)
+        before = await agent_bench.scrape(agent)
+        results.idle0_calls = agent_bench.calls_between(idle_before, before)
+        results.idle0_relists = before.relists - idle_before.relists
         log(f"{opts.seq_pods} pods one at a time, edgelet and raw CRI alternating")
-        before = await agent_bench.runtime_operations(agent)
         order = random.Random(ORDER_SEED)
         for i in range(opts.seq_pods):
             for side in order.sample(("raw", "edgelet"), 2):
@@ -201,7 +219,9 @@ async def bench_sequential(rt: Runtimes, workdir: Path, results: Results, opts: 
                 else:
                     results.agent_seq_ms.append(1e3 * await agent_bench.agent_start(rt.agent, agent, f"seq-{i:02d}"))
                 await asyncio.sleep(PAUSE_BETWEEN_PODS)
-        results.agent_seq_steps_ms = agent_bench.mean_step_ms(before, await agent_bench.runtime_operations(agent))
+        after = await agent_bench.scrape(agent)
+        results.agent_seq_steps_ms = agent_bench.mean_step_ms(before, after)
+        results.pod_start_calls = agent_bench.calls_per_pod_start(before, after, opts.seq_pods)
     finally:
         await stop_agent(agent, rt.agent)
         await agent_bench.wipe_runtime(rt.raw)
@@ -227,18 +247,20 @@ async def agent_burst_round(rt: Runtimes, agent: agent_bench.AgentProcess, resul
 
 
 async def bench_burst(rt: Runtimes, workdir: Path, results: Results, opts: argparse.Namespace) -> None:
-    """Bursts in the order edgelet, raw, raw, edgelet: a drift in the machine's load weighs on both sides
-    alike, and no raw burst runs beside the agent's 110 pods. The last agent stays up for the idle figures."""
+    """Three bursts a side in the order edgelet, raw, raw, edgelet, raw, edgelet: a drift in the machine's
+    load weighs on both sides alike, and no raw burst runs beside the agent's 110 pods. The last agent
+    stays up for the idle figures and the restarts."""
     count = results.burst_pods = opts.burst_pods
-    agent = agent_bench.AgentProcess(workdir / "agent-burst", rt.agent_endpoint).start()
-    try:
-        await agent.wait_ready()
-        await asyncio.sleep(STARTUP_SETTLE)
-        await agent_burst_round(rt, agent, results, count)
-    finally:
-        await stop_agent(agent, rt.agent)
-    for _ in range(2):
-        await raw_burst_round(rt, workdir, results, count)
+    for rounds_of_raw in (2, 1):
+        agent = agent_bench.AgentProcess(workdir / f"agent-burst-{rounds_of_raw}", rt.agent_endpoint).start()
+        try:
+            await agent.wait_ready()
+            await asyncio.sleep(STARTUP_SETTLE)
+            await agent_burst_round(rt, agent, results, count)
+        finally:
+            await stop_agent(agent, rt.agent)
+        for _ in range(rounds_of_raw):
+            await raw_burst_round(rt, workdir, results, count)
     rt.stop_raw()
 
     agent = agent_bench.AgentProcess(workdir / "agent-idle", rt.agent_endpoint).start()
@@ -249,6 +271,9 @@ async def bench_burst(rt: Runtimes, workdir: Path, results: Results, opts: argpa
         counter = agent_bench.WriteCounter(agent.status_dir)
         await agent_burst_round(rt, agent, results, count)
         await measure_idle(agent, counter, results, opts)
+        counter.close()
+        counter = None
+        await measure_restarts(agent, results, opts)
     finally:
         if counter is not None:
             counter.close()
@@ -265,8 +290,13 @@ async def measure_idle(agent: agent_bench.AgentProcess, counter: agent_bench.Wri
     window_start = time.monotonic()
     if opts.resyncs:
         await sleep_until(agent.ready_at + SYNC_FREQUENCY + 2.0)
-    log(f"edgelet, {results.burst_pods} pods: CPU and RSS over {opts.idle_seconds:.0f}s")
-    results.idle110 = await agent_bench.measure_usage(agent, opts.idle_seconds)
+    log(f"edgelet, {results.burst_pods} pods: CPU and RSS over {opts.idle_windows} windows of {opts.idle_seconds:.0f}s")
+    before = await agent_bench.scrape(agent)
+    for _ in range(opts.idle_windows):
+        results.idle110.append(await agent_bench.measure_usage(agent, opts.idle_seconds))
+    after = await agent_bench.scrape(agent)
+    results.idle110_calls = agent_bench.calls_between(before, after)
+    results.idle110_relists = after.relists - before.relists
     if opts.resyncs:
         log(f"edgelet, {results.burst_pods} pods: counting status writes until {opts.resyncs} full resyncs passed")
         await sleep_until(agent.ready_at + SYNC_FREQUENCY * opts.resyncs + 5.0)
@@ -279,6 +309,18 @@ async def measure_idle(agent: agent_bench.AgentProcess, counter: agent_bench.Wri
     results.status_window_s = window_end - window_start
     results.status_resyncs = sum(1 for k in range(1, 100)
                                  if window_start <= agent.ready_at + k * SYNC_FREQUENCY <= window_end)
+
+
+async def measure_restarts(agent: agent_bench.AgentProcess, results: Results, opts: argparse.Namespace) -> None:
+    """The agent restarted with its pods running: exec -> /healthz ok and every pod adopted, `opts.restarts`
+    times (each restart waits for the previous agent to settle)."""
+    for i in range(opts.restarts):
+        log(f"edgelet, {results.burst_pods} pods: restart {i + 1} of {opts.restarts}")
+        healthy, adopted, started = await agent_bench.agent_restart(agent, results.burst_pods)
+        results.restart_healthy_ms.append(healthy * 1e3)
+        results.restart_ms.append(adopted * 1e3)
+        results.restart_started_containers += started
+        await asyncio.sleep(STARTUP_SETTLE)
 
 
 async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], workdir: Path,
@@ -358,16 +400,21 @@ def start_lines(results: Results, figures: dict[str, float]) -> list[str]:
     raw_rounds = "+".join(f"{s:.2f}" for s in results.raw_burst_returned_s)
     lines += [
         f"  {f'{results.burst_pods} pods at once (raw: {BURST_PARALLEL} parallel)':34} "
-        f"{sum(results.agent_burst_s):>9.2f}s {sum(results.raw_burst_returned_s):>9.2f}s "
+        f"{_median(results.agent_burst_s):>9.2f}s {_median(results.raw_burst_returned_s):>9.2f}s "
         f"{figures['burst_110_ratio']:>7.2f}   {goal('burst_110_ratio', figures['burst_110_ratio'])}",
-        f"  {'  seconds per round':34} {rounds:>10} {raw_rounds:>10}",
+        f"  {'  seconds per round (median used)':34} {rounds:>10} {raw_rounds:>10}",
         f"  {'  edgelet CPU during the bursts':34} {sum(results.agent_burst_cpu_s):>9.2f}s",
     ]
     return lines
 
 
+def _calls(calls: dict[str, float], per: float) -> str:
+    return ", ".join(f"{op} {n / per:.2f}" for op, n in sorted(calls.items(), key=lambda item: -item[1])) or "none"
+
+
 def idle_lines(results: Results, figures: dict[str, float]) -> list[str]:
     pods = results.burst_pods
+    windows = results.idle110
     return [
         f"status sync, {pods} unchanged pods (standalone: checkpoint writes under root_dir/state/pods)",
         f"  writes over {results.status_window_s:.0f}s spanning {results.status_resyncs} full resyncs "
@@ -376,11 +423,28 @@ def idle_lines(results: Results, figures: dict[str, float]) -> list[str]:
         "",
         "agent process (relist every 1 s, all other settings default)",
         f"  {'':34} {'0 pods':>10} {f'{pods} pods':>10}   goal at {pods}",
-        f"  {'RSS MiB (VmRSS)':34} {results.idle0.rss_mb:>10.1f} {results.idle110.rss_mb:>10.1f}   "
+        f"  {'RSS MiB (VmRSS), median':34} {results.idle0.rss_mb:>10.1f} {figures['rss_110_mb']:>10.1f}   "
         f"{goal('rss_110_mb', figures['rss_110_mb'])}",
-        f"  {f'idle CPU % of one core ({results.idle0.window_s:.0f}/{results.idle110.window_s:.0f} s)':34} "
-        f"{results.idle0.cpu_pct:>10.2f} {results.idle110.cpu_pct:>10.2f}   "
+        f"  {f'idle CPU % of one core, median':34} "
+        f"{results.idle0.cpu_pct:>10.2f} {figures['idle_cpu_110_pct']:>10.2f}   "
         f"{goal('idle_cpu_110_pct', figures['idle_cpu_110_pct'])}",
+        f"    {len(windows)} windows of {windows[0].window_s:.0f} s at {pods} pods: CPU "
+        + " / ".join(f"{u.cpu_pct:.2f}" for u in windows) + " %, RSS "
+        + " / ".join(f"{u.rss_mb:.1f}" for u in windows) + f" MiB (0 pods: one of {results.idle0.window_s:.0f} s)",
+        f"  {'restart, exec -> healthy / adopted':34} "
+        f"{_median(results.restart_healthy_ms):>8.0f}ms {figures['restart_110_ms']:>8.0f}ms   "
+        f"{goal('restart_110_ms', figures['restart_110_ms'])} (adopted)",
+        f"    {len(results.restart_ms)} restarts with {pods} pods running: adopted after "
+        + " / ".join(f"{ms:.0f}" for ms in results.restart_ms)
+        + f" ms; StartContainer calls after them: {results.restart_started_containers:.0f}",
+        "",
+        "CRI calls (from the agent's kubelet_runtime_operations_duration_seconds)",
+        f"  per relist, idle, 0 pods: {_per(sum(results.idle0_calls.values()), results.idle0_relists):.2f} "
+        f"({_calls(results.idle0_calls, results.idle0_relists)})",
+        f"  per relist, idle, {pods} pods: {figures['cri_calls_per_relist']:.2f} "
+        f"({_calls(results.idle110_calls, results.idle110_relists)})",
+        f"  per pod start (relist lists and periodic calls left out): {figures['cri_calls_per_pod_start']:.2f} "
+        f"({_calls(results.pod_start_calls, 1)})",
         "",
         "kubelet API (cluster mode, no pods, idle; median of "
         f"{bench_kubelet_api.ROUNDS} alternating starts against the API double)",
@@ -409,7 +473,9 @@ def bench_line(figures: dict[str, float]) -> str:
     return (f"BENCH relist_10k_ms={figures['relist_10k_ms']:.3f} relist_speedup={figures['relist_speedup']:.1f} "
             f"pod_start_ratio={figures['pod_start_ratio']:.2f} burst_110_ratio={figures['burst_110_ratio']:.2f} "
             f"status_writes_idle={figures['status_writes_idle']} rss_110_mb={figures['rss_110_mb']:.1f} "
-            f"idle_cpu_110_pct={figures['idle_cpu_110_pct']:.2f} "
+            f"idle_cpu_110_pct={figures['idle_cpu_110_pct']:.2f} restart_110_ms={figures['restart_110_ms']:.0f} "
+            f"cri_calls_per_relist={figures['cri_calls_per_relist']:.2f} "
+            f"cri_calls_per_pod_start={figures['cri_calls_per_pod_start']:.2f} "
             f"kubelet_api_rss_mb={figures['kubelet_api_rss_mb']:.1f}")
 
 
@@ -422,7 +488,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seq-pods", type=int, default=20, help="pods started one at a time, on each side")
     parser.add_argument("--burst-pods", type=int, default=110)
     parser.add_argument("--idle0-seconds", type=float, default=20.0)
-    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--idle-seconds", type=float, default=18.0,
+                        help="each idle window at 110 pods (three fit between the first two full resyncs)")
+    parser.add_argument("--idle-windows", type=int, default=3)
+    parser.add_argument("--restarts", type=int, default=3)
     parser.add_argument("--resyncs", type=int, default=2,
                         help="full resyncs the status-write window spans (0: no wait, for a quick try)")
     parser.add_argument("--skip-relist", action="store_true")
@@ -445,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
             uvloop.install()
         except ImportError:
             pass
+        agent_bench.compile_bytecode()
         log(f"starting two private containerds in {workdir}")
         endpoints = start_containerd(agent_dir), start_containerd(raw_dir)
         results = asyncio.run(run_all(endpoints, lambda: stop_containerd(raw_dir), workdir, opts))

@@ -1,0 +1,60 @@
+"""The benchmark's reading of the agent's /metrics: CRI calls per relist and per pod start."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.bench_agent import Scrape, calls_between, calls_per_pod_start, parse_scrape, unit_environment
+
+METRICS = """\
+# HELP kubelet_runtime_operations_duration_seconds Duration in seconds of CRI runtime operations.
+# TYPE kubelet_runtime_operations_duration_seconds histogram
+kubelet_runtime_operations_duration_seconds_bucket{le="0.005",operation_type="list_podsandbox"} 9.0
+kubelet_runtime_operations_duration_seconds_count{operation_type="list_podsandbox"} 10.0
+kubelet_runtime_operations_duration_seconds_sum{operation_type="list_podsandbox"} 0.02
+kubelet_runtime_operations_duration_seconds_count{operation_type="status"} 2.0
+kubelet_runtime_operations_duration_seconds_sum{operation_type="status"} 0.004
+kubelet_runtime_operations_duration_seconds_created{operation_type="status"} 1.7e9
+kubelet_pleg_relist_duration_seconds_count 10.0
+kubelet_pleg_relist_duration_seconds_sum 0.5
+kubelet_pod_worker_duration_seconds_count{operation_type="create"} 3.0
+kubelet_pod_worker_duration_seconds_count{operation_type="sync"} 4.0
+kubelet_pod_worker_duration_seconds_sum{operation_type="sync"} 9.0
+"""
+
+
+def test_parse_scrape_reads_operations_relists_and_syncs():
+    scrape = parse_scrape(METRICS)
+    assert scrape.operations == {"list_podsandbox": (0.02, 10.0), "status": (0.004, 2.0)}
+    assert scrape.relists == 10.0
+    assert scrape.syncs == 7.0
+    assert scrape.calls() == 12.0
+
+
+def _scrape(relists: float, **calls: float) -> Scrape:
+    return Scrape({op: (0.0, n) for op, n in calls.items()}, relists, 0.0)
+
+
+def test_calls_between_leaves_out_types_without_calls():
+    before = _scrape(5, list_podsandbox=5, status=1)
+    after = _scrape(8, list_podsandbox=8, status=1, container_status=2)
+    assert calls_between(before, after) == {"list_podsandbox": 3, "container_status": 2}
+
+
+@pytest.mark.parametrize(("after", "pods", "expected"), [
+    # Two pods started over four relists: the relists' own lists and Status are not the pods'.
+    (_scrape(4, list_podsandbox=4, list_containers=4, status=1, run_podsandbox=2, create_container=2,
+             start_container=2, container_status=4), 2,
+     {"run_podsandbox": 1, "create_container": 1, "start_container": 1, "container_status": 2}),
+    # A list beyond the relists' (an inspection by label) counts.
+    (_scrape(2, list_podsandbox=3, list_containers=3, image_status=1), 1,
+     {"list_podsandbox": 1, "list_containers": 1, "image_status": 1}),
+    (_scrape(3, list_podsandbox=3, list_containers=3), 1, {}),
+])
+def test_calls_per_pod_start(after, pods, expected):
+    assert calls_per_pod_start(_scrape(0), after, pods) == expected
+
+
+def test_unit_environment_reads_every_environment_line():
+    unit = "[Service]\n# Environment=IGNORED=1\nEnvironment=MALLOC_ARENA_MAX=2\nEnvironment=A=1 B=x=y\nType=notify\n"
+    assert unit_environment(unit) == {"MALLOC_ARENA_MAX": "2", "A": "1", "B": "x=y"}
