@@ -57,16 +57,24 @@ def pressure_thresholds(eviction: EvictionConfig) -> PressureThresholds:
 
 
 class _MirrorSplitter:
-    """The API pod source's handle: mirror pods go to the status syncer, every other pod to the cache."""
+    """The API pod source's handle: mirror pods go to the status syncer, every other pod to the cache.
+
+    It also keeps each API pod exactly as the watch last delivered it: the pod config keeps a pod's old
+    metadata when only its status changed, and the status syncer needs the current resourceVersion."""
 
     def __init__(self, downstream: CachingHandle, on_mirrors: Callable[[list[Pod]], None]):
         self._downstream = downstream
         self._on_mirrors = on_mirrors
+        self._latest: dict[str, Pod] = {}
 
     def set(self, pods: Iterable[Pod]) -> None:
         regular, mirrors = split_mirror_pods(pods)
+        self._latest = {podutil.uid(pod): pod for pod in regular}
         self._on_mirrors(mirrors)
         self._downstream.set(regular)
+
+    def latest(self, uid: str) -> Pod | None:
+        return self._latest.get(uid)
 
     def mark_ready(self) -> None:
         self._downstream.mark_ready()
@@ -131,18 +139,20 @@ class ClusterConnection:
             daemon_port=config.kubelet_api.port,
         )
         self.lease = LeaseController(self.client, node_name, duration=cluster.lease_duration,
-                                     renew_interval=cluster.lease_renew_interval)
+                                     renew_interval=cluster.lease_renew_interval,
+                                     node_uid=lambda: self.node_status.node_uid)
         self.status = StatusSyncer(
             self.client, node_name, status_manager,
             resync=cluster.status_resync,
             # Like the kubelet, retry no later than the next resync; reconnect bursts are jittered all the same.
             backoff_max=max(cluster.status_resync, 0.5),
-            api_pod=pod_config.get_pod,
+            api_pod=lambda uid: self._splitter.latest(uid),
             static_pods=self._static_pods,
             static_pods_ready=self._static_sources_ready,
             node_uid=lambda: self.node_status.node_uid,
         )
-        self.source = ApiServerSource(self.client, node_name, _MirrorSplitter(self.caching, self.status.set_mirror_pods))
+        self._splitter = _MirrorSplitter(self.caching, self.status.set_mirror_pods)
+        self.source = ApiServerSource(self.client, node_name, self._splitter)
 
     def start(self, tasks: TaskGroup) -> None:
         """Restores the cached ConfigMaps, Secrets and pods (before anything connects), then starts the tasks."""
@@ -209,7 +219,10 @@ class ClusterConnection:
             return False, f"the API server refuses edgelet's credentials: {self.status.last_error.message}"
         pending = self.status.pending
         if self.source.connected:
-            return True, f"connected to {self.client.server}; {pending} pod status updates pending"
+            # A 403 for one object is that object's trouble (logged once, named there), not the agent's.
+            refused = len(self.status.refusals)
+            refusals = f"; the API server refuses {refused} mirror pods or statuses (see the log)" if refused else ""
+            return True, f"connected to {self.client.server}; {pending} pod status updates pending{refusals}"
         since = self.source.last_sync
         offline = f"for {time.time() - since:.0f}s" if since else "since start"
         return True, (f"API server {self.client.server} unreachable {offline}; running "

@@ -1,7 +1,8 @@
 """Errors of the Kubernetes API client, one type per answer a caller handles differently.
 
 Server-side and transport trouble (5xx, 429, timeouts, refused connections, broken watch streams)
-is a `TemporaryError`; rejected credentials are a `PermanentError` the caller retries slowly.
+is a `TemporaryError`; rejected credentials (401) are a `PermanentError` the caller retries slowly; a
+forbidden request (403) concerns that one request only, and the caller goes on with the others.
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ class Invalid(ApiError, PermanentError):
 
 
 class Unauthorized(ApiError, PermanentError):
-    """401 / 403: the credentials were refused; retrying soon will not help, retrying later may."""
+    """401: the credentials were refused; retrying soon will not help, retrying later may."""
+
+
+class Forbidden(ApiError, PermanentError):
+    """403: the credentials are fine but this request is not allowed (RBAC, the Node authorizer, NodeRestriction
+    refusing a mirror pod that references a Secret, a write to another node's object)."""
 
 
 class ServerError(ApiError, TemporaryError):
@@ -66,9 +72,12 @@ def error_from_status(status: int, body: Any, *, method: str = "", path: str = "
     if not message:
         message = f"HTTP {status}"
     cls: type[ApiError]
-    if status in (401, 403):
+    if status == 401:
         cls = Unauthorized
-        reason = reason or ("Unauthorized" if status == 401 else "Forbidden")
+        reason = reason or "Unauthorized"
+    elif status == 403:
+        cls = Forbidden
+        reason = reason or "Forbidden"
     elif status == 404:
         cls = NotFound
         reason = reason or "NotFound"

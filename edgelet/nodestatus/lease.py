@@ -1,7 +1,8 @@
 """The node Lease heartbeat: `kube-node-lease/<node>` renewed every `renew_interval`, as the kubelet does.
 
 A conflicting update re-reads the Lease and retries; an unreachable API server is retried with
-jittered backoff (capped at the renew interval) so the heartbeat resumes as soon as it returns.
+jittered backoff (capped at the renew interval) so the heartbeat resumes as soon as it returns. The
+Lease is owned by the Node; when the Node is deleted and registered again, the owner follows its new uid.
 """
 
 from __future__ import annotations
@@ -26,11 +27,9 @@ _MAX_UPDATE_RETRIES = 5
 _RENEW_JITTER = 0.04
 
 
-
-
 def renewed_lease(base: dict[str, Any] | None, node_name: str, duration: int, now: float, node_uid: str) -> dict[str, Any]:
     """`base` (or a new Lease) held by this node with renewTime `now` and, once the Node's uid is
-    known, owned by the Node so that deleting the Node deletes its Lease."""
+    known, owned by that Node (and no older one) so that deleting the Node deletes its Lease."""
     lease = copy.deepcopy(base) if base else {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -41,9 +40,14 @@ def renewed_lease(base: dict[str, Any] | None, node_name: str, duration: int, no
     spec["leaseDurationSeconds"] = duration
     spec["renewTime"] = format_micro_time(now)
     meta = lease.setdefault("metadata", {})
-    if node_uid and not meta.get("ownerReferences"):
-        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}]
+    if node_uid:
+        others = [ref for ref in meta.get("ownerReferences") or [] if not _is_node_ref(ref, node_name)]
+        meta["ownerReferences"] = [*others, {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}]
     return lease
+
+
+def _is_node_ref(ref: Any, node_name: str) -> bool:
+    return isinstance(ref, dict) and ref.get("kind") == "Node" and ref.get("name") == node_name
 
 
 class LeaseController:
@@ -59,7 +63,10 @@ class LeaseController:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         backoff_initial: float = 0.2,
         backoff_max: float = 7.0,
+        node_uid: Callable[[], str] | None = None,
     ):
+        """`node_uid()` is the registered Node's uid ("" until registered); without it the Lease reads the
+        Node once to learn it."""
         self.client = client
         self.node_name = node_name
         self.duration = int(duration)
@@ -73,6 +80,7 @@ class LeaseController:
         self._backoff_max = backoff_max
         self._lease: dict[str, Any] | None = None
         self._node_uid = ""
+        self._node_uid_provider = node_uid
 
     @property
     def path(self) -> str:
@@ -100,7 +108,9 @@ class LeaseController:
     async def renew(self) -> None:
         """One renewal: create the Lease if missing, else PUT it with its resourceVersion; a
         409 re-reads it and tries again (a few times, then the caller backs off)."""
-        if not self._node_uid:
+        if self._node_uid_provider is not None:
+            self._node_uid = self._node_uid_provider()
+        elif not self._node_uid:
             await self._learn_node_uid()
         for _ in range(_MAX_UPDATE_RETRIES):
             if self._lease is None:

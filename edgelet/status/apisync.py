@@ -1,11 +1,13 @@
 """The API half of the status manager: pod statuses PATCHed to the API server, mirror pods for static pods,
 and the final delete of API pods the agent has terminated.
 
-Like the kubelet's status manager, a status change marks its pod dirty and a full resync every `resync`
-seconds re-sends only pods whose last successfully written status differs, so nothing is written while
-nothing changes. Each PATCH is a two-way strategic merge diff against the status the API last returned,
-with `metadata.uid` as a precondition. An unreachable API server leaves pods dirty; they are re-sent with
-jittered backoff once it answers again.
+Like the kubelet's status manager, a status change marks its pod dirty, and a full resync every `resync`
+seconds marks only pods whose last written status is not their current one or whose API copy (as the pod
+watch last saw it) differs from it; both are compared in normal form (edgelet/status/apidiff.py), so an
+idle node sends nothing. Each PATCH is a two-way strategic merge diff against the status the API last
+returned, with `metadata.uid` as a precondition. An unreachable API server leaves pods dirty; they are
+re-sent with jittered backoff once it answers again. A request the server forbids (403) is reported once
+per object and never holds up the others; refused mirror pods are retried with backoff.
 """
 
 from __future__ import annotations
@@ -18,35 +20,26 @@ from collections import Counter
 from typing import Any, Awaitable, Callable, Iterable, Iterator
 
 from edgelet import podutil
-from edgelet.backoff import jittered_delays
+from edgelet.backoff import Backoff, jittered_delays
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound, ServerError, Unauthorized
 from edgelet.podutil import Pod
+from edgelet.status.apidiff import FieldPath, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.status.manager import StatusManager
 
 log = logging.getLogger(__name__)
 
-# patchMergeKey of the keyed lists in a PodStatus.
-STATUS_MERGE_KEYS = {
-    "conditions": "type",
-    "containerStatuses": "name",
-    "initContainerStatuses": "name",
-    "ephemeralContainerStatuses": "name",
-    "podIPs": "ip",
-    "hostIPs": "ip",
-}
-# Status fields the agent owns: when it stops reporting one, the patch removes it from the API. Others
-# (nominatedNodeName, conditions written by controllers) are left alone.
-OWNED_STATUS_FIELDS = frozenset({
-    "phase", "message", "reason", "startTime", "qosClass", "hostIP", "hostIPs", "podIP", "podIPs",
-    "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses",
-})
 # Metadata the API server assigns or refuses on create.
 _SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                     "generation", "managedFields", "selfLink", "ownerReferences")
 # How long a mirror pod we created counts as existing before the pod watch has shown it (the watch
 # normally does within a second; a mirror deleted before it ever showed up is recreated after this).
 _MIRROR_SEEN_GRACE = 10.0
+
+# A refused mirror pod (namespace missing, forbidden, name taken) is tried again after 1 s doubling up to the
+# kubelet's pod resync period.
+MIRROR_RETRY_INITIAL = 1.0
+MIRROR_RETRY_MAX = 60.0
 
 # Uids of deleted pods are kept to ignore late news about them; uids are never reused, so old ones can go.
 _GONE_REMEMBERED = 4096
@@ -55,60 +48,6 @@ Key = tuple[str, str]  # (namespace, name)
 
 
 # -- pure parts ----------------------------------------------------------------------------------------
-
-
-def status_patch(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    """The strategic merge patch turning status `old` (as the API holds it) into `new`; {} when equal.
-
-    Maps are diffed recursively with `null` for removed keys (only agent-owned ones at the top level),
-    keyed lists item by item, other lists replaced whole. An order-only difference of a keyed list is
-    no change; when a keyed list does change, `$setElementOrder` carries the new order.
-    """
-    return _map_patch(old or {}, new, top_level=True)
-
-
-def _map_patch(old: dict[str, Any], new: dict[str, Any], *, top_level: bool = False) -> dict[str, Any]:
-    patch: dict[str, Any] = {}
-    for key, value in new.items():
-        before = old.get(key)
-        if key in old and before == value:
-            continue
-        if isinstance(value, dict) and isinstance(before, dict):
-            sub = _map_patch(before, value)
-            if sub:
-                patch[key] = sub
-        elif key in STATUS_MERGE_KEYS and isinstance(value, list) and isinstance(before, list):
-            sub_list = _keyed_list_patch(before, value, STATUS_MERGE_KEYS[key], delete_missing=key != "conditions")
-            if sub_list is not None:
-                patch[key] = sub_list
-                if all(isinstance(item, dict) for item in value):
-                    merge_key = STATUS_MERGE_KEYS[key]
-                    patch[f"$setElementOrder/{key}"] = [{merge_key: item.get(merge_key)} for item in value]
-        else:
-            patch[key] = value
-    for key in old.keys() - new.keys():
-        if not top_level or key in OWNED_STATUS_FIELDS:
-            patch[key] = None
-    return patch
-
-
-def _keyed_list_patch(old: list[Any], new: list[Any], merge_key: str, *, delete_missing: bool) -> list[Any] | None:
-    """Item patches by merge key; None when the lists hold the same items. Lists whose items lack the
-    key cannot be merged: they are replaced whole."""
-    if not all(isinstance(item, dict) and merge_key in item for item in [*old, *new]):
-        return None if old == new else [*new, {"$patch": "replace"}]
-    old_by_key = {item[merge_key]: item for item in old}
-    new_keys = {item[merge_key] for item in new}
-    items: list[Any] = []
-    for item in new:
-        before = old_by_key.get(item[merge_key])
-        if before is None:
-            items.append(item)
-        elif before != item:
-            items.append({merge_key: item[merge_key], **_map_patch(before, item)})
-    if delete_missing:
-        items += [{"$patch": "delete", merge_key: key} for key in old_by_key if key not in new_keys]
-    return items or None
 
 
 def mirror_pod(static_pod: Pod, node_name: str, node_uid: str) -> Pod:
@@ -169,6 +108,7 @@ class StatusSyncer:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
+        mirror_retry: Backoff | None = None,
     ):
         """`api_pod(uid)` is the API's copy of a pod as the pod source last saw it (checked at resync for
         changes made by others); `static_pods()` the static pods that need mirrors, `static_pods_ready()`
@@ -199,7 +139,11 @@ class StatusSyncer:
         self._mirrors: dict[Key, Pod] = {}
         self._mirrors_listed = False  # no mirror is created before the existing ones are known
         self._created: dict[Key, tuple[str, float]] = {}  # mirrors we created that the watch has not shown yet
-        self._refused_mirrors: set[tuple[Key, str]] = set()
+        self._mirror_retry = mirror_retry or Backoff(MIRROR_RETRY_INITIAL, MIRROR_RETRY_MAX, clock=clock)
+        self._mirror_owner = ""  # the Node uid the refusals were met with: a new Node retries them at once
+        self._status_refusals: dict[Key, str] = {}  # pods whose status the server refuses, and why
+        self._mirror_refusals: dict[Key, str] = {}  # static pods whose mirror the server refuses, and why
+        self._unknown_fields: set[FieldPath] = set()  # status fields the server turned out not to store
         self._deletes: dict[str, Key] = {}  # pod uid -> (namespace, name) awaiting the final delete
         status_manager.add_listener(self._on_status)
 
@@ -236,6 +180,12 @@ class StatusSyncer:
         """Statuses and deletes waiting for the API server."""
         return len(self._dirty) + len(self._deletes)
 
+    @property
+    def refusals(self) -> dict[str, str]:
+        """`namespace/name` -> why the API server refuses our mirror pod or status for it."""
+        refusals = {**self._status_refusals, **self._mirror_refusals}
+        return {f"{namespace}/{name}": why for (namespace, name), why in sorted(refusals.items())}
+
     # -- the loop -----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -262,7 +212,7 @@ class StatusSyncer:
                 delays = None
             self.last_error = None
             self.last_success = self._clock()
-            await self._wait(next_resync - self._clock())
+            await self._wait(min(next_resync, self._next_mirror_retry()) - self._clock())
 
     async def _wait(self, timeout: float) -> None:
         if self._wake.is_set():
@@ -275,12 +225,16 @@ class StatusSyncer:
         self._wake.clear()
 
     def mark_resync(self) -> None:
-        """Marks dirty every pod whose last written status is not its current one, or whose API copy was
-        changed by someone else; forgets pods the StatusManager no longer has."""
+        """Marks dirty every pod whose last written status is not its current one, or whose API copy (as
+        the watch last saw it) says something else (the kubelet's needsReconcile); forgets pods the
+        StatusManager no longer has. Reads nothing from the API server."""
         known = self.status_manager.known_uids()
         for uid in [uid for uid in self._written if uid not in known]:
             self._forget(uid)
         self._dirty &= known
+        if self._status_refusals:
+            live = {_key(entry.pod) for uid in known if (entry := self.status_manager.get_entry(uid)) is not None}
+            self._status_refusals = {key: why for key, why in self._status_refusals.items() if key in live}
         for uid in known:
             entry = self.status_manager.get_entry(uid)
             if entry is None:
@@ -293,11 +247,15 @@ class StatusSyncer:
             if api_copy is None or podutil.uid(api_copy) != written[0]:
                 continue
             last = self._api_status.get(written[0])
-            copy_rv = podutil.meta(api_copy).get("resourceVersion")
-            if (last is None or copy_rv != last[0]) and status_patch(api_copy.get("status"), entry.pod["status"]):
+            copy_rv = podutil.meta(api_copy).get("resourceVersion") or ""
+            if last is not None and copy_rv == last[0]:
+                continue  # the version we wrote or read last: nobody else has touched it
+            if status_differs(api_copy.get("status"), entry.pod["status"], self._unknown_fields):
                 # Someone else changed the status (or the watch lags our write): read it and correct it.
                 self._api_status.pop(written[0], None)
                 self._dirty.add(uid)
+            else:
+                self._api_status[written[0]] = (copy_rv, api_copy.get("status") or {})
 
     async def sync_once(self) -> None:
         """One pass: mirror pods, final deletes, then every dirty status. Raises the first ApiError that
@@ -348,7 +306,8 @@ class StatusSyncer:
         target = self._target(entry.pod)
         if target is None or target[1] in self._gone:
             return  # a static pod without its mirror yet: sent once the mirror exists
-        (namespace, name), target_uid = target
+        key, target_uid = target
+        namespace, name = key
         status, status_hash = entry.pod.get("status") or {}, entry.status_hash
         path = pod_path(namespace, name)
         try:
@@ -358,11 +317,14 @@ class StatusSyncer:
                 if podutil.uid(current) != target_uid:
                     raise Conflict(409, "Conflict", f"pod was replaced (uid {podutil.uid(current)})", method="GET", path=path)
                 base = self._remember(current)
-            patch = status_patch(base[1], status)
+            unknown = self._unknown_fields
+            patch = status_patch(normal_form(base[1], unknown), normal_form(status, unknown))
             if patch:
                 result = await self.client.patch(f"{path}/status", {"metadata": {"uid": target_uid}, "status": patch})
                 self._count("status")
                 self._remember(result)
+                self._learn_unknown_fields(patch, result.get("status"))
+            self._status_refusals.pop(key, None)
         except (NotFound, Conflict) as e:
             log.info("pod %s/%s (uid %s) is gone from the API server or was replaced (%s); its status is no "
                      "longer sent", namespace, name, target_uid, e.reason)
@@ -372,9 +334,28 @@ class StatusSyncer:
         except ApiError as e:
             if isinstance(e, (ServerError, Unauthorized)):
                 raise
-            # The server refuses this status (422...): sending it again cannot help; the next change will.
-            log.warning("pod %s/%s: the API server refused its status: %s", namespace, name, e)
+            # The server refuses this status (403, 422...): sending it again cannot help; the next change may.
+            self._report_refusal(self._status_refusals, key, "its status", e)
         self._written[uid] = (target_uid, status_hash)
+
+    def _learn_unknown_fields(self, sent: dict[str, Any], returned: dict[str, Any] | None) -> None:
+        """Status fields the server dropped from our patch are unknown to its version (hostIPs before 1.28):
+        they are left out of every later comparison, or the status would never look written."""
+        dropped = dropped_fields(sent, returned) - self._unknown_fields
+        if dropped:
+            self._unknown_fields |= dropped
+            log.info("the API server does not store the pod status fields %s; they are no longer compared or sent",
+                     ", ".join(sorted(".".join(path) for path in dropped)))
+
+    @staticmethod
+    def _report_refusal(refusals: dict[Key, str], key: Key, what: str, error: ApiError) -> None:
+        """One warning per object and reason, however often the server repeats it."""
+        why = f"{error.status} {error.reason}: {error.message}"
+        if refusals.get(key) != why:
+            log.warning("pod %s/%s: the API server refuses %s (%s); other pods are not affected", *key, what, why)
+        else:
+            log.debug("pod %s/%s: %s still refused (%s)", *key, what, why)
+        refusals[key] = why
 
     def _mark_gone(self, uid: str) -> None:
         self._gone[uid] = None
@@ -420,14 +401,19 @@ class StatusSyncer:
         node_uid = self._node_uid()
         if not node_uid or not self._mirrors_listed:
             return  # a mirror pod needs its owner (the registered Node), and the API's list of mirrors
+        if node_uid != self._mirror_owner:
+            self._mirror_owner = node_uid  # a re-registered Node: what it was refused may be accepted now
+            self._mirror_retry = Backoff(self._mirror_retry.initial, self._mirror_retry.maximum, clock=self._clock)
         static = {_key(pod): pod for pod in self._static_pods()}
+        for key in [key for key in self._mirror_refusals if key not in static]:
+            del self._mirror_refusals[key]
         for key, pod in static.items():
             mirror = self._mirrors.get(key)
             wanted_hash = config_hash(pod)
             if mirror is not None and not podutil.deletion_requested(mirror) and \
                     podutil.annotations(mirror).get(podutil.CONFIG_MIRROR_ANNOTATION) == wanted_hash:
                 continue
-            if (key, wanted_hash) in self._refused_mirrors:
+            if self._mirror_retry.in_backoff((key, wanted_hash)):
                 continue
             if mirror is not None:
                 await self._delete_mirror(key, mirror)
@@ -449,22 +435,34 @@ class StatusSyncer:
             except NotFound:
                 return  # deleted in between: the next pass creates it
             if not podutil.is_mirror(existing):
-                self._refuse(key, wanted_hash, "an API pod of that name exists")
+                self._refuse(key, wanted_hash, ApiError(409, "AlreadyExists", "an API pod of that name exists"))
                 return
             created, action = existing, "adopted"  # ours from before; replaced next pass if its hash is stale
         except ApiError as e:
             if isinstance(e, (ServerError, Unauthorized)):
                 raise
-            self._refuse(key, wanted_hash, str(e))
+            self._refuse(key, wanted_hash, e)
             return
+        self._mirror_retry.reset((key, wanted_hash))
+        self._mirror_refusals.pop(key, None)
         self._mirrors[key] = created
         self._created[key] = (podutil.uid(created), self._clock())
         self._remember(created)
         log.info("%s mirror pod %s/%s for static pod %s", action, namespace, name, podutil.uid(pod))
 
-    def _refuse(self, key: Key, wanted_hash: str, why: str) -> None:
-        self._refused_mirrors.add((key, wanted_hash))
-        log.warning("cannot create the mirror pod %s/%s: %s; its status is kept locally only", *key, why)
+    def _refuse(self, key: Key, wanted_hash: str, error: ApiError) -> None:
+        """The static pod runs all the same; its mirror is tried again after a growing delay (the namespace
+        may be created, the Node re-registered, a pod of that name deleted)."""
+        delay = self._mirror_retry.next((key, wanted_hash))
+        self._report_refusal(self._mirror_refusals, key, f"its mirror pod (status kept locally; next try in {delay:.0f}s)", error)
+
+    def _next_mirror_retry(self) -> float:
+        """clock() when the next refused mirror pod may be tried (infinity when none waits)."""
+        if not self._mirror_refusals:
+            return float("inf")
+        waits = [wait for pod in self._static_pods() if (key := _key(pod)) in self._mirror_refusals
+                 and (wait := self._mirror_retry.remaining((key, config_hash(pod)))) > 0]
+        return self._clock() + min(waits) if waits else float("inf")
 
     async def _delete_mirror(self, key: Key, mirror: Pod) -> None:
         uid = podutil.uid(mirror)

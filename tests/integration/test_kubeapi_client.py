@@ -16,6 +16,7 @@ from edgelet.kubeapi import (
     AlreadyExists,
     ApiClient,
     Conflict,
+    Forbidden,
     Gone,
     NotFound,
     ServerError,
@@ -101,26 +102,122 @@ async def test_put_with_a_stale_resource_version_conflicts(client: ApiClient) ->
     assert caught.value.status == 409 and not isinstance(caught.value, TemporaryError)
 
 
-async def test_status_patch_merges_conditions_and_container_statuses(client: ApiClient) -> None:
+NULL_TIMES = {"lastProbeTime": None, "lastTransitionTime": None}
+
+
+async def test_status_patch_merges_conditions_by_type_and_replaces_container_statuses(client: ApiClient, api: ApiServerDouble) -> None:
     created = await client.create(PODS, pod("a"))
     await client.patch(f"{PODS}/a/status", {"status": {
         "conditions": [{"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}],
-        "containerStatuses": [{"name": "c", "ready": False, "restartCount": 0}],
+        "containerStatuses": [{"name": "c", "ready": False, "restartCount": 0}, {"name": "d", "ready": False, "restartCount": 0}],
     }})
     patched = await client.patch(f"{PODS}/a/status", {
         "metadata": {"uid": created["metadata"]["uid"]},
         "status": {"conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": [{"name": "c", "ready": True}]},
     })
-    assert patched["status"]["conditions"] == [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]
-    assert patched["status"]["containerStatuses"] == [{"name": "c", "ready": True, "restartCount": 0}]
+    # Conditions merge by type and come back with null times; container statuses have no merge key.
+    assert patched["status"]["conditions"] == [{"type": "Ready", "status": "True", **NULL_TIMES},
+                                               {"type": "PodScheduled", "status": "True", **NULL_TIMES}]
+    assert patched["status"]["containerStatuses"] == [{"name": "c", "ready": True}]
     with pytest.raises(Conflict, match="UID in precondition"):
         await client.patch(f"{PODS}/a/status", {"metadata": {"uid": "another-uid"}, "status": {"phase": "Running"}})
     # A status patch leaves the spec alone; a merge patch replaces lists whole.
     merged = await client.patch(f"{PODS}/a/status", {"spec": {"nodeName": "x"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "merge")
     assert merged["spec"]["nodeName"] == "edge-1"
-    assert merged["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
+    assert merged["status"]["conditions"] == [{"type": "Ready", "status": "False", **NULL_TIMES}]
     labelled = await client.patch(f"{PODS}/a", [{"op": "add", "path": "/metadata/labels", "value": {"k": "v"}}], "json")
     assert labelled["metadata"]["labels"] == {"k": "v"}
+
+
+async def test_an_element_order_for_container_statuses_drops_the_connection(client: ApiClient, api: ApiServerDouble) -> None:
+    # kube-apiserver panics in strategicpatch on these lists, which have no merge key.
+    await client.create(PODS, pod("a"))
+    await client.patch(f"{PODS}/a/status", {"status": {"containerStatuses": [{"name": "c", "ready": False, "restartCount": 0}]}})
+    with pytest.raises(ServerError) as caught:
+        await client.patch(f"{PODS}/a/status", {"status": {
+            "containerStatuses": [{"name": "c", "ready": True}], "$setElementOrder/containerStatuses": [{"name": "c"}]}})
+    assert caught.value.status == 0 and len(api.panics) == 1
+    assert (await client.get(f"{PODS}/a"))["status"]["containerStatuses"][0]["ready"] is False
+
+
+async def test_status_fields_unknown_to_the_server_version_are_dropped(client: ApiClient) -> None:
+    await client.create(PODS, pod("a"))
+    patched = await client.patch(f"{PODS}/a/status", {"status": {
+        "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "message": "",
+        "containerStatuses": [{"name": "c", "ready": True, "restartCount": 0, "user": {"linux": {"uid": 0}}}]}})
+    assert patched["status"]["hostIP"] == "10.0.0.1"
+    assert "hostIPs" not in patched["status"] and "message" not in patched["status"]
+    assert patched["status"]["containerStatuses"] == [{"name": "c", "ready": True, "restartCount": 0}]
+    assert (await client.get("/version"))["minor"] == "20"
+
+
+async def test_a_watch_from_before_a_restart_gets_410(client: ApiClient, api: ApiServerDouble) -> None:
+    created = await client.create(PODS, pod("a"))
+    await client.create(PODS, pod("b"))
+    api.restart()  # the new watch cache starts at the current resourceVersion
+
+    async def watch_from(rv: str) -> None:
+        async for _ in client.watch(PODS, {"resourceVersion": rv, "timeoutSeconds": "1"}):
+            pass
+
+    with pytest.raises(Gone, match="too old resource version"):
+        await asyncio.wait_for(watch_from(created["metadata"]["resourceVersion"]), 5)
+    listed = await client.list(PODS)
+    assert [p["metadata"]["name"] for p in listed["items"]] == ["a", "b"]
+    await asyncio.wait_for(watch_from(listed["metadata"]["resourceVersion"]), 5)  # from the relist: fine
+
+
+# -- NodeRestriction and the Node authorizer: 403 for one request, not refused credentials -------------
+
+
+@pytest.fixture
+def node_api() -> Iterator[ApiServerDouble]:
+    with ApiServerDouble(node_name="edge-1") as double:
+        double.create("nodes", {"metadata": {"name": "edge-1"}})
+        double.create("nodes", {"metadata": {"name": "edge-2"}})
+        yield double
+
+
+def mirror(name: str, node_uid: str, **spec: object) -> dict:
+    manifest = pod(name)
+    manifest["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "hash"}
+    manifest["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": "edge-1", "uid": node_uid}]
+    manifest["spec"].update(spec)
+    return manifest
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"volumes": [{"name": "v", "configMap": {"name": "c"}}]}, 'node "edge-1" can not create pods that reference configmaps'),
+        ({"volumes": [{"name": "v", "configMap": {"name": "c"}}, {"name": "s", "secret": {"secretName": "s"}}]},
+         'node "edge-1" can not create pods that reference secrets'),
+        ({"serviceAccountName": "default"}, 'node "edge-1" can not create pods that reference a service account'),
+        ({"nodeName": "edge-2"}, 'node "edge-1" can only create pods with spec.nodeName set to itself'),
+    ],
+)
+async def test_node_restriction_forbids_mirror_pods_referencing_other_objects(node_api: ApiServerDouble, spec: dict, message: str) -> None:
+    node_uid = node_api.get("nodes", "edge-1")["metadata"]["uid"]
+    async with ApiClient(node_api.url) as client:
+        with pytest.raises(Forbidden, match=message):
+            await client.create(PODS, mirror("m", node_uid, **spec))
+        assert (await client.create(PODS, mirror("ok", node_uid)))["metadata"]["name"] == "ok"
+
+
+async def test_node_restriction_forbids_what_is_not_the_nodes_own(node_api: ApiServerDouble) -> None:
+    node_api.create("pods", {**pod("elsewhere"), "spec": {**pod("x")["spec"], "nodeName": "edge-2"}})
+    async with ApiClient(node_api.url) as client:
+        with pytest.raises(Forbidden, match="UID mismatch"):
+            await client.create(PODS, mirror("m", "an-old-node-uid"))
+        with pytest.raises(Forbidden, match="can only create mirror pods"):
+            await client.create(PODS, pod("plain"))
+        with pytest.raises(Forbidden):
+            await client.patch(f"{PODS}/elsewhere/status", {"status": {"phase": "Running"}})
+        with pytest.raises(Forbidden):
+            await client.patch("/api/v1/nodes/edge-2/status", {"status": {"phase": "Running"}})
+        with pytest.raises(Forbidden):
+            await client.create("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {"metadata": {"name": "edge-2"}})
+        await client.patch("/api/v1/nodes/edge-1/status", {"status": {"phase": "Running"}})  # its own: fine
 
 
 async def test_delete_with_preconditions_and_grace(client: ApiClient, api: ApiServerDouble) -> None:
@@ -201,10 +298,14 @@ async def test_failures_map_to_error_types(client: ApiClient, api: ApiServerDoub
     with pytest.raises(ServerError) as caught:
         await client.list(PODS)
     assert isinstance(caught.value, TemporaryError) and caught.value.status == 500
-    api.fail_next(1, 403)
+    api.fail_next(1, 401)
     with pytest.raises(Unauthorized) as refused:
         await client.list(PODS)
     assert isinstance(refused.value, PermanentError)
+    api.fail_next(1, 403)  # this request is forbidden, the credentials are fine: not an Unauthorized
+    with pytest.raises(Forbidden) as forbidden:
+        await client.list(PODS)
+    assert isinstance(forbidden.value, PermanentError) and not isinstance(forbidden.value, Unauthorized)
     api.fail_next(1, 0)  # connection closed without an answer
     with pytest.raises(ServerError):
         await client.list(PODS)

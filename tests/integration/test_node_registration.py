@@ -238,3 +238,26 @@ async def test_lease_resumes_after_an_outage(api: ApiServerDouble, client: ApiCl
     api.come_up()
     await eventually(lambda: lease.renewals >= renewals_during_outage + 3)
     assert api.get("leases", NODE, "kube-node-lease")["spec"]["renewTime"].startswith("2026-01-01T00:01:40.")
+
+
+async def test_the_lease_follows_a_node_deleted_and_registered_again(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    # Without a garbage collector (no controller-manager) the Lease outlives the Node: its owner must move.
+    machine = Machine()
+    m = manager(client, machine, Clock())
+    lease = LeaseController(client, NODE, renew_interval=0.02, rng=random.Random(0), node_uid=lambda: m.node_uid)
+    tasks += [asyncio.create_task(m.run()), asyncio.create_task(lease.run())]
+    await asyncio.wait_for(m.registered.wait(), 5)
+    first_uid = m.node_uid
+
+    def owner() -> str:
+        leases = api.list("leases", "kube-node-lease")
+        refs = leases[0]["metadata"].get("ownerReferences") or [] if leases else []
+        return refs[0]["uid"] if len(refs) == 1 else ""
+
+    await eventually(lambda: owner() == first_uid)
+    api.delete("nodes", NODE)
+    machine.health["runtime"] = (False, "")  # forces a status write, which finds the node gone
+    await eventually(lambda: m.node_uid != first_uid and owner() == m.node_uid)
+    assert api.get("nodes", NODE)["metadata"]["uid"] == m.node_uid
+    assert api.get("leases", NODE, "kube-node-lease")["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": m.node_uid}]

@@ -1,7 +1,9 @@
 """The three PATCH flavours of the Kubernetes API as pure functions over JSON values.
 
 Strategic merge knows list merge keys by field name (see MERGE_KEYS), which is how the built-in
-types declare them for the fields edgelet writes; it is not schema-aware beyond that table.
+types declare them for the fields edgelet writes; it is not schema-aware beyond that table. Lists of
+objects WITHOUT a merge key (container statuses, node taints) are replaced whole, and a `$setElementOrder`
+directive or a partial item for them is the real server's strategicpatch panic (StrategicMergePanic).
 """
 
 from __future__ import annotations
@@ -12,9 +14,6 @@ from typing import Any
 # patchMergeKey of the built-in types' merged lists, by field name.
 MERGE_KEYS = {
     "conditions": "type",
-    "containerStatuses": "name",
-    "initContainerStatuses": "name",
-    "ephemeralContainerStatuses": "name",
     "containers": "name",
     "initContainers": "name",
     "ephemeralContainers": "name",
@@ -26,15 +25,22 @@ MERGE_KEYS = {
     "ownerReferences": "uid",
     "podIPs": "ip",
     "hostIPs": "ip",
-    "taints": "key",
     "imagePullSecrets": "name",
 }
+# Lists of objects the built-in types declare with no patch merge key: a patch replaces them whole.
+UNKEYED_OBJECT_LISTS = frozenset({"containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "taints"})
 # Lists of scalars the API merges as sets instead of replacing.
 MERGED_SCALAR_LISTS = frozenset({"finalizers"})
 
 
 class PatchError(ValueError):
     """The patch cannot be applied (malformed operation, failed test, missing path)."""
+
+
+class StrategicMergePanic(PatchError):
+    """What makes kube-apiserver panic in strategicpatch ("comparing uncomparable type
+    map[string]interface {}") and drop the connection: an element order or item directives for a list of
+    objects that has no merge key."""
 
 
 def strategic_merge(original: Any, patch: Any) -> Any:
@@ -97,6 +103,7 @@ def _merge_map(original: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any
         return _strip({k: v for k, v in patch.items() if k != "$patch"})
     if directive == "delete":
         return None
+    _refuse_keyed_use_of_unkeyed_lists(patch)
     result = dict(original)
     for key, value in patch.items():
         if key.startswith("$deleteFromPrimitiveList/"):
@@ -121,6 +128,23 @@ def _merge_map(original: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any
         else:
             result[key] = _strip(value)
     return result
+
+
+def _refuse_keyed_use_of_unkeyed_lists(patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if key.startswith("$setElementOrder/") and key.split("/", 1)[1] in UNKEYED_OBJECT_LISTS and value:
+            raise StrategicMergePanic(f"{key}: comparing uncomparable type map[string]interface {{}}")
+        if key in UNKEYED_OBJECT_LISTS and isinstance(value, list) and any(_partial(item) for item in value):
+            raise StrategicMergePanic(f"{key}: a partial item for a list without merge key")
+
+
+def _partial(item: Any) -> bool:
+    """An item written as a patch (`$patch` and other directives) rather than as a whole object."""
+    if isinstance(item, dict):
+        return any(k.startswith("$") or _partial(v) for k, v in item.items())
+    if isinstance(item, list):
+        return any(_partial(v) for v in item)
+    return False
 
 
 def _merge_list(field: str, original: list[Any], patch: list[Any]) -> list[Any]:

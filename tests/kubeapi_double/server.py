@@ -21,7 +21,10 @@ import h11
 import orjson
 import yaml
 
+from tests.kubeapi_double.admission import check_node_write
+from tests.kubeapi_double.patch import StrategicMergePanic
 from tests.kubeapi_double.routing import PATCH_TYPES, Route, decode_body, parse_route, reason_for, translate
+from tests.kubeapi_double.schema import SERVER_VERSION
 from tests.kubeapi_double.store import RESOURCES, Change, StatusError, Store, parse_field_selector, parse_label_selector
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -68,14 +71,19 @@ class ApiServerDouble:
         bookmark_interval: float = 1.0,
         ssl_context: ssl.SSLContext | None = None,
         gone_as_http: bool = False,
+        node_name: str | None = None,
     ):
+        """`node_name`: every request over HTTP comes from that node (user system:node:<name>), so the
+        NodeRestriction admission plugin and the Node authorizer's write rules answer 403 as they would."""
         self.token = token
+        self.node_name = node_name
         self.bookmark_interval = bookmark_interval
         self.gone_as_http = gone_as_http
         self.port = 0
         # Reviews the kubelet API asks for: token -> (user, groups); a SubjectAccessReview spec -> allowed.
         self.token_users: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.authorize: Callable[[dict[str, Any]], bool] = lambda spec: False
+        self.panics: list[str] = []  # requests that would have made kube-apiserver panic
         self._ssl = ssl_context
         self._store = Store(history_size=history_size)
         self._rules: list[_FailureRule] = []
@@ -119,6 +127,13 @@ class ApiServerDouble:
 
     def come_up(self) -> None:
         """End the outage: listen again on the same port with the same objects."""
+        self._run(self._listen())
+
+    def restart(self) -> None:
+        """An API server restart: connections cut, and the new watch cache knows no history, so a watch
+        from an older resourceVersion gets 410 "too old resource version" and must list again."""
+        self._run(self._go_down())
+        self._call(self._store.compact)
         self._run(self._listen())
 
     def drop_connections(self) -> None:
@@ -335,7 +350,7 @@ class ApiServerDouble:
                 await self._send(conn, writer, 200, b"ok", "text/plain")
                 return True
             if path == "/version":
-                await self._send_json(conn, writer, 200, {"major": "1", "minor": "32", "gitVersion": "v1.32.0-double"})
+                await self._send_json(conn, writer, 200, SERVER_VERSION)
                 return True
             if method == "POST" and path in REVIEW_PATHS:
                 await self._send_json(conn, writer, 201, self._review(path, decode_body(body)))
@@ -349,6 +364,9 @@ class ApiServerDouble:
             await self._send_json(conn, writer, code, result)
         except StatusError as e:
             await self._send_json(conn, writer, e.code, e.status())
+        except StrategicMergePanic as e:
+            self.panics.append(f"{method} {path}: {e}")
+            return False  # kube-apiserver's handler panics: the client sees the connection dropped
         return True
 
     def _review(self, path: str, review: Any) -> dict[str, Any]:
@@ -376,6 +394,9 @@ class ApiServerDouble:
     def _dispatch(self, method: str, route: Route, query: dict[str, str], headers: dict[str, str], body: bytes) -> tuple[int, Any]:
         store = self._store
         plural = route.resource.plural
+        if self.node_name is not None and method in WRITE_METHODS:
+            obj = decode_body(body) if body and method in ("POST", "PUT") else None
+            check_node_write(self.node_name, method, plural, route.namespace, route.name, route.subresource, obj, store.get)
         if route.name is None:
             if method == "GET":
                 items, rv = store.list(plural, route.namespace, query.get("fieldSelector", ""), query.get("labelSelector", ""))

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from tests.kubeapi_double.patch import PatchError, json_merge, json_patch, strategic_merge
+from tests.kubeapi_double.patch import PatchError, StrategicMergePanic, json_merge, json_patch, strategic_merge
+from tests.kubeapi_double.schema import stored_pod_status
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +164,8 @@ class Store:
         meta.pop("deletionTimestamp", None)
         meta["resourceVersion"] = self._next_rv()
         if resource == "pods":
-            status = obj.setdefault("status", {})
-            status.setdefault("phase", "Pending")
+            obj["status"] = stored_pod_status(obj.get("status"))
+            obj["status"].setdefault("phase", "Pending")
         if resource == "events":
             self.received_events.append(obj)
         if not info.stored:
@@ -187,6 +188,8 @@ class Store:
         def patched(old: dict[str, Any]) -> dict[str, Any]:
             try:
                 return apply(old, body)
+            except StrategicMergePanic:
+                raise  # the server's answer is a dropped connection, not a Status
             except PatchError as e:
                 raise StatusError(422, "Invalid", f"the patch cannot be applied: {e}") from None
 
@@ -220,6 +223,8 @@ class Store:
                     meta[immutable] = old_meta[immutable]
                 else:
                     meta.pop(immutable, None)
+        if resource == "pods":
+            result["status"] = stored_pod_status(result.get("status"))
         result["apiVersion"] = info.api_version
         result["kind"] = info.kind
         result["metadata"]["resourceVersion"] = old_meta["resourceVersion"]

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from edgelet.checkpoint import CheckpointStore
-from edgelet.kubeapi.errors import NotFound, ServerError, Unauthorized
+from edgelet.kubeapi.errors import Forbidden, NotFound, ServerError
 from edgelet.kubeapi.objects import ObjectSyncer, referenced_objects
 from edgelet.objectstore import CONFIGMAP, SECRET, ObjectStore
 
@@ -74,7 +74,7 @@ class FakeApi:
         if self.down:
             raise ServerError(0, "ConnectionError", "refused", method="GET", path=path)
         if path in self.refuse:
-            raise Unauthorized(403, "Forbidden", "no relationship found between node and this object")
+            raise Forbidden(403, "Forbidden", "no relationship found between node and this object")
         if path not in self.objects:
             raise NotFound(404, "NotFound", "not found", method="GET", path=path)
         return copy.deepcopy(self.objects[path])

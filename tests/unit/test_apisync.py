@@ -1,20 +1,25 @@
-"""The API half of the status manager: status patches, dirty handling, uid preconditions, mirror pods, final deletes."""
+"""The API half of the status manager: status patches, dirty handling, uid preconditions, mirror pods, final deletes,
+and what the real API server does to them (nulls, dropped fields, 403 for one object)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import copy
+import logging
+import time
 import uuid
 from typing import Any
 
 import pytest
 
 from edgelet import core, podutil
-from edgelet.kubeapi.errors import AlreadyExists, Conflict, NotFound, ServerError
-from edgelet.status.apisync import StatusSyncer, mirror_pod, split_mirror_pods, status_patch
+from edgelet.kubeapi.errors import AlreadyExists, Conflict, Forbidden, NotFound, ServerError
+from edgelet.status.apidiff import dropped_fields, normal_form, status_differs, status_patch
+from edgelet.status.apisync import StatusSyncer, mirror_pod, split_mirror_pods
 from edgelet.status.manager import PodStatusEntry
-from tests.kubeapi_double.patch import strategic_merge
+from tests.kubeapi_double.patch import StrategicMergePanic, strategic_merge
+from tests.kubeapi_double.schema import stored_pod_status
 
 NODE = "edge-1"
 NODE_UID = "node-uid-1"
@@ -53,25 +58,107 @@ def cstatus(name: str, state: dict, ready: bool = False) -> dict:
             {"conditions": [{"type": "A", "status": "True"}, {"type": "Mine", "status": "True"}]},
             {"conditions": [{"type": "Mine", "status": "True"}]},
             {}, id="conditions-of-others-never-deleted"),
+        # Container status lists have no merge key in the API: replaced whole, never item by item.
         pytest.param(
             {"containerStatuses": [cstatus("a", WAITING)]},
             {"containerStatuses": [cstatus("a", RUNNING, True)]},
-            {"containerStatuses": [{"name": "a", "state": {"running": RUNNING["running"], "waiting": None},
-                                    "ready": True}],
-             "$setElementOrder/containerStatuses": [{"name": "a"}]},
+            {"containerStatuses": [cstatus("a", RUNNING, True)]},
             id="container-state-transition"),
         pytest.param(
             {"containerStatuses": [cstatus("a", RUNNING), cstatus("b", RUNNING)]},
             {"containerStatuses": [cstatus("a", RUNNING)]},
-            {"containerStatuses": [{"$patch": "delete", "name": "b"}],
-             "$setElementOrder/containerStatuses": [{"name": "a"}]},
+            {"containerStatuses": [cstatus("a", RUNNING)]},
             id="container-removed"),
+        pytest.param(
+            {"initContainerStatuses": [cstatus("i", WAITING)], "ephemeralContainerStatuses": [cstatus("e", WAITING)]},
+            {"initContainerStatuses": [cstatus("i", RUNNING)], "ephemeralContainerStatuses": [cstatus("e", RUNNING)]},
+            {"initContainerStatuses": [cstatus("i", RUNNING)], "ephemeralContainerStatuses": [cstatus("e", RUNNING)]},
+            id="init-and-ephemeral-replaced"),
+        pytest.param(
+            {"containerStatuses": [cstatus("a", RUNNING), cstatus("b", RUNNING)]},
+            {"containerStatuses": [cstatus("a", RUNNING), cstatus("b", RUNNING)]},
+            {}, id="container-statuses-equal"),
+        pytest.param(
+            {"hostIPs": [{"ip": "a"}, {"ip": "b"}]}, {"hostIPs": [{"ip": "b"}]},
+            {"hostIPs": [{"$patch": "delete", "ip": "a"}], "$setElementOrder/hostIPs": [{"ip": "b"}]},
+            id="keyed-ip-list-removal"),
         pytest.param({}, {"podIPs": [{"ip": "10.0.0.2"}]}, {"podIPs": [{"ip": "10.0.0.2"}]}, id="new-list"),
         pytest.param({"weird": [1, 2]}, {"weird": [2]}, {"weird": [2]}, id="plain-list-replaced"),
     ],
 )
 def test_status_patch(old, new, expected):
     assert status_patch(old, new) == expected
+
+
+def test_status_patch_never_merges_container_status_lists_by_key():
+    # What made kube-apiserver panic: a $setElementOrder directive or a partial item for these lists.
+    old = {"containerStatuses": [cstatus("a", WAITING), cstatus("b", RUNNING)],
+           "initContainerStatuses": [cstatus("i", RUNNING)]}
+    new = {"containerStatuses": [cstatus("b", RUNNING, True), cstatus("a", RUNNING)],
+           "initContainerStatuses": [cstatus("i", {"terminated": {"exitCode": 0}})]}
+    patch = status_patch(old, new)
+    assert not [key for key in patch if key.startswith("$")]
+    assert patch["containerStatuses"] == new["containerStatuses"]
+    assert patch["initContainerStatuses"] == new["initContainerStatuses"]
+    strategic_merge({"status": old}, {"status": patch})  # the double panics as the real server does
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"containerStatuses": [{"name": "a", "ready": True}], "$setElementOrder/containerStatuses": [{"name": "a"}]},
+        {"containerStatuses": [{"name": "a", "state": {"running": {}, "waiting": None}, "ready": True}],
+         "$setElementOrder/containerStatuses": [{"name": "a"}]},
+        {"initContainerStatuses": [{"$patch": "delete", "name": "a"}]},
+    ],
+    ids=["set-element-order", "partial-item-and-order", "delete-directive"],
+)
+def test_the_double_panics_on_keyed_patches_of_container_status_lists(patch):
+    with pytest.raises(StrategicMergePanic):
+        strategic_merge({"status": {"containerStatuses": [cstatus("a", WAITING)]}}, {"status": patch})
+
+
+SERVED_CONDITION = {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("api_status", "status", "differs"),
+    [
+        pytest.param({"conditions": [SERVED_CONDITION]},
+                     {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+                     False, id="null-lastProbeTime"),
+        pytest.param({"phase": "Running", "conditions": [{"type": "example.com/gate", "status": "True"}]},
+                     {"phase": "Running", "conditions": [{"type": "example.com/gate", "status": "False"}]},
+                     False, id="foreign-condition-not-ours-to-write"),
+        pytest.param({"phase": "Running", "message": ""}, {"phase": "Running"}, False, id="empty-string"),
+        pytest.param({"phase": "Running"}, {"phase": "Running", "podIPs": []}, False, id="empty-list"),
+        pytest.param({"containerStatuses": [cstatus("a", RUNNING)]},
+                     {"containerStatuses": [cstatus("a", RUNNING, True)]}, True, id="readiness"),
+        pytest.param({"containerStatuses": [cstatus("a", WAITING)]},
+                     {"containerStatuses": [{**cstatus("a", WAITING), "restartCount": 1}]}, True, id="restart-count"),
+        pytest.param({"phase": "Running"}, {"phase": "Running", "hostIPs": [{"ip": "10.0.0.1"}]}, True,
+                     id="unknown-field-not-learnt-yet"),
+    ],
+)
+def test_status_differs_compares_normal_forms(api_status, status, differs):
+    assert status_differs(api_status, status) is differs
+
+
+def test_normal_form_leaves_out_unknown_fields_at_any_depth():
+    status = {"hostIPs": [{"ip": "a"}], "containerStatuses": [{**cstatus("a", RUNNING), "resources": {"x": 1}}]}
+    assert normal_form(status, [("hostIPs",), ("containerStatuses", "resources")]) == {
+        "containerStatuses": [cstatus("a", RUNNING)]}
+    assert status_differs({}, {"hostIPs": [{"ip": "a"}]}, [("hostIPs",)]) is False
+
+
+def test_dropped_fields_are_those_sent_with_a_value_and_not_returned():
+    sent = {"phase": "Running", "hostIPs": [{"ip": "a"}], "message": None, "$setElementOrder/conditions": [{"type": "Ready"}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": None}],
+            "containerStatuses": [{**cstatus("a", RUNNING), "volumeMounts": [{"name": "v"}]}]}
+    returned = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}],
+                "containerStatuses": [cstatus("a", RUNNING)]}
+    assert dropped_fields(sent, returned) == {("hostIPs",), ("containerStatuses", "volumeMounts")}
+    assert dropped_fields({"phase": "Running", "message": ""}, {"phase": "Running"}) == set()
 
 
 @pytest.mark.parametrize(
@@ -139,12 +226,15 @@ def test_split_mirror_pods():
 
 class FakeApi:
     """Pods by (namespace, name) with the rules the syncer relies on: uid preconditions, strategic merge
-    on /status, graceful vs grace-0 deletes. `down` makes every call a ServerError (an outage)."""
+    on /status (stored as a v1.20 server stores it: hostIPs dropped, null lastProbeTime), graceful vs
+    grace-0 deletes. `down` makes every call a ServerError (an outage); names in `forbidden` get a 403."""
 
     def __init__(self) -> None:
         self.pods: dict[tuple[str, str], dict] = {}
         self.calls: list[tuple[str, str]] = []
         self.down = False
+        self.forbidden: dict[str, str] = {}
+        self.patches: list[dict] = []
         self._rv = 100
 
     def add(self, name: str, *, uid: str | None = None, status: dict | None = None, **meta: Any) -> dict:
@@ -159,12 +249,15 @@ class FakeApi:
     def writes(self, method: str | None = None) -> int:
         return sum(1 for m, _ in self.calls if m != "GET" and (method is None or m == method))
 
-    def _enter(self, method: str, path: str) -> tuple[tuple[str, str], bool]:
+    def _enter(self, method: str, path: str, name: str = "") -> tuple[tuple[str, str], bool]:
         self.calls.append((method, path))
         if self.down:
             raise ServerError(0, "ConnectionError", "connection refused", method=method, path=path)
         parts = path.strip("/").split("/")  # api v1 namespaces NS pods [NAME [status]]
-        return (parts[3], parts[5] if len(parts) > 5 else ""), path.endswith("/status")
+        key = (parts[3], parts[5] if len(parts) > 5 else name)
+        if key[1] in self.forbidden and method != "GET":
+            raise Forbidden(403, "Forbidden", f'pods "{key[1]}" is forbidden: {self.forbidden[key[1]]}', method=method, path=path)
+        return key, path.endswith("/status")
 
     def _existing(self, key: tuple[str, str], method: str, path: str) -> dict:
         if key not in self.pods:
@@ -180,16 +273,15 @@ class FakeApi:
         pod = self._existing(key, "PATCH", path)
         if body["metadata"]["uid"] != pod["metadata"]["uid"]:
             raise Conflict(409, "Conflict", "Precondition failed: UID in precondition", method="PATCH", path=path)
-        pod["status"] = strategic_merge({"status": pod["status"]}, {"status": body["status"]})["status"]
+        self.patches.append(copy.deepcopy(body["status"]))
+        pod["status"] = stored_pod_status(strategic_merge({"status": pod["status"]}, {"status": body["status"]})["status"])
         self._rv += 1
         pod["metadata"]["resourceVersion"] = str(self._rv)
         return copy.deepcopy(pod)
 
     async def create(self, path: str, obj: dict) -> dict:
-        self.calls.append(("POST", path))
-        if self.down:
-            raise ServerError(0, "ConnectionError", "connection refused", method="POST", path=path)
         name = obj["metadata"]["name"]
+        self._enter("POST", path, name)
         if ("default", name) in self.pods:
             raise AlreadyExists(409, "AlreadyExists", "exists", method="POST", path=path)
         created = copy.deepcopy(obj)
@@ -242,15 +334,16 @@ class FakeStatuses:
 
 
 class World:
-    def __init__(self) -> None:
+    def __init__(self, clock=None) -> None:
         self.api = FakeApi()
         self.api.deletes = []
         self.statuses = FakeStatuses()
         self.static: list[dict] = []
         self.static_ready = True
         self.node_uid = NODE_UID
+        self.now = 1000.0
         self.syncer = StatusSyncer(
-            self.api, NODE, self.statuses, resync=10.0,
+            self.api, NODE, self.statuses, resync=10.0, clock=clock or (lambda: self.now),
             api_pod=lambda uid: next((copy.deepcopy(p) for p in self.api.pods.values() if podutil.uid(p) == uid), None),
             static_pods=lambda: list(self.static), static_pods_ready=lambda: self.static_ready,
             node_uid=lambda: self.node_uid,
@@ -483,7 +576,8 @@ async def test_no_mirror_replaces_an_api_pod_of_the_same_name(world):
     assert world.api_mirrors() == [] and world.api.writes("POST") == 1
 
 
-async def test_run_loop_writes_nothing_over_many_quiet_resyncs(world):
+async def test_run_loop_writes_nothing_over_many_quiet_resyncs():
+    world = World(clock=time.monotonic)
     pod = world.api.add("web")
     world.statuses.set(pod, STATUS)
     world.syncer.set_mirror_pods([])
@@ -506,3 +600,150 @@ async def test_run_loop_writes_nothing_over_many_quiet_resyncs(world):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+# -- an idle node sends nothing ---------------------------------------------------------------------------
+
+# A status as the agent generates it: hostIPs (unknown to a 1.20 server), conditions without lastProbeTime.
+FULL_STATUS = {
+    "phase": "Running", "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}],
+    "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}], "startTime": "2026-01-01T00:00:00Z", "qosClass": "BestEffort",
+    "conditions": [{"type": t, "status": "True", "lastTransitionTime": "2026-01-01T00:00:01Z"}
+                   for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")],
+    "containerStatuses": [{**cstatus("main", RUNNING, True), "image": "busybox", "imageID": "sha256:1",
+                           "containerID": "containerd://1", "started": True, "lastState": {}}],
+}
+
+
+async def test_idle_pods_cost_no_request_at_all(world):
+    pods = [world.api.add(f"p{i}") for i in range(10)]
+    for pod in pods:
+        world.statuses.set(pod, FULL_STATUS)
+    await world.sync()
+    assert world.api.writes("PATCH") == 10
+    calls = len(world.api.calls)
+    for _ in range(30):  # five minutes of resyncs, the watch showing each pod as the API holds it
+        world.now += 10
+        world.syncer.mark_resync()
+        await world.sync()
+    assert world.api.calls[calls:] == []
+
+
+async def test_a_watch_copy_with_stale_metadata_but_our_status_is_no_reason_to_read(world):
+    # The pod config keeps a pod's old metadata when only its status changed: the resourceVersion lags.
+    pod = world.api.add("web")
+    world.statuses.set(pod, FULL_STATUS)
+    await world.sync()
+    stale = copy.deepcopy(world.api.pods[("default", "web")])
+    stale["metadata"]["resourceVersion"] = "1"
+    world.syncer._api_pod = lambda uid: stale
+    calls = len(world.api.calls)
+    for _ in range(5):
+        world.syncer.mark_resync()
+        await world.sync()
+    assert world.api.calls[calls:] == []
+
+
+async def test_after_a_restart_statuses_the_api_holds_are_read_once_and_not_written(world):
+    pods = [world.api.add(f"p{i}") for i in range(5)]
+    for pod in pods:
+        world.statuses.set(pod, FULL_STATUS)
+    await world.sync()
+    restarted = World()
+    restarted.api = restarted.syncer.client = world.api
+    for pod in pods:
+        restarted.statuses.set(pod, FULL_STATUS)
+    calls = len(world.api.calls)
+    for _ in range(3):
+        restarted.syncer.mark_resync()
+        await restarted.sync()
+    methods = [method for method, _ in world.api.calls[calls:]]
+    # One read each; a single PATCH teaches the new process that this server drops hostIPs.
+    assert methods.count("GET") == 5 and methods.count("PATCH") == 1 and len(methods) == 6
+
+
+async def test_readiness_and_restarts_are_sent_as_whole_container_status_lists(world):
+    pod = world.api.add("web")
+    world.statuses.set(pod, FULL_STATUS)
+    await world.sync()
+    restarted = copy.deepcopy(FULL_STATUS)
+    restarted["containerStatuses"][0].update(ready=False, restartCount=1)
+    world.statuses.set(pod, restarted)
+    await world.sync()
+    patch = world.api.patches[-1]
+    assert patch["containerStatuses"] == restarted["containerStatuses"]
+    assert not [key for key in patch if key.startswith("$") and "containerStatuses" in key.lower()]
+    stored = world.api.pods[("default", "web")]["status"]["containerStatuses"][0]
+    assert (stored["ready"], stored["restartCount"]) == (False, 1)
+
+
+async def test_fields_the_server_drops_are_learnt_and_no_longer_sent(world, caplog):
+    pod = world.api.add("web")
+    world.statuses.set(pod, FULL_STATUS)
+    with caplog.at_level(logging.INFO, logger="edgelet.status.apisync"):
+        await world.sync()
+    assert "hostIPs" in world.api.patches[0] and "does not store the pod status fields hostIPs" in caplog.text
+    world.statuses.set(pod, {**FULL_STATUS, "hostIPs": [{"ip": "10.0.0.2"}]})
+    await world.sync()
+    assert len(world.api.patches) == 1  # a change of an unknown field alone is no change
+    world.statuses.set(pod, {**FULL_STATUS, "hostIPs": [{"ip": "10.0.0.3"}], "message": "m"})
+    await world.sync()
+    assert world.api.patches[-1] == {"message": "m"}
+
+
+# -- 403: one object refused, every other one written ------------------------------------------------------
+
+
+async def test_a_forbidden_status_is_reported_once_and_does_not_stop_the_others(world, caplog):
+    bad, good = world.api.add("bad"), world.api.add("good")
+    world.api.forbidden["bad"] = "node 'edge-1' cannot update pod status for pods on other nodes"
+    with caplog.at_level(logging.WARNING, logger="edgelet.status.apisync"):
+        for message in ("a", "b", "c"):
+            world.statuses.set(bad, {**STATUS, "message": message})
+            world.statuses.set(good, {**STATUS, "message": message})
+            await world.sync()  # never raises: a 403 concerns its object only
+    assert world.api.pods[("default", "good")]["status"]["message"] == "c"
+    assert list(world.syncer.refusals) == ["default/bad"] and "403 Forbidden" in world.syncer.refusals["default/bad"]
+    assert caplog.text.count("default/bad") == 1 and world.syncer.last_error is None
+    del world.api.forbidden["bad"]
+    world.statuses.set(bad, {**STATUS, "message": "d"})
+    await world.sync()
+    assert world.api.pods[("default", "bad")]["status"]["message"] == "d" and world.syncer.refusals == {}
+
+
+async def test_a_forbidden_mirror_pod_is_retried_with_backoff_and_created_once_allowed(world):
+    world.static = [static_pod("cfg")]
+    world.statuses.set(world.static[0], STATUS)
+    api_pod = world.api.add("web")
+    world.statuses.set(api_pod, STATUS)
+    world.api.forbidden[f"cfg-{NODE}"] = 'node "edge-1" can not create pods that reference configmaps'
+    attempts = []
+    for step in range(40):  # 20 s in half-second steps
+        posts = world.api.writes("POST")
+        await world.sync()
+        if world.api.writes("POST") > posts:
+            attempts.append(step * 0.5)
+        world.now += 0.5
+    assert world.api.pods[("default", "web")]["status"]["phase"] == "Running"  # not held up
+    assert list(world.syncer.refusals) == [f"default/cfg-{NODE}"]
+    gaps = [b - a for a, b in zip(attempts, attempts[1:])]
+    assert gaps == [1.0, 2.0, 4.0, 8.0], attempts  # doubling from 1 s
+    del world.api.forbidden[f"cfg-{NODE}"]  # the cause is gone
+    world.now += 16
+    await world.sync()
+    (mirror,) = world.api_mirrors()
+    assert mirror["status"]["phase"] == "Running" and world.syncer.refusals == {}
+
+
+async def test_a_re_registered_node_retries_refused_mirror_pods_at_once(world):
+    world.static = [static_pod()]
+    world.api.forbidden[f"web-{NODE}"] = "node edge-1 UID mismatch"
+    await world.sync()
+    world.now += 0.1
+    await world.sync()
+    assert world.api.writes("POST") == 1 and world.api_mirrors() == []
+    del world.api.forbidden[f"web-{NODE}"]
+    world.node_uid = "node-uid-2"
+    await world.sync()
+    (mirror,) = world.api_mirrors()
+    assert mirror["metadata"]["ownerReferences"][0]["uid"] == "node-uid-2"

@@ -1,0 +1,56 @@
+"""How the real API server (v1.20) stores a pod status: the fields its PodStatus knows (others are dropped
+without an error), empty strings and lists left out, and `null` for unset condition times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SERVER_VERSION = {"major": "1", "minor": "20", "gitVersion": "v1.20.2-double"}
+
+# core/v1 PodStatus as of 1.20: hostIPs (1.28), resize (1.27) and later fields are unknown.
+POD_STATUS_FIELDS = frozenset({
+    "phase", "conditions", "message", "reason", "nominatedNodeName", "hostIP", "podIP", "podIPs", "startTime",
+    "initContainerStatuses", "containerStatuses", "qosClass", "ephemeralContainerStatuses",
+})
+# core/v1 ContainerStatus as of 1.20 (no resources, allocatedResources, user, volumeMounts...).
+CONTAINER_STATUS_FIELDS = frozenset({
+    "name", "state", "lastState", "ready", "restartCount", "image", "imageID", "containerID", "started",
+})
+CONTAINER_STATUS_LISTS = ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
+# Go's metav1.Time without omitempty: an unset time is written as null.
+CONDITION_TIMES = ("lastProbeTime", "lastTransitionTime")
+
+
+def stored_pod_status(status: Any) -> dict[str, Any]:
+    """`status` as a round trip through the server's Go types leaves it."""
+    if not isinstance(status, dict):
+        return {}
+    result = {key: value for key, value in status.items() if key in POD_STATUS_FIELDS}
+    for key in CONTAINER_STATUS_LISTS:
+        if isinstance(result.get(key), list):
+            result[key] = [_known(item, CONTAINER_STATUS_FIELDS) for item in result[key]]
+    if isinstance(result.get("conditions"), list):
+        result["conditions"] = [_condition(item) for item in result["conditions"]]
+    return _omit_empty(result)
+
+
+def _known(item: Any, fields: frozenset[str]) -> Any:
+    return {key: value for key, value in item.items() if key in fields} if isinstance(item, dict) else item
+
+
+def _condition(item: Any) -> Any:
+    if not isinstance(item, dict):
+        return item
+    condition = dict(item)
+    for key in CONDITION_TIMES:
+        condition.setdefault(key, None)
+    return condition
+
+
+def _omit_empty(value: Any) -> Any:
+    """omitempty on strings and slices (nested too); nulls stay as Go writes them."""
+    if isinstance(value, dict):
+        return {key: _omit_empty(item) for key, item in value.items() if item != "" and item != []}
+    if isinstance(value, list):
+        return [_omit_empty(item) for item in value]
+    return value
