@@ -18,9 +18,6 @@ from tests.integration.agent_harness import wait_for
 pytestmark = pytest.mark.containerd
 
 IMAGE = "docker.io/library/busybox:local"
-# Until pod status PATCHes stop sending merge directives the real apiserver panics on, the API's view of a
-# pod freezes after its first status write (issue 9, point 1). Strict: a fixed agent makes these fail.
-STATUS_FREEZES = pytest.mark.xfail(strict=True, reason="pod status freezes after the first PATCH")
 
 
 def pod_manifest(name: str, node: str, command: str, *, restart_policy: str = "Always", grace: int = 2,
@@ -33,7 +30,6 @@ def pod_manifest(name: str, node: str, command: str, *, restart_policy: str = "A
     return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
 
 
-@STATUS_FREEZES
 def test_pod_runs_and_readiness_flips_both_ways_within_2s(node_ready, control_plane, kubectl, tmp_path):
     """Readiness reads a file of a hostPath directory that the test controls from outside the pod."""
     node = control_plane.node
@@ -71,7 +67,6 @@ def test_pod_runs_and_readiness_flips_both_ways_within_2s(node_ready, control_pl
           f"probe passing->API Ready {ready_after:.2f}s")
 
 
-@STATUS_FREEZES
 def test_restarts_and_crash_loop_are_counted(node_ready, control_plane, kubectl):
     kubectl.apply(pod_manifest("crasher", control_plane.node, "sleep 0.2; exit 3"))
     pod = wait_pod(kubectl, "crasher", lambda p: container_status(p).get("restartCount", 0) >= 2, 60)
@@ -83,7 +78,6 @@ def test_restarts_and_crash_loop_are_counted(node_ready, control_plane, kubectl)
     assert "CrashLoopBackOff" in kubectl("get", "pod", "crasher")
 
 
-@STATUS_FREEZES
 def test_init_containers_then_succeeded_and_failed(node_ready, control_plane, kubectl):
     node = control_plane.node
     init = {"initContainers": [{"name": "init", "image": IMAGE, "imagePullPolicy": "Never",
