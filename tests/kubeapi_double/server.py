@@ -72,11 +72,14 @@ class ApiServerDouble:
         ssl_context: ssl.SSLContext | None = None,
         gone_as_http: bool = False,
         node_name: str | None = None,
+        admin_token: str | None = None,
     ):
-        """`node_name`: every request over HTTP comes from that node (user system:node:<name>), so the
-        NodeRestriction admission plugin and the Node authorizer's write rules answer 403 as they would."""
+        """`node_name`: requests over HTTP come from that node (user system:node:<name>), so the
+        NodeRestriction admission plugin and the Node authorizer's write rules answer 403 as they would;
+        requests bearing `admin_token` come from a cluster admin instead."""
         self.token = token
         self.node_name = node_name
+        self.admin_token = admin_token
         self.bookmark_interval = bookmark_interval
         self.gone_as_http = gone_as_http
         self.port = 0
@@ -342,7 +345,9 @@ class ApiServerDouble:
                 return False
             await self._send_json(conn, writer, rule.status, StatusError(rule.status, reason_for(rule.status), "injected failure").status())
             return True
-        if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
+        authorization = headers.get("authorization")
+        admin = self.admin_token is not None and authorization == f"Bearer {self.admin_token}"
+        if self.token is not None and authorization != f"Bearer {self.token}" and not admin:
             await self._send_json(conn, writer, 401, StatusError(401, "Unauthorized", "Unauthorized").status())
             return True
         try:
@@ -360,7 +365,7 @@ class ApiServerDouble:
                 raise StatusError(404, "NotFound", f"the server could not find the requested resource ({path})")
             if method == "GET" and route.name is None and query.get("watch") in ("true", "1"):
                 return await self._serve_watch(conn, reader, writer, route, query)
-            code, result = self._dispatch(method, route, query, headers, body)
+            code, result = self._dispatch(method, route, query, headers, body, as_node=None if admin else self.node_name)
             await self._send_json(conn, writer, code, result)
         except StatusError as e:
             await self._send_json(conn, writer, e.code, e.status())
@@ -391,12 +396,13 @@ class ApiServerDouble:
                 return rule
         return None
 
-    def _dispatch(self, method: str, route: Route, query: dict[str, str], headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+    def _dispatch(self, method: str, route: Route, query: dict[str, str], headers: dict[str, str], body: bytes,
+                  *, as_node: str | None) -> tuple[int, Any]:
         store = self._store
         plural = route.resource.plural
-        if self.node_name is not None and method in WRITE_METHODS:
+        if as_node is not None and method in WRITE_METHODS:
             obj = decode_body(body) if body and method in ("POST", "PUT") else None
-            check_node_write(self.node_name, method, plural, route.namespace, route.name, route.subresource, obj, store.get)
+            check_node_write(as_node, method, plural, route.namespace, route.name, route.subresource, obj, store.get)
         if route.name is None:
             if method == "GET":
                 items, rv = store.list(plural, route.namespace, query.get("fieldSelector", ""), query.get("labelSelector", ""))
