@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +164,8 @@ def remove_pod_from_runtime(endpoint: str, pod_uid: str) -> None:
 
 @pytest.fixture
 def api():
-    with ApiServerDouble(bookmark_interval=0.5) as double:
+    # Requests come from the node, as with a real control plane: NodeRestriction applies.
+    with ApiServerDouble(bookmark_interval=0.5, node_name=NODE) as double:
         yield double
 
 
@@ -215,8 +218,13 @@ def test_registration_heartbeat_and_pod_status_round_trip(agent, api, containerd
     # Quiet: once the status has settled, several resync periods pass without a single write.
     wait_for(lambda: _settled(api, "web"), 20, interval=0.2, what="status settled")
     before = status_patches(api, "web")
+    quiet_from = time.monotonic()
     time.sleep(RESYNC * 4.5)
     assert status_patches(api, "web") == before, "status written although nothing changed"
+    # Not even read: the resync compares with the watch's copy.
+    reads = [r for r in api.requests if r.time >= quiet_from and r.path.startswith("/api/v1/namespaces/default/pods/")]
+    assert reads == []
+    assert api.panics == []
 
 
 def _conditions(node: dict) -> dict[str, str]:
@@ -290,3 +298,26 @@ def _pod_lists(api: ApiServerDouble) -> list[float]:
     return [r.time for r in api.requests
             if r.method == "GET" and r.path == "/api/v1/pods" and r.query.get("watch") not in ("true", "1")]
 
+
+
+def test_a_forbidden_mirror_pod_holds_up_nothing_and_the_agent_stays_healthy(tmp_path, containerd, api):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = cluster_agent(tmp_path, containerd.endpoint, api, server_address=f"127.0.0.1:{port}")
+    agent.start()
+    try:
+        # NodeRestriction refuses a mirror pod that references a ConfigMap (the static pod itself may run).
+        volumes = "\n          volumes:\n          - name: settings\n            configMap: {name: settings, optional: true}\n"
+        agent.write_manifest("restricted.yaml", busybox_pod("restricted", "exec sleep 3600") + volumes)
+        api.create("pods", api_pod("bystander"))
+        wait_for(lambda: running_in_api(api, "bystander"), 30, what="bystander Running in the API")
+        wait_for(lambda: api.write_count("POST", "/api/v1/namespaces/default/pods") >= 3, 20, what="mirror retries")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz?verbose", timeout=5) as reply:
+            assert reply.status == 200 and "[+]apisync ok" in reply.read().decode()
+        reports = [line for line in agent.log_text().splitlines() if "refuses its mirror pod" in line]
+        assert len(reports) == 1 and f"default/restricted-{NODE}" in reports[0] and "configmaps" in reports[0]
+        assert api_get(api, "pods", f"restricted-{NODE}", "default") is None
+    finally:
+        agent.stop()
+        unmount_below(tmp_path)
