@@ -221,3 +221,8 @@ def test_lease_body() -> None:
     assert owned["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "edge-1", "uid": "node-uid"}]
     assert owned["spec"]["renewTime"] == "2026-01-01T00:00:10.000000Z"
     assert "ownerReferences" not in fresh["metadata"]  # the base is not modified
+    # The Node deleted and registered again: the owner follows its new uid, other owners stay.
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "cm"}
+    owned["metadata"]["ownerReferences"].insert(0, other)
+    moved = renewed_lease(owned, "edge-1", 40, T0 + 20, "node-uid-2")
+    assert moved["metadata"]["ownerReferences"] == [other, {"apiVersion": "v1", "kind": "Node", "name": "edge-1", "uid": "node-uid-2"}]
