@@ -108,7 +108,6 @@ class StatusSyncer:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
-        mirror_retry: Backoff | None = None,
     ):
         """`api_pod(uid)` is the API's copy of a pod as the pod source last saw it (checked at resync for
         changes made by others); `static_pods()` the static pods that need mirrors, `static_pods_ready()`
@@ -139,7 +138,7 @@ class StatusSyncer:
         self._mirrors: dict[Key, Pod] = {}
         self._mirrors_listed = False  # no mirror is created before the existing ones are known
         self._created: dict[Key, tuple[str, float]] = {}  # mirrors we created that the watch has not shown yet
-        self._mirror_retry = mirror_retry or Backoff(MIRROR_RETRY_INITIAL, MIRROR_RETRY_MAX, clock=clock)
+        self._mirror_retry = Backoff(MIRROR_RETRY_INITIAL, MIRROR_RETRY_MAX, clock=clock)
         self._mirror_owner = ""  # the Node uid the refusals were met with: a new Node retries them at once
         self._status_refusals: dict[Key, str] = {}  # pods whose status the server refuses, and why
         self._mirror_refusals: dict[Key, str] = {}  # static pods whose mirror the server refuses, and why
@@ -403,10 +402,11 @@ class StatusSyncer:
             return  # a mirror pod needs its owner (the registered Node), and the API's list of mirrors
         if node_uid != self._mirror_owner:
             self._mirror_owner = node_uid  # a re-registered Node: what it was refused may be accepted now
-            self._mirror_retry = Backoff(self._mirror_retry.initial, self._mirror_retry.maximum, clock=self._clock)
+            self._mirror_retry = Backoff(MIRROR_RETRY_INITIAL, MIRROR_RETRY_MAX, clock=self._clock)
         static = {_key(pod): pod for pod in self._static_pods()}
         for key in [key for key in self._mirror_refusals if key not in static]:
             del self._mirror_refusals[key]
+        self._mirror_retry.gc()  # delays of static pods long gone or edited
         for key, pod in static.items():
             mirror = self._mirrors.get(key)
             wanted_hash = config_hash(pod)
