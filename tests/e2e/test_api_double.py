@@ -17,6 +17,7 @@ from typing import AsyncIterator, Callable
 import pytest
 
 from edgelet.kubeapi import ApiClient, Forbidden, Gone, NotFound, ServerError, Unauthorized
+from tests.integration.agent_harness import wait_for
 from tests.kubeapi_double import ApiServerDouble
 
 pytestmark = pytest.mark.containerd
@@ -53,7 +54,7 @@ async def api(request: pytest.FixtureRequest) -> AsyncIterator[ApiUnderTest]:
     under_test = ApiUnderTest("real", name, ApiClient.from_kubeconfig(str(plane.node_kubeconfig(name))),
                               ApiClient.from_kubeconfig(str(plane.admin_kubeconfig)),
                               ApiClient(plane.server, token="nobody", tls=plain_tls),
-                              lambda: (plane.stop_apiserver(), plane.start_apiserver()), lambda: 0)
+                              lambda: _restart_apiserver(plane, request.getfixturevalue("kubectl")), lambda: 0)
     async with under_test.node, under_test.admin, under_test.stranger:
         try:
             yield under_test
@@ -63,6 +64,15 @@ async def api(request: pytest.FixtureRequest) -> AsyncIterator[ApiUnderTest]:
                     await under_test.admin.delete(f"{PODS}/{pod['metadata']['name']}", grace_period=0)
             with contextlib.suppress(NotFound):
                 await under_test.admin.delete(f"/api/v1/nodes/{name}")
+
+
+def _restart_apiserver(plane, kubectl) -> None:
+    # kube-controller-manager exits if the apiserver is away while it starts its controllers (resource
+    # discovery is fatal then): restart only once its controllers run, shown by the default ServiceAccount.
+    wait_for(lambda: kubectl.get("serviceaccount", "default", "default"), 120, interval=0.5,
+             what="kube-controller-manager's controllers running")
+    plane.stop_apiserver()
+    plane.start_apiserver()
 
 
 async def register(api: ApiUnderTest) -> str:
