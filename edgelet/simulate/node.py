@@ -22,7 +22,7 @@ from edgelet.cluster import _MirrorSplitter
 from edgelet.events import NORMAL, EventRecorder, node_ref
 from edgelet.events.apisink import ApiEventSink
 from edgelet.kubeapi.client import ApiClient
-from edgelet.kubeapi.errors import AlreadyExists, ApiError, Invalid, NotFound, Unauthorized
+from edgelet.kubeapi.errors import AlreadyExists, ApiError, Forbidden, Invalid, NotFound, Unauthorized
 from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.manager import NodeStatusManager
 from edgelet.nodestatus.setters import NodeInfo
@@ -148,7 +148,7 @@ class HollowNode:
                 await self.client.create(f"/api/v1/namespaces/{namespace}/pods", workload_pod(self.name, index, namespace))
             except AlreadyExists:
                 pass
-            except (Invalid, NotFound, Unauthorized) as e:  # retrying cannot help
+            except (Invalid, NotFound, Unauthorized, Forbidden) as e:  # retrying cannot help
                 log.error("hollow node %s: the API server refuses its workload pods: %s", self.name, e)
                 return
             except ApiError as e:
