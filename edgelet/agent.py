@@ -37,11 +37,13 @@ from .nodestatus.facts import default_ipv4_address, read_meminfo
 from .objectstore import ObjectStore
 from .pleg import GenericPLEG
 from .podconfig.config import PodConfig
+from .podmanager import PodManager
 from .podsync import PodSyncer
 from .podutil import Pod
 from .podworkers import PodWorkers, WorkType
 from .prober import HookRunner, ProbeManager
 from .rootlock import RootLock
+from .runtimestate import RuntimeState
 from .sdnotify import Notifier
 from .server import Listener, OpsServer, bind_all
 from .status.manager import StatusManager, pod_list, status_dir
@@ -87,7 +89,7 @@ class Agent:
         memory_total, _ = read_meminfo()
         self.node_allocatable = {"cpu": str(os.cpu_count() or 1), "memory": str(memory_total)}
         self.store, self.images, self.volumes = self._make_workload_managers()
-        self.pods: dict[str, Pod] = {}  # the desired pods by uid (the kubelet's pod manager)
+        self.pod_manager = PodManager()
         self.hooks = HookRunner(self.runtime, pod_ip=self._pod_address, recorder=self.recorder)
         self.cpu_manager = CPUManager(
             config.cpu.policy, CPUStateStore(config.state_dir), self.runtime,
@@ -125,21 +127,28 @@ class Agent:
             container_lookup=lambda uid, name: self.pleg.get_status(uid).latest_container(name),
             pod_ip=self._pod_address, recorder=self.recorder,
         )
-        self.syncer = PodSyncer(self)
+        self.runtime_state = RuntimeState(self.runtime, forget_crash_backoff=self.runtime_manager.forget_crash_backoff,
+                                          on_change=lambda: self.heartbeat.beat_now())
+        self.syncer = PodSyncer(
+            pod_manager=self.pod_manager, pleg=self.pleg, runtime_manager=self.runtime_manager, prober=self.prober,
+            status=self.status, volumes=self.volumes, node_ip=self.node_ip,
+            release_resources=self.cpu_manager.remove, on_removed=self._on_pod_removed,
+        )
         self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated)
-        self.loop = SyncLoop(self)
-        self._runtime_health = (False, f"waiting for the container runtime at {self.runtime.endpoint}")
-        self.runtime_lost = False  # the relist cannot reach the runtime (the sync loop watches it)
-        self._stopping = asyncio.Event()
-        self.heartbeat = Heartbeat(status_dir(config), runtime_health=lambda: self._runtime_health)
-        self._tasks = TaskGroup(on_crash=self._on_task_crash)
-        self._fatal: str | None = None  # why the agent stops on its own (a crashed task)
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
                              lambda pod: Verdict(*self.cpu_manager.admit(pod))]
-        # Pods the node stopped for good (evicted, or at node shutdown): uid -> (reason, message) of their final
-        # status, until the pod is gone.
-        self.evicted: dict[str, tuple[str, str]] = {}
+        self.loop = SyncLoop(
+            config.sync, max_pods=config.max_pods, pod_manager=self.pod_manager, pod_config=self.pod_config,
+            pleg=self.pleg, workers=self.workers, syncer=self.syncer, prober=self.prober, status=self.status,
+            runtime=self.runtime, runtime_state=self.runtime_state, volumes=self.volumes,
+            log_rotator=self.log_rotator, recorder=self.recorder, admit_checks=self.admit_checks,
+            on_runtime_ready=self._on_runtime_ready, on_pods_changed=self.update_status_line,
+        )
+        self._stopping = asyncio.Event()
+        self.heartbeat = Heartbeat(status_dir(config), runtime_health=self.runtime_state.health)
+        self._tasks = TaskGroup(on_crash=self._on_task_crash)
+        self._fatal: str | None = None  # why the agent stops on its own (a crashed task)
         self.cluster = self._make_cluster() if config.cluster is not None else None
         self.kubelet_api = None  # the :10250 server, cluster mode only
         self.serving_certificate = None  # its certificate from the cluster, with [kubelet_api] serving_cert = "csr"
@@ -158,7 +167,7 @@ class Agent:
 
     def _node_health(self) -> dict[str, tuple[bool, str]]:
         """What the node's Ready condition reports: runtime, PLEG, and a node shutdown in progress."""
-        health = {"runtime": self._runtime_health, "pleg": self.pleg.healthy()}
+        health = {"runtime": self.runtime_state.health(), "pleg": self.pleg.healthy()}
         if self.shutdown is not None:
             health["shutdown"] = self.shutdown.health()
         return health
@@ -169,7 +178,7 @@ class Agent:
         from .shutdown import MESSAGE, REASON, ShutdownManager
 
         def stop_pod(pod: Pod, grace: int) -> None:
-            self.evicted[podutil.uid(pod)] = (REASON, MESSAGE)
+            self.pod_manager.mark_evicted(podutil.uid(pod), REASON, MESSAGE)
             self.workers.update(pod, WorkType.TERMINATE, grace)
 
         async def report_not_ready() -> None:
@@ -196,19 +205,18 @@ class Agent:
 
     def active_pods(self) -> list[Pod]:
         """Pods that hold resources: neither evicted nor terminating (the kubelet's GetActivePods)."""
-        return [pod for uid, pod in self.pods.items()
-                if uid not in self.evicted and not self.workers.is_terminating(uid)]
+        return self.pod_manager.active_pods(self.workers.is_terminating)
 
     async def _evict_pod(self, pod: Pod, reason: str, message: str, grace: int) -> None:
         uid = podutil.uid(pod)
         log.warning("evicting pod %s: %s", podutil.full_name(pod), message)
-        self.evicted[uid] = (reason, message)
+        self.pod_manager.mark_evicted(uid, reason, message)
         self.recorder.event(pod_ref(pod), WARNING, reason, message)
         self.workers.update(pod, WorkType.TERMINATE, grace)
 
     def _pod_address(self, uid: str) -> str:
         """Where probes and hooks reach a pod: the node for host-network pods, else the sandbox IP."""
-        pod = self.pods.get(uid)
+        pod = self.pod_manager.get(uid)
         if pod is not None and podutil.host_network(pod):
             return self.node_ip
         return self.pleg.get_status(uid).ip
@@ -232,7 +240,7 @@ class Agent:
             pinned_images=self.airgap.image_ids,
         )
         self.container_gc = ContainerGC(
-            self.runtime, lambda: set(self.pods),
+            self.runtime, lambda: set(self.pod_manager),
             logs_dir=config.logs_dir,
             policy=GCPolicy(config.gc.container_min_age, config.gc.max_per_pod_container,
                             config.gc.max_containers),
@@ -258,7 +266,7 @@ class Agent:
 
     def _pods_json(self) -> bytes:
         """The ops /pods: the stored statuses as `edgelet pods` shows them (Unknown while the runtime is down)."""
-        ready, message = self._runtime_health
+        ready, message = self.runtime_state.health()
         return orjson.dumps(pod_list(present_pods(self.status.pods(), runtime_ready=ready, runtime_message=message)))
 
     async def run(self) -> None:
@@ -329,7 +337,7 @@ class Agent:
         try:
             server = build_server(
                 self.config, runtime=self.runtime, review=self.cluster.client.create,
-                lookup=PodLookup(self.node_name, lambda: self.pods, self.pleg.get_status),
+                lookup=PodLookup(self.node_name, self.pod_manager.pods, self.pleg.get_status),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
                 cluster_ca=self.cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
             )
@@ -380,7 +388,7 @@ class Agent:
 
     def health_checks(self) -> dict[str, Callable[[], tuple[bool, str]]]:
         """What /healthz reports, by check name (the kubelet's runtime and PLEG checks)."""
-        checks = {"runtime": lambda: self._runtime_health, "pleg": self.pleg.healthy,
+        checks = {"runtime": self.runtime_state.health, "pleg": self.pleg.healthy,
                   "syncloop": self._loop_health, "tasks": self._tasks.health}
         if self.cluster is not None:
             checks["apisync"] = self.cluster.health
@@ -392,38 +400,6 @@ class Agent:
         if stalled > limit:
             return False, f"sync loop has not turned for {stalled:.0f}s"
         return True, "ok"
-
-    async def check_runtime(self) -> None:
-        """The kubelet's runtime health: the CRI Status call, RuntimeReady and NetworkReady."""
-        was_ready = self._runtime_health[0]
-        await self._check_runtime()
-        if self._runtime_health[0] != was_ready:
-            self.heartbeat.beat_now()
-
-    async def _check_runtime(self) -> None:
-        try:
-            reply = await self.runtime.status()
-        except EdgeletError as exc:
-            self._runtime_health = (False, f"container runtime is down: {exc}")
-            return
-        failing = [f"{c.type}={c.status} ({c.reason}: {c.message})"
-                   for c in reply.status.conditions if not c.status and c.type == "RuntimeReady"]
-        self._runtime_health = (False, "container runtime not ready: " + "; ".join(failing)) if failing \
-            else (True, "ok")
-
-    def note_runtime_lost(self, why: str) -> None:
-        """Containers that die with the runtime did not crash: their restart back-off starts over, now and
-        again once the runtime is back (attempts made while it was away must not count either)."""
-        if not self.runtime_lost:
-            self.runtime_lost = True
-            log.warning("container runtime lost (%s): container restart back-off starts over", why)
-        self.runtime_manager.forget_crash_backoff()
-
-    def note_runtime_back(self) -> None:
-        if self.runtime_lost:
-            self.runtime_lost = False
-            self.runtime_manager.forget_crash_backoff()
-            log.info("container runtime reachable again: restarting pods without back-off")
 
     def _on_local_objects(self, objects: list[dict]) -> None:
         """ConfigMaps and Secrets from the manifest directory (standalone nodes)."""
@@ -440,8 +416,9 @@ class Agent:
             if time.monotonic() - self.loop.alive_at < max(interval * 2, 10.0) and self._tasks.health()[0]:
                 self.notifier.watchdog()
 
-    async def start_image_managers(self) -> None:
-        """Air-gap archives are imported before the first pod sync, so pods that need them find them."""
+    async def _on_runtime_ready(self) -> None:
+        """After the first relist, before the first pod sync: the managers that need the runtime start, and
+        air-gap archives are imported first so that pods that need them find them."""
         try:
             await self.airgap.start()
             await self.airgap.scan()
@@ -452,13 +429,13 @@ class Agent:
         self._tasks.start("container-gc", self.container_gc.run())
         self._tasks.start("eviction", self.eviction.run())
         self._tasks.start("cpu-manager", self.cpu_manager.run())
+        self.notifier.ready()
+        self.update_status_line()
 
-    async def runtime_version(self) -> str:
-        try:
-            reply = await self.runtime.version()
-            return f"{reply.runtime_name} {reply.runtime_version}"
-        except EdgeletError as exc:
-            return f"unknown ({exc})"
+    def _on_pod_removed(self, pod: Pod) -> None:
+        if self.cluster is not None:
+            self.cluster.pod_terminated(pod)
+        self.update_status_line()
 
     def update_status_line(self) -> None:
-        self.notifier.status(f"running {len(self.pods)} pods")
+        self.notifier.status(f"running {len(self.pod_manager)} pods")

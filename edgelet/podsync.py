@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import metrics, podutil
 from .errors import EdgeletError
+from .eviction import evicted_status
+from .kubetime import format_time
 from .kuberuntime.types import ContainerState, PodRuntimeStatus
 from .podutil import Pod
 from .podworkers import SyncOutcome
-from .eviction import evicted_status
-from .kubetime import format_time
 from .status.generate import generate_pod_status
 
-if TYPE_CHECKING:
-    from .agent import Agent
+if TYPE_CHECKING:  # the collaborators, for their types only
+    from .kuberuntime.manager import RuntimeManager
+    from .pleg import GenericPLEG
+    from .podmanager import PodManager
+    from .prober import ProbeManager
+    from .status.manager import StatusManager
+    from .volumes import VolumeManager
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +38,30 @@ def log_reason_changes(pod: Pod, before: dict[str, tuple[str, str]], after: dict
 
 
 class PodSyncer:
-    def __init__(self, agent: Agent):
-        self._agent = agent
+    def __init__(
+        self,
+        *,
+        pod_manager: PodManager,
+        pleg: GenericPLEG,
+        runtime_manager: RuntimeManager,
+        prober: ProbeManager,
+        status: StatusManager,
+        volumes: VolumeManager,
+        node_ip: str,
+        release_resources: Callable[[str], None] = lambda uid: None,
+        on_removed: Callable[[Pod], None] = lambda pod: None,
+    ):
+        """`release_resources(uid)` frees what the pod held (its CPUs) once it stopped; `on_removed(pod)`
+        runs once the pod is gone from the node (the API is told, the status line updated)."""
+        self._pods = pod_manager
+        self._pleg = pleg
+        self._runtime_manager = runtime_manager
+        self._prober = prober
+        self._status = status
+        self._volumes = volumes
+        self._node_ip = node_ip
+        self._release_resources = release_resources
+        self._on_removed = on_removed
         self.waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self.first_seen: dict[str, float] = {}  # for the pod start SLI
 
@@ -43,14 +70,14 @@ class PodSyncer:
 
     async def sync_pod(self, pod: Pod) -> SyncOutcome:
         uid = podutil.uid(pod)
-        runtime_status = self._agent.pleg.get_status(uid)
-        result = await self._agent.runtime_manager.sync_pod(
+        runtime_status = self._pleg.get_status(uid)
+        result = await self._runtime_manager.sync_pod(
             pod, runtime_status,
-            liveness_failed=self._agent.prober.liveness_failed(uid),
-            startup_failed=self._agent.prober.startup_failed(uid),
+            liveness_failed=self._prober.liveness_failed(uid),
+            startup_failed=self._prober.startup_failed(uid),
         )
         if result.started or result.waiting_reasons != self.waiting.get(uid) or not runtime_status.sandboxes:
-            runtime_status = await self._agent.pleg.inspect_now(uid)
+            runtime_status = await self._pleg.inspect_now(uid)
         log_reason_changes(pod, self.waiting.get(uid) or {}, result.waiting_reasons)
         self.waiting[uid] = result.waiting_reasons
         self.publish_status(pod, runtime_status, result.waiting_reasons)
@@ -61,17 +88,17 @@ class PodSyncer:
         uid = podutil.uid(pod)
         status = generate_pod_status(
             pod, runtime_status,
-            old_status=self._agent.status.get_status(uid),
+            old_status=self._status.get_status(uid),
             now=time.time(),
             waiting_reasons=waiting,
-            readiness=self._agent.prober.readiness(uid),
-            started=self._agent.prober.started(uid),
-            host_ip=self._agent.node_ip,
+            readiness=self._prober.readiness(uid),
+            started=self._prober.started(uid),
+            host_ip=self._node_ip,
         )
-        stopped = self._agent.evicted.get(uid)
-        if stopped is not None:
-            status = evicted_status(status, stopped[1], format_time(time.time()), reason=stopped[0])
-        self._agent.status.set_pod_status(pod, status)
+        eviction = self._pods.eviction(uid)  # evicted, or stopped at node shutdown: (reason, message)
+        if eviction is not None:
+            status = evicted_status(status, eviction[1], format_time(time.time()), reason=eviction[0])
+        self._status.set_pod_status(pod, status)
         self._observe_start(uid, runtime_status)
         return status
 
@@ -79,7 +106,7 @@ class PodSyncer:
         first_seen = self.first_seen.get(uid)
         if first_seen is None:
             return
-        pod = self._agent.pods.get(uid)
+        pod = self._pods.get(uid)
         wanted = {c["name"] for c in podutil.containers(pod)} if pod else set()
         running = {c.name for c in runtime_status.containers if c.state == ContainerState.RUNNING}
         if wanted and wanted <= running:
@@ -88,33 +115,32 @@ class PodSyncer:
 
     async def terminate_pod(self, pod: Pod, grace: int | None) -> None:
         uid = podutil.uid(pod)
-        self._agent.prober.stop_liveness_and_startup(uid)
-        runtime_status = await self._agent.pleg.inspect_now(uid)
-        await self._agent.runtime_manager.kill_pod(pod, runtime_status, grace)
-        if uid in self._agent.pods:
-            runtime_status = await self._agent.pleg.inspect_now(uid)
+        self._prober.stop_liveness_and_startup(uid)
+        runtime_status = await self._pleg.inspect_now(uid)
+        await self._runtime_manager.kill_pod(pod, runtime_status, grace)
+        if uid in self._pods:
+            runtime_status = await self._pleg.inspect_now(uid)
             self.publish_status(pod, runtime_status, {})
 
-    async def on_terminated(self, pod: Pod) -> None:
+    async def on_terminated(self, pod: Pod) -> bool:
+        """After the pod's containers stopped: frees what it held, and removes it from the node unless it is
+        still desired (a stopped pod kept for its status). True when it is gone (its worker forgets it)."""
         uid = podutil.uid(pod)
-        self._agent.cpu_manager.remove(uid)
-        if uid in self._agent.pods and not podutil.deletion_requested(pod):
-            return
-        runtime_status = await self._agent.pleg.inspect_now(uid)
-        await self._agent.runtime_manager.remove_pod(runtime_status)
+        self._release_resources(uid)
+        if uid in self._pods and not podutil.deletion_requested(pod):
+            return False
+        runtime_status = await self._pleg.inspect_now(uid)
+        await self._runtime_manager.remove_pod(runtime_status)
         try:
-            await self._agent.volumes.teardown_pod(uid)
+            await self._volumes.teardown_pod(uid)
         except EdgeletError as exc:
             # Housekeeping retries: the pod directory stays until it can go.
             log.warning("pod %s: volumes not removed yet: %s", podutil.full_name(pod), exc)
-        self._agent.pods.pop(uid, None)
-        self._agent.status.remove(uid)
-        self._agent.evicted.pop(uid, None)
-        if self._agent.cluster is not None:
-            self._agent.cluster.pod_terminated(pod)
-        self._agent.prober.remove_pod(uid)
-        self._agent.workers.forget(uid)
+        self._pods.forget(uid)
+        self._status.remove(uid)
+        self._prober.remove_pod(uid)
         self.waiting.pop(uid, None)
         self.first_seen.pop(uid, None)
         log.info("pod %s removed", podutil.full_name(pod))
-        self._agent.update_status_line()
+        self._on_removed(pod)
+        return True

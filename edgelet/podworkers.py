@@ -45,7 +45,8 @@ class _Work:
 
 SyncFn = Callable[[Pod], Awaitable[SyncOutcome]]
 TerminateFn = Callable[[Pod, int | None], Awaitable[None]]
-TerminatedFn = Callable[[Pod], Awaitable[None]]
+# Called once a pod's termination finished; returns True when the pod is gone (its worker then forgets it).
+TerminatedFn = Callable[[Pod], Awaitable[bool | None]]
 
 
 class PodWorkers:
@@ -138,7 +139,8 @@ class PodWorkers:
             else:
                 await self._terminate_pod(work.pod, work.grace_seconds)
                 if uid not in self._pending:
-                    await self._on_terminated(work.pod)
+                    if await self._on_terminated(work.pod):
+                        self.forget(uid)
                     self._terminating.discard(uid)
             if self._last_error.pop(uid, None) is not None:
                 log.info("pod %s (%s) synced again", name, uid)

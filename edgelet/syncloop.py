@@ -9,20 +9,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
 
 from . import metrics, podutil
 from .admission import admit, rejected_status
 from .errors import EdgeletError, cut_long_values
 from .events import WARNING, pod_ref
 from .kubetime import format_time
-from .pleg import PodLifecycleEvent
 from .podconfig.config import Op, PodUpdate
 from .podutil import Pod
 from .podworkers import WorkType
 
-if TYPE_CHECKING:
-    from .agent import Agent
+if TYPE_CHECKING:  # the collaborators, for their types only
+    from .admission import Check
+    from .config import SyncConfig
+    from .containerlogs import LogRotator
+    from .cri.client import RuntimeClient
+    from .events import EventRecorder
+    from .pleg import GenericPLEG, PodLifecycleEvent
+    from .podconfig.config import PodConfig
+    from .podmanager import PodManager
+    from .podsync import PodSyncer
+    from .podworkers import PodWorkers
+    from .prober import ProbeManager
+    from .runtimestate import RuntimeState
+    from .status.manager import StatusManager
+    from .volumes import VolumeManager
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +46,47 @@ STARTUP_SOURCES_WAIT = 10.0
 
 
 class SyncLoop:
-    def __init__(self, agent: Agent):
-        self._agent = agent
+    def __init__(
+        self,
+        settings: SyncConfig,
+        *,
+        max_pods: int,
+        pod_manager: PodManager,
+        pod_config: PodConfig,
+        pleg: GenericPLEG,
+        workers: PodWorkers,
+        syncer: PodSyncer,
+        prober: ProbeManager,
+        status: StatusManager,
+        runtime: RuntimeClient,
+        runtime_state: RuntimeState,
+        volumes: VolumeManager,
+        log_rotator: LogRotator,
+        recorder: EventRecorder,
+        admit_checks: Sequence[Check] = (),
+        on_runtime_ready: Callable[[], Awaitable[None]],
+        on_pods_changed: Callable[[], None] = lambda: None,
+    ):
+        """`on_runtime_ready` runs once, after the first relist and before the first pod sync (the managers
+        that need the runtime start there); `on_pods_changed` after each config update."""
+        self._settings = settings
+        self._max_pods = max_pods
+        self._pods = pod_manager
+        self._pod_config = pod_config
+        self._pleg = pleg
+        self._workers = workers
+        self._syncer = syncer
+        self._prober = prober
+        self._status = status
+        self._runtime = runtime
+        self._runtime_state = runtime_state
+        self._volumes = volumes
+        self._log_rotator = log_rotator
+        self._recorder = recorder
+        self._admit_checks = admit_checks  # not copied: the agent may add checks after building the loop
+        self._on_runtime_ready = on_runtime_ready
+        self._on_pods_changed = on_pods_changed
         self.alive_at = time.monotonic()  # the watchdog and /healthz read it: a hung loop stops it
-        self._rejected_uids: set[str] = set()
         self._next_log_rotation = 0.0
         self._next_runtime_check = 0.0
         self._housekeeping_problem = ""
@@ -47,12 +96,12 @@ class SyncLoop:
         await self._stop_unwanted_pods()
         config_get: asyncio.Task | None = None
         pleg_get: asyncio.Task | None = None
-        next_housekeeping = time.monotonic() + self._agent.config.sync.housekeeping_interval
-        next_resync = time.monotonic() + self._agent.config.sync.sync_frequency
+        next_housekeeping = time.monotonic() + self._settings.housekeeping_interval
+        next_resync = time.monotonic() + self._settings.sync_frequency
         try:
             while True:
-                config_get = config_get or asyncio.create_task(self._agent.pod_config.updates.get())
-                pleg_get = pleg_get or asyncio.create_task(self._agent.pleg.events.get())
+                config_get = config_get or asyncio.create_task(self._pod_config.updates.get())
+                pleg_get = pleg_get or asyncio.create_task(self._pleg.events.get())
                 done, _ = await asyncio.wait({config_get, pleg_get}, timeout=SYNC_TICK,
                                              return_when=asyncio.FIRST_COMPLETED)
                 now = time.monotonic()
@@ -64,14 +113,14 @@ class SyncLoop:
                 if pleg_get in done:
                     self._handle_pleg(pleg_get.result())
                     pleg_get = None
-                for uid in self._agent.workers.due():
+                for uid in self._workers.due():
                     self.sync_if_known(uid)
                 if now >= next_resync:
-                    next_resync = now + self._agent.config.sync.sync_frequency
-                    for uid in list(self._agent.pods):
+                    next_resync = now + self._settings.sync_frequency
+                    for uid in self._pods.uids():
                         self.sync_if_known(uid)
                 if now >= next_housekeeping:
-                    next_housekeeping = now + self._agent.config.sync.housekeeping_interval
+                    next_housekeeping = now + self._settings.housekeeping_interval
                     await self._guarded_housekeeping()
         finally:
             for task in (config_get, pleg_get):
@@ -80,32 +129,29 @@ class SyncLoop:
 
     def _watch_runtime(self) -> None:
         """A relist that cannot reach the runtime means it is gone; once it answers again every pod is synced
-        at once, with the restart back-off the loss reset (the agent's note_runtime_lost)."""
-        agent = self._agent
-        if agent.pleg.last_error:
-            agent.note_runtime_lost(agent.pleg.last_error)
-        elif agent.runtime_lost:
-            agent.note_runtime_back()
-            for uid in list(agent.pods):
+        at once, with the restart back-off the loss reset (RuntimeState.note_lost)."""
+        if self._pleg.last_error:
+            self._runtime_state.note_lost(self._pleg.last_error)
+        elif self._runtime_state.lost and self._runtime_state.note_back():
+            for uid in self._pods.uids():
                 self.sync_if_known(uid)
 
     async def _wait_for_runtime(self) -> None:
         """No sync before the first relist: adopting running containers needs to see them first."""
-        while not self._agent.pleg.has_relisted:
+        while not self._pleg.has_relisted:
             self.alive_at = time.monotonic()
             try:
-                await asyncio.wait_for(self._agent.pleg.wait_first_relist(), timeout=SYNC_TICK)
+                await asyncio.wait_for(self._pleg.wait_first_relist(), timeout=SYNC_TICK)
             except asyncio.TimeoutError:
                 continue
-        await self._agent.check_runtime()
-        version = await self._agent.runtime_version()
+        await self._runtime_state.check()
+        version = await self._runtime_state.version()
         log.info("container runtime ready: %s", version)
-        adopted = sum(1 for uid in self._agent.pleg.runtime_pod_uids()
-                      if self._agent.pleg.get_status(uid).running_containers())
+        adopted = sum(1 for uid in self._pleg.runtime_pod_uids()
+                      if self._pleg.get_status(uid).running_containers())
         log.info("adopted %d pod%s with running containers from the runtime", adopted, "" if adopted == 1 else "s")
-        await self._agent.start_image_managers()
-        self._agent.notifier.ready()
-        self._agent.update_status_line()
+        await self._on_runtime_ready()
+        self._on_pods_changed()
 
     async def _stop_unwanted_pods(self) -> None:
         """Before any pod is synced: stop the runtime pods no source wants (removed or edited while the agent
@@ -116,9 +162,8 @@ class SyncLoop:
         first full view (waiting at most STARTUP_SOURCES_WAIT for it), or when that source is not configured
         any more; pods of a source still silent are left to housekeeping.
         """
-        agent = self._agent
-        pod_config = agent.pod_config
-        candidates = agent.pleg.runtime_pod_uids() - {podutil.uid(pod) for pod in pod_config.get_pods()}
+        pod_config = self._pod_config
+        candidates = self._pleg.runtime_pod_uids() - {podutil.uid(pod) for pod in pod_config.get_pods()}
         if not candidates:
             return
         sources = {uid: await self._runtime_pod_source(uid) for uid in sorted(candidates)}
@@ -138,15 +183,15 @@ class SyncLoop:
         log.info("stopping %d pods that no source wants any more before syncing any other", len(unwanted))
         for uid in unwanted:
             self._terminate_orphan(uid, "no source wants it any more")
-        await self._turning(agent.workers.wait_idle())
+        await self._turning(self._workers.wait_idle())
 
     async def _runtime_pod_source(self, uid: str) -> str | None:
         """The source (file, http, api) a runtime pod came from, as its newest sandbox records it."""
-        sandboxes = self._agent.pleg.get_status(uid).sandboxes
+        sandboxes = self._pleg.get_status(uid).sandboxes
         if not sandboxes:
             return None
         try:
-            reply = await self._agent.runtime.pod_sandbox_status(sandboxes[0].id)
+            reply = await self._runtime.pod_sandbox_status(sandboxes[0].id)
         except EdgeletError:
             return None
         return reply.status.annotations.get(podutil.CONFIG_SOURCE_ANNOTATION, podutil.SOURCE_API)
@@ -163,10 +208,10 @@ class SyncLoop:
             task.cancel()
 
     def _terminate_orphan(self, uid: str, why: str) -> None:
-        status = self._agent.pleg.get_status(uid)
+        status = self._pleg.get_status(uid)
         orphan = {"metadata": {"uid": uid, "name": status.name, "namespace": status.namespace}}
         log.info("removing pod %s_%s (%s): %s", status.name, status.namespace, uid, why)
-        self._agent.workers.update(orphan, WorkType.TERMINATE)
+        self._workers.update(orphan, WorkType.TERMINATE)
 
     def _handle_config(self, update: PodUpdate) -> None:
         for pod in update.pods:
@@ -174,49 +219,47 @@ class SyncLoop:
                 self._handle_pod(update.op, pod)
             except Exception:  # a pod no check foresaw costs that pod, never the loop every pod depends on
                 log.exception("pod %s: %s update skipped", cut_long_values(podutil.full_name(pod)), update.op.value)
-        self._agent.update_status_line()
+        self._on_pods_changed()
 
     def _handle_pod(self, op: Op, pod: Pod) -> None:
         uid = podutil.uid(pod)
         if op in (Op.ADD, Op.UPDATE) and podutil.deletion_requested(pod):
             # Deleted before the agent knew it (say, while it was down): terminate it, as the
             # kubelet's pod workers do for any pod that carries a deletionTimestamp.
-            self._agent.pods[uid] = pod
-            self._agent.workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
-            self._agent.prober.update_pod(pod)
+            self._pods.set(pod)
+            self._workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
+            self._prober.update_pod(pod)
         elif op in (Op.ADD, Op.UPDATE):
             if op is Op.ADD and not self._admit(pod):
                 return
-            self._agent.pods[uid] = pod
-            self._agent.syncer.seen(uid)
-            self._agent.workers.update(pod)
-            self._agent.prober.update_pod(pod)
+            self._pods.set(pod)
+            self._syncer.seen(uid)
+            self._workers.update(pod)
+            self._prober.update_pod(pod)
         elif op is Op.DELETE:
-            self._agent.pods[uid] = pod
-            self._agent.status.mark_deleted(uid, at=podutil.meta(pod).get("deletionTimestamp") or
+            self._pods.set(pod)
+            self._status.mark_deleted(uid, at=podutil.meta(pod).get("deletionTimestamp") or
                                             format_time(time.time()), grace=podutil.grace_period_seconds(pod))
-            self._agent.workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
-            self._agent.prober.update_pod(pod)
+            self._workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
+            self._prober.update_pod(pod)
         elif op is Op.REMOVE:
-            self._agent.pods.pop(uid, None)
-            self._agent.workers.update(pod, WorkType.TERMINATE)
-            self._agent.status.mark_deleted(uid, at=format_time(time.time()), grace=podutil.grace_period_seconds(pod))
-        elif op is Op.RECONCILE and uid in self._agent.pods:
-            self._agent.pods[uid] = pod
+            self._pods.remove(uid)
+            self._workers.update(pod, WorkType.TERMINATE)
+            self._status.mark_deleted(uid, at=format_time(time.time()), grace=podutil.grace_period_seconds(pod))
+        elif op is Op.RECONCILE:
+            self._pods.update_if_known(pod)
 
     def _admit(self, pod: Pod) -> bool:
         """The kubelet's admission: a rejected pod gets phase Failed with the reason and never runs."""
-        agent = self._agent
-        active = sum(1 for uid in agent.pods if not agent.workers.is_terminating(uid))
-        verdict = admit(pod, active_pods=active, max_pods=agent.config.max_pods, extra=agent.admit_checks)
+        active = sum(1 for uid in self._pods if not self._workers.is_terminating(uid))
+        verdict = admit(pod, active_pods=active, max_pods=self._max_pods, extra=self._admit_checks)
         if verdict.admit:
             return True
         uid = podutil.uid(pod)
-        if uid not in self._rejected_uids:
-            self._rejected_uids.add(uid)
+        if self._pods.reject(uid):  # reported once, not on every resend of the source
             log.warning("pod %s rejected: %s: %s", podutil.full_name(pod), verdict.reason, verdict.message)
-            agent.status.set_pod_status(pod, rejected_status(verdict))
-            agent.recorder.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
+            self._status.set_pod_status(pod, rejected_status(verdict))
+            self._recorder.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
         return False
 
     def _handle_pleg(self, event: PodLifecycleEvent) -> None:
@@ -225,9 +268,9 @@ class SyncLoop:
         self.sync_if_known(event.pod_uid)
 
     def sync_if_known(self, uid: str) -> None:
-        pod = self._agent.pods.get(uid)
-        if pod is not None and uid not in self._agent.evicted:  # an evicted pod never runs again
-            self._agent.workers.update(pod)
+        pod = self._pods.get(uid)
+        if pod is not None and not self._pods.is_evicted(uid):  # an evicted pod never runs again
+            self._workers.update(pod)
 
     # -- housekeeping -------------------------------------------------------------------------------
 
@@ -239,7 +282,7 @@ class SyncLoop:
         except Exception as exc:
             problem = f"{type(exc).__name__}: {exc}"
             if problem != self._housekeeping_problem:
-                log.exception("housekeeping failed (retried every %gs)", self._agent.config.sync.housekeeping_interval)
+                log.exception("housekeeping failed (retried every %gs)", self._settings.housekeeping_interval)
             self._housekeeping_problem = problem
         else:
             self._housekeeping_problem = ""
@@ -249,11 +292,11 @@ class SyncLoop:
         now = time.monotonic()
         if now >= self._next_runtime_check:  # the kubelet asks the runtime's Status every 5 s
             self._next_runtime_check = now + RUNTIME_CHECK_INTERVAL
-            await self._agent.check_runtime()
-        if not self._agent.pod_config.all_sources_ready():
+            await self._runtime_state.check()
+        if not self._pod_config.all_sources_ready():
             return
-        for uid in self._agent.pleg.runtime_pod_uids() - set(self._agent.pods):
-            if self._agent.workers.is_terminating(uid) or self._agent.workers.known(uid):
+        for uid in self._pleg.runtime_pod_uids() - set(self._pods):
+            if self._workers.is_terminating(uid) or self._workers.known(uid):
                 continue
             self._terminate_orphan(uid, "housekeeping: no source knows it")
         await self._remove_orphaned_volumes()
@@ -266,29 +309,29 @@ class SyncLoop:
         if now < self._next_log_rotation:
             return
         self._next_log_rotation = now + LOG_ROTATION_INTERVAL
-        running = [(c.id, c.log_path) for uid in self._agent.pleg.runtime_pod_uids()
-                   for c in self._agent.pleg.get_status(uid).running_containers() if c.log_path]
+        running = [(c.id, c.log_path) for uid in self._pleg.runtime_pod_uids()
+                   for c in self._pleg.get_status(uid).running_containers() if c.log_path]
         try:
-            await self._agent.log_rotator.rotate(running)
+            await self._log_rotator.rotate(running)
         except OSError as exc:
             log.warning("log rotation failed: %s", exc)
 
     async def _remove_orphaned_volumes(self) -> None:
         """Volume directories of pods that are gone (say, removed while the agent was down)."""
-        active = set(self._agent.pods) | self._agent.pleg.runtime_pod_uids()
-        for uid in self._agent.volumes.pods_on_disk():
-            if uid in active or self._agent.workers.known(uid):
+        active = set(self._pods) | self._pleg.runtime_pod_uids()
+        for uid in self._volumes.pods_on_disk():
+            if uid in active or self._workers.known(uid):
                 continue
             try:
-                await self._agent.volumes.teardown_pod(uid)
+                await self._volumes.teardown_pod(uid)
             except EdgeletError as exc:
                 log.warning("housekeeping: volumes of pod %s not removed yet: %s", uid, exc)
 
     def _update_metrics(self) -> None:
         running_pods = 0
         running = 0
-        for uid in self._agent.pleg.runtime_pod_uids():
-            status = self._agent.pleg.get_status(uid)
+        for uid in self._pleg.runtime_pod_uids():
+            status = self._pleg.get_status(uid)
             if status.sandboxes and status.sandboxes[0].state == 0:
                 running_pods += 1
             running += len(status.running_containers())

@@ -1,0 +1,65 @@
+"""The container runtime's health as the node sees it (the kubelet's runtime_state.go): the CRI Status verdict,
+and whether the relist lost the runtime (containers that die with it did not crash)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from .cri.client import RuntimeClient
+from .errors import EdgeletError
+
+log = logging.getLogger(__name__)
+
+
+class RuntimeState:
+    def __init__(self, runtime: RuntimeClient, *, forget_crash_backoff: Callable[[], None],
+                 on_change: Callable[[], None] = lambda: None):
+        self._runtime = runtime
+        self._forget_crash_backoff = forget_crash_backoff
+        self._on_change = on_change  # the readiness verdict flipped (the heartbeat is written at once)
+        self._health = (False, f"waiting for the container runtime at {runtime.endpoint}")
+        self.lost = False  # the relist cannot reach the runtime (the sync loop watches it)
+
+    def health(self) -> tuple[bool, str]:
+        return self._health
+
+    async def check(self) -> None:
+        """The kubelet's runtime health: the CRI Status call, RuntimeReady and NetworkReady."""
+        was_ready = self._health[0]
+        self._health = await self._status()
+        if self._health[0] != was_ready:
+            self._on_change()
+
+    async def _status(self) -> tuple[bool, str]:
+        try:
+            reply = await self._runtime.status()
+        except EdgeletError as exc:
+            return False, f"container runtime is down: {exc}"
+        failing = [f"{c.type}={c.status} ({c.reason}: {c.message})"
+                   for c in reply.status.conditions if not c.status and c.type == "RuntimeReady"]
+        return (False, "container runtime not ready: " + "; ".join(failing)) if failing else (True, "ok")
+
+    async def version(self) -> str:
+        try:
+            reply = await self._runtime.version()
+            return f"{reply.runtime_name} {reply.runtime_version}"
+        except EdgeletError as exc:
+            return f"unknown ({exc})"
+
+    def note_lost(self, why: str) -> None:
+        """Containers that die with the runtime did not crash: their restart back-off starts over, now and
+        again once the runtime is back (attempts made while it was away must not count either)."""
+        if not self.lost:
+            self.lost = True
+            log.warning("container runtime lost (%s): container restart back-off starts over", why)
+        self._forget_crash_backoff()
+
+    def note_back(self) -> bool:
+        """The relist reaches the runtime; True when it had been lost (every pod is then synced at once)."""
+        if not self.lost:
+            return False
+        self.lost = False
+        self._forget_crash_backoff()
+        log.info("container runtime reachable again: restarting pods without back-off")
+        return True

@@ -1,0 +1,117 @@
+"""The package's import graph: no circle among module-level imports (type-only ones included: a circle there
+is a design circle all the same), and the loop and the pod workers' code take their collaborators rather than
+the agent (the composition root)."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "edgelet"
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The edgelet modules an import statement loads."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name in known}
+    if node.level:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[:len(base) - (node.level - 1)]
+        origin = ".".join(base + ([node.module] if node.module else []))
+    else:
+        origin = node.module or ""
+    # `from . import metrics` and `from .prober import hooks` load submodules.
+    submodules = {f"{origin}.{alias.name}" for alias in node.names if f"{origin}.{alias.name}" in known}
+    # Taking a submodule of one's own package does not depend on that package's __init__ (Python has it
+    # half-loaded by then); taking a name from it, or from any other package, does.
+    own_package = module.startswith(origin + ".")
+    if origin in known and (not own_package or len(submodules) < len(node.names)):
+        submodules.add(origin)
+    return submodules
+
+
+def import_graph(*, top_level_only: bool) -> dict[str, set[str]]:
+    """module -> the edgelet modules it imports. Top level only: leaves out the imports inside functions
+    (the lazy ones), keeps those under `if TYPE_CHECKING:`."""
+    files = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    known = set(files)
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+        statements = []
+        if top_level_only:
+            pending = list(tree.body)
+            while pending:
+                node = pending.pop()
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    statements.append(node)
+                elif isinstance(node, ast.If):
+                    pending.extend(node.body + node.orelse)
+                elif isinstance(node, ast.Try):
+                    pending.extend(node.body + node.orelse + node.finalbody
+                                   + [n for h in node.handlers for n in h.body])
+        else:
+            statements = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        # A submodule's implicit load of its own package is left out: a package that imports its submodules
+        # is not a circle (Python has the package half-loaded by then, and it works).
+        graph[module] = set().union(*(_targets(n, module, is_package, known) for n in statements)) - {module}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of the graph as a path (first node repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)) is not None:
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)) is not None:
+            return cycle
+    return None
+
+
+@pytest.mark.parametrize("graph, cycle", [
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, None),
+    ({"a": {"b"}, "b": {"a"}}, ["a", "b", "a"]),
+    ({"a": {"b"}, "b": {"c"}, "c": {"b"}}, ["b", "c", "b"]),
+])
+def test_find_cycle(graph, cycle):
+    assert find_cycle(graph) == cycle
+
+
+def test_the_graph_sees_relative_and_package_imports():
+    graph = import_graph(top_level_only=True)
+    assert "edgelet.podworkers" in graph["edgelet.podsync"]  # from .podworkers import ...
+    assert "edgelet.metrics" in graph["edgelet.podsync"]  # from . import metrics
+    assert "edgelet.prober" in graph["edgelet.agent"]  # from .prober import ...
+    assert "edgelet.cluster" not in graph["edgelet.agent"]  # imported inside a function: lazy
+
+
+def test_module_level_imports_have_no_circle():
+    assert find_cycle(import_graph(top_level_only=True)) is None
+
+
+@pytest.mark.parametrize("module", ["edgelet.syncloop", "edgelet.podsync"])
+def test_loop_and_pod_work_import_nothing_from_the_agent(module):
+    assert "edgelet.agent" not in import_graph(top_level_only=False)[module]
