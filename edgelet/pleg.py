@@ -133,8 +133,7 @@ class GenericPLEG:
             for uid in [uid for uid in self.cache.uids() if uid not in changed and uid not in present]:
                 self.cache.delete(uid, observed_at)
             self._forget_gone(snapshot)
-            if not self._reinspect:
-                self.cache.update_time(observed_at)
+            self.cache.update_time(observed_at, except_uids=self._reinspect)
 
             events = [PodLifecycleEvent(uid, kind, cid) for uid, kind, cid in raw_events]
             for event in events:

@@ -1,7 +1,7 @@
 """What a pod worker does for one pod: sync it, kill it, and clean up after it (the kubelet's SyncPod family).
 
-Each call reads the runtime state from the PLEG cache, lets the runtime manager act, inspects the pod
-again when something changed, and hands the resulting status to the status manager.
+Each call waits for a runtime status from the pod cache newer than its pod's last action (the kubelet's
+GetNewerThan), lets the runtime manager act, and hands the resulting status to the status manager.
 """
 
 from __future__ import annotations
@@ -64,24 +64,37 @@ class PodSyncer:
         self._on_removed = on_removed
         self.waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self.first_seen: dict[str, float] = {}  # for the pod start SLI
+        # uid -> when the worker last acted on the pod (time.monotonic(), the cache's clock): the next sync
+        # waits for a status observed after it, so that it never acts on a view older than its own actions.
+        self._acted_at: dict[str, float] = {}
 
     def seen(self, uid: str) -> None:
         self.first_seen.setdefault(uid, time.monotonic())
 
     async def sync_pod(self, pod: Pod) -> SyncOutcome:
         uid = podutil.uid(pod)
-        runtime_status = self._pleg.get_status(uid)
-        result = await self._runtime_manager.sync_pod(
-            pod, runtime_status,
-            liveness_failed=self._prober.liveness_failed(uid),
-            startup_failed=self._prober.startup_failed(uid),
-        )
+        runtime_status = await self._fresh_status(uid)
+        try:
+            result = await self._runtime_manager.sync_pod(
+                pod, runtime_status,
+                liveness_failed=self._prober.liveness_failed(uid),
+                startup_failed=self._prober.startup_failed(uid),
+            )
+        finally:  # a sync that failed half-way may have acted too
+            self._acted_at[uid] = time.monotonic()
         if result.started or result.waiting_reasons != self.waiting.get(uid) or not runtime_status.sandboxes:
+            # What this sync just started is in no relist yet: one inspection now publishes the pod as it is
+            # (the kubelet's cache refresh after SyncPod) instead of a status one relist period late, and
+            # stores it in the cache, where it also satisfies the next sync's wait.
             runtime_status = await self._pleg.inspect_now(uid)
         log_reason_changes(pod, self.waiting.get(uid) or {}, result.waiting_reasons)
         self.waiting[uid] = result.waiting_reasons
         self.publish_status(pod, runtime_status, result.waiting_reasons)
         return SyncOutcome(requeue_after=result.requeue_after)
+
+    async def _fresh_status(self, uid: str) -> PodRuntimeStatus:
+        """The pod's runtime status, observed after the worker's last action on it."""
+        return await self._pleg.cache.get_newer_than(uid, self._acted_at.get(uid, 0.0))
 
     def publish_status(self, pod: Pod, runtime_status: PodRuntimeStatus,
                         waiting: dict[str, tuple[str, str]]) -> dict[str, Any]:
@@ -116,10 +129,15 @@ class PodSyncer:
     async def terminate_pod(self, pod: Pod, grace: int | None) -> None:
         uid = podutil.uid(pod)
         self._prober.stop_liveness_and_startup(uid)
+        runtime_status = await self._fresh_status(uid)
+        try:
+            await self._runtime_manager.kill_pod(pod, runtime_status, grace)
+        finally:
+            self._acted_at[uid] = time.monotonic()
+        # One inspection after stopping, as the kubelet's SyncTerminatingPod asks the runtime: the final
+        # status must show the containers stopped, and on_terminated removes what it lists.
         runtime_status = await self._pleg.inspect_now(uid)
-        await self._runtime_manager.kill_pod(pod, runtime_status, grace)
         if uid in self._pods:
-            runtime_status = await self._pleg.inspect_now(uid)
             self.publish_status(pod, runtime_status, {})
 
     async def on_terminated(self, pod: Pod) -> bool:
@@ -129,8 +147,8 @@ class PodSyncer:
         self._release_resources(uid)
         if uid in self._pods and not podutil.deletion_requested(pod):
             return False
-        runtime_status = await self._pleg.inspect_now(uid)
-        await self._runtime_manager.remove_pod(runtime_status)
+        # The cache holds terminate_pod's inspection after the kill, or something newer.
+        await self._runtime_manager.remove_pod(await self._fresh_status(uid))
         try:
             await self._volumes.teardown_pod(uid)
         except EdgeletError as exc:
@@ -141,6 +159,7 @@ class PodSyncer:
         self._prober.remove_pod(uid)
         self.waiting.pop(uid, None)
         self.first_seen.pop(uid, None)
+        self._acted_at.pop(uid, None)
         log.info("pod %s removed", podutil.full_name(pod))
         self._on_removed(pod)
         return True

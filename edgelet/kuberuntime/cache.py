@@ -18,6 +18,8 @@ class PodCache:
         # Every pod's status is at least this fresh: a relist that saw no change to a pod still proves
         # that its cached status held when the relist began.
         self._global_timestamp = 0.0
+        # Pods the last relist failed to inspect: the global timestamp vouches for every pod but these.
+        self._unproven: frozenset[str] = frozenset()
         self._changed = asyncio.Event()  # set and replaced on every change
 
     def get(self, uid: str) -> PodRuntimeStatus:
@@ -41,15 +43,20 @@ class PodCache:
     def uids(self) -> list[str]:
         return list(self._pods)
 
-    def update_time(self, timestamp: float) -> None:
-        """Marks every pod's status valid as of `timestamp` (called after each complete relist)."""
+    def update_time(self, timestamp: float, *, except_uids: frozenset[str] | set[str] = frozenset()) -> None:
+        """Marks every pod's status valid as of `timestamp` (called after each relist), except the pods in
+        `except_uids`, whose inspection failed: their readers wait for a successful one, while one broken pod
+        does not hold back the workers of all the others."""
+        self._unproven = frozenset(except_uids)
         if timestamp > self._global_timestamp:
             self._global_timestamp = timestamp
             self._notify()
 
     def is_newer_than(self, uid: str, minimum: float) -> bool:
         current = self._pods.get(uid)
-        return self._global_timestamp > minimum or (current is not None and current.timestamp > minimum)
+        if current is not None and current.timestamp > minimum:
+            return True
+        return self._global_timestamp > minimum and uid not in self._unproven
 
     async def get_newer_than(self, uid: str, minimum: float) -> PodRuntimeStatus:
         """The pod's status once the cache holds one observed after `minimum`."""

@@ -66,3 +66,18 @@ async def test_get_newer_than_waits_for_a_later_observation():
     await asyncio.sleep(0)
     cache.update_time(12.0)
     assert (await asyncio.wait_for(waiter, 1)).name == "new"
+
+
+async def test_a_pod_whose_inspection_failed_waits_while_the_others_go_on():
+    cache = PodCache()
+    cache.set(status("broken", 10.0, "old"))
+    cache.set(status("fine", 10.0, "old"))
+    cache.update_time(12.0, except_uids={"broken"})  # the relist could not inspect "broken"
+    assert cache.is_newer_than("fine", 11.0) and not cache.is_newer_than("broken", 11.0)
+    waiter = asyncio.ensure_future(cache.get_newer_than("broken", 11.0))
+    await asyncio.sleep(0)
+    cache.update_time(13.0, except_uids={"broken"})
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    cache.set(status("broken", 14.0, "inspected"))  # the next relist's inspection succeeded
+    assert (await asyncio.wait_for(waiter, 1)).name == "inspected"

@@ -1,0 +1,112 @@
+"""What a pod worker asks of the runtime: it acts on a cached status newer than its last action, and
+terminating a pod inspects it once (after the kill), not three times."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from edgelet.kuberuntime.cache import PodCache
+from edgelet.kuberuntime.manager import SyncResult
+from edgelet.kuberuntime.types import PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.podmanager import PodManager
+from edgelet.podsync import PodSyncer
+
+POD = {"metadata": {"uid": "u", "name": "web", "namespace": "default", "deletionTimestamp": "2024-01-01T00:00:00Z"},
+       "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+
+
+def relisted(name: str) -> PodRuntimeStatus:
+    """A pod with its sandbox, as a relist stores it now."""
+    sandbox = SandboxStatus(id="s", name="web", namespace="default", uid="u", attempt=0, state=SandboxState.READY,
+                            created_at=1)
+    return PodRuntimeStatus(uid="u", name=name, sandboxes=[sandbox], timestamp=time.monotonic())
+
+
+class Pleg:
+    """The PLEG's reading side over a real pod cache; inspections are counted and stored as the PLEG does."""
+
+    def __init__(self):
+        self.cache = PodCache()
+        self.inspections = 0
+
+    def get_status(self, uid):
+        return self.cache.get(uid)
+
+    async def inspect_now(self, uid):
+        self.inspections += 1
+        self.cache.set(relisted(f"inspection {self.inspections}"))
+        return self.cache.get(uid)
+
+
+class RuntimeManager:
+    def __init__(self):
+        self.seen: list[tuple[str, str]] = []  # (call, name of the status it was given)
+
+    async def sync_pod(self, pod, status, **_):
+        self.seen.append(("sync", status.name))
+        return SyncResult()
+
+    async def kill_pod(self, pod, status, grace):
+        self.seen.append(("kill", status.name))
+
+    async def remove_pod(self, status):
+        self.seen.append(("remove", status.name))
+
+
+class Prober:
+    def __getattr__(self, name):
+        return lambda *args: {} if name in ("readiness", "started") else set()
+
+
+class Status:
+    def __init__(self):
+        self.published = []
+
+    def get_status(self, uid):
+        return None
+
+    def set_pod_status(self, pod, status):
+        self.published.append(status)
+
+    def remove(self, uid):
+        pass
+
+
+class Volumes:
+    async def teardown_pod(self, uid):
+        pass
+
+
+def make_syncer():
+    pleg, runtime_manager, pods = Pleg(), RuntimeManager(), PodManager()
+    syncer = PodSyncer(pod_manager=pods, pleg=pleg, runtime_manager=runtime_manager, prober=Prober(),
+                       status=Status(), volumes=Volumes(), node_ip="10.0.0.1")
+    return syncer, pleg, runtime_manager, pods
+
+
+async def test_terminating_a_pod_inspects_it_once():
+    syncer, pleg, runtime_manager, pods = make_syncer()
+    pods.set(POD)
+    pleg.cache.set(relisted("relist"))
+    await syncer.terminate_pod(POD, None)
+    assert await syncer.on_terminated(POD) is True
+    assert pleg.inspections == 1
+    # The kill used the relist's view; the removal what the inspection after the kill saw.
+    assert runtime_manager.seen == [("kill", "relist"), ("remove", "inspection 1")]
+    assert "u" not in pods
+
+
+async def test_the_next_sync_waits_for_a_status_newer_than_the_last_action():
+    syncer, pleg, runtime_manager, pods = make_syncer()
+    pods.set(POD)
+    pleg.cache.set(relisted("relist 1"))
+    await syncer.sync_pod(POD)  # the first sync publishes at once: it inspects after acting
+    await asyncio.wait_for(syncer.sync_pod(POD), 1)  # that inspection is newer than the action: no wait
+    assert runtime_manager.seen == [("sync", "relist 1"), ("sync", "inspection 1")] and pleg.inspections == 1
+    third = asyncio.ensure_future(syncer.sync_pod(POD))
+    await asyncio.sleep(0.01)
+    assert not third.done()  # nothing in the cache was observed after the second sync acted
+    pleg.cache.set(relisted("relist 2"))
+    await asyncio.wait_for(third, 1)
+    assert runtime_manager.seen[-1] == ("sync", "relist 2") and pleg.inspections == 1
