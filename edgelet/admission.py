@@ -28,6 +28,9 @@ class Verdict:
 
 
 ADMIT = Verdict(True)
+# Pods from manifests were validated once, when their manifest was parsed (podconfig/manifest.py), where a
+# problem is reported naming the file and field and the pod never gets here; API pods are validated here.
+VALIDATED_AT_SOURCE = frozenset({podutil.SOURCE_FILE, podutil.SOURCE_HTTP})
 Check = Callable[[Pod], Verdict]
 
 
@@ -52,7 +55,7 @@ def admit(pod: Pod, *, active_pods: int, max_pods: int, extra: Iterable[Check] =
     """The first reason not to run the pod, in the kubelet's order: capacity, then the pod itself."""
     if active_pods >= max_pods:
         return Verdict(False, "OutOfpods", f"Node didn't have enough resource: pods, limit: {max_pods}")
-    problems = validate_pod(pod)
+    problems = validate_pod(pod) if podutil.source(pod) not in VALIDATED_AT_SOURCE else []
     if problems:
         detail = cut_long_values("; ".join(f"{path}: {message}" if path else message for path, message in problems[:5]))
         return Verdict(False, "InvalidPodSpec", f"Pod spec rejected by the node: {detail}")

@@ -47,6 +47,15 @@ def test_admit(pod, active, expected_reason, message_part):
     assert message_part in verdict.message
 
 
+@pytest.mark.parametrize("source, admitted", [("file", True), ("http", True), ("api", False)])
+def test_manifest_pods_are_not_validated_twice(source, admitted):
+    """File and HTTP pods were validated when their manifest was parsed (an invalid one never gets here),
+    so admission does not repeat it; API pods it validates."""
+    pod = pod_with(containers=[{"name": "c"}])  # no image: what parse_manifest refuses
+    pod["metadata"]["annotations"] = {"kubernetes.io/config.source": source}
+    assert admit(pod, active_pods=0, max_pods=110).admit is admitted
+
+
 def test_extra_checks_run_last_and_first_rejection_wins():
     calls = []
 
