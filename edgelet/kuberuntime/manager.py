@@ -278,10 +278,26 @@ class RuntimeManager:
         result.started.append(name)
         log.info("pod %s: started container %s (%s, restart %d)", podutil.full_name(pod), name,
                  container_id[:13], restart_count)
-        if self._hooks is not None:
-            failure = await self._hooks.post_start(pod, container, container_id, self)
-            if failure:
-                result.waiting_reasons[name] = ("PostStartHookError", failure)
+        await self._post_start(pod, container, container_id, result)
+
+    async def _post_start(self, pod: Pod, container: dict, container_id: str, result: SyncResult) -> None:
+        """The container's postStart hook; when it fails the container is killed (the kubelet's
+        FailedPostStartHook), preStop hook and all, and waits as PostStartHookError."""
+        if self._hooks is None:
+            return
+        failure = await self._hooks.post_start(pod, container, container_id)
+        if not failure:
+            return
+        name = container["name"]
+        result.waiting_reasons[name] = ("PostStartHookError", failure)
+        try:
+            # The kubelet gives such a kill the minimum grace at least, even for a pod whose grace is 0.
+            await self._stop_container(container_id, name,
+                                       max(podutil.grace_period_seconds(pod), MINIMUM_GRACE_SECONDS), pod,
+                                       "FailedPostStartHook", event_message="FailedPostStartHook")
+        except EdgeletError as exc:
+            log.warning("pod %s: stopping container %s (%s) failed: %s", podutil.full_name(pod), name,
+                        container_id[:13], exc)
 
     async def _adopt_created(self, pod: Pod, container: dict, created: ContainerStatus, sandbox_id: str,
                              result: SyncResult, container_type: str) -> bool:
@@ -301,10 +317,7 @@ class RuntimeManager:
                 result.started.append(name)
                 log.info("pod %s: started container %s (%s) created before a restart", podutil.full_name(pod),
                          name, created.id[:13])
-                if self._hooks is not None:
-                    failure = await self._hooks.post_start(pod, container, created.id, self)
-                    if failure:
-                        result.waiting_reasons[name] = ("PostStartHookError", failure)
+                await self._post_start(pod, container, created.id, result)
                 return True
         log.info("pod %s: removing container %s (%s) that was created but never started", podutil.full_name(pod),
                  name, created.id[:13])
@@ -387,7 +400,7 @@ class RuntimeManager:
         if pod.get("spec"):  # an orphan no source knows has no object to attach events to
             self._recorder.event(pod_ref(pod, name), NORMAL, "Killing", event_message or f"Stopping container {name}")
         if self._hooks is not None and pod.get("spec"):
-            grace = await self._hooks.pre_stop(pod, name, container_id, grace, self)
+            grace = await self._hooks.pre_stop(pod, name, container_id, grace)
         await self._runtime.stop_container(container_id, grace)
 
     async def remove_pod(self, status: PodRuntimeStatus) -> None:

@@ -1,8 +1,8 @@
 """Container lifecycle hooks: postStart right after a container starts, preStop before it is stopped.
 
-The kubelet's rules: a failed postStart hook gets the container killed (FailedPostStartHook); a
-preStop hook runs within the grace period, and what it leaves of it goes to StopContainer, never
-less than two seconds. Hooks are exec (CRI ExecSync, no timeout), httpGet or sleep.
+The kubelet's rules: a failed postStart hook gets the container killed (FailedPostStartHook; the runtime
+manager stops it, as any container, preStop hook included); a preStop hook runs within the grace period,
+and what it leaves of it goes to StopContainer, never less than two seconds. Hooks are exec (CRI ExecSync, no timeout), httpGet or sleep.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from edgelet import podutil
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.errors import ConfigError, EdgeletError
-from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
+from edgelet.events import NO_EVENTS, WARNING, Recorder, pod_ref
 from edgelet.kuberuntime.manager import MINIMUM_GRACE_SECONDS
 
 from .probes import (
@@ -69,11 +69,9 @@ class HookRunner:
         self._http = http or HttpGetter()
         self._clock = clock
 
-    async def post_start(self, pod: podutil.Pod, container: Mapping[str, Any], container_id: str,
-                         manager: object = None) -> str | None:
-        """Runs the container's postStart hook, if any. On failure the container is stopped (after its
-        preStop hook, as any kill) and the message is returned: the caller shows it as the
-        container's PostStartHookError. `manager` (the caller) is not needed."""
+    async def post_start(self, pod: podutil.Pod, container: Mapping[str, Any], container_id: str) -> str | None:
+        """Runs the container's postStart hook, if any. On failure the message is returned: the caller
+        stops the container and shows the message as its PostStartHookError."""
         handler = (container.get("lifecycle") or {}).get("postStart")
         if handler is None:
             return None
@@ -84,12 +82,10 @@ class HookRunner:
             log.warning("pod %s: container %s (%s): %s: killing it (%s)", podutil.full_name(pod),
                         container["name"], container_id[:13], message, REASON_FAILED_POST_START)
             self._recorder.event(pod_ref(pod, container["name"]), WARNING, REASON_FAILED_POST_START, message)
-            await self._kill(pod, container["name"], container_id)
             return message
         return None
 
-    async def pre_stop(self, pod: podutil.Pod, name: str, container_id: str, grace: int,
-                       manager: object = None) -> int:
+    async def pre_stop(self, pod: podutil.Pod, name: str, container_id: str, grace: int) -> int:
         """Runs the container's preStop hook within `grace` seconds; returns the seconds StopContainer
         gets (at least MINIMUM_GRACE_SECONDS). A grace of 0 (a forced stop) skips the hook and stays 0.
         A failed or unfinished hook is logged; the stop goes on regardless."""
@@ -113,15 +109,6 @@ class HookRunner:
 
     async def close(self) -> None:
         await self._http.close()
-
-    async def _kill(self, pod: podutil.Pod, name: str, container_id: str) -> None:
-        self._recorder.event(pod_ref(pod, name), NORMAL, "Killing", REASON_FAILED_POST_START)
-        grace = await self.pre_stop(pod, name, container_id, podutil.grace_period_seconds(pod))
-        try:
-            await self._runtime.stop_container(container_id, max(grace, MINIMUM_GRACE_SECONDS))
-        except EdgeletError as exc:
-            log.warning("pod %s: stopping container %s (%s) failed: %s", podutil.full_name(pod), name,
-                        container_id[:13], exc)
 
     async def _run(self, pod: podutil.Pod, container: Mapping[str, Any], container_id: str,
                    handler: Any, hook: str) -> None:
