@@ -136,7 +136,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     try:
         since = _since(args.since, args.since_time)
-        options = LogOptions(follow=args.follow, previous=args.previous, tail=args.tail, since=since,
+        options = LogOptions(follow=args.follow, previous=args.previous, tail=args.tail, since_ns=since,
                              timestamps=args.timestamps)
         return print_logs(config, namespace=args.namespace, pod_name=args.pod, container=args.container,
                           all_containers=args.all_containers, options=options, out=sys.stdout, err=sys.stderr)
@@ -145,9 +145,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
 
 
-def _since(since: str | None, since_time: str | None) -> float | None:
+def _since(since: str | None, since_time: str | None) -> int | None:
+    """--since or --since-time as nanoseconds since the epoch, the time stamps' own unit."""
     from .config import parse_duration
-    from .containerlogs import LogsError, log_time
+    from .containerlogs import LogsError
+    from .kubetime import parse_rfc3339_ns
 
     if since is not None and since_time is not None:
         raise LogsError("at most one of --since and --since-time may be given")
@@ -156,8 +158,8 @@ def _since(since: str | None, since_time: str | None) -> float | None:
             seconds = parse_duration(since)
             if seconds <= 0:
                 raise ValueError(f"--since must be a positive duration, got {since!r}")
-            return time.time() - seconds
-        return log_time(since_time) if since_time is not None else None
+            return time.time_ns() - int(seconds * 1_000_000_000)
+        return parse_rfc3339_ns(since_time) if since_time is not None else None
     except ValueError as exc:
         raise LogsError(str(exc)) from None
 

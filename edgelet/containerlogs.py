@@ -8,7 +8,6 @@ container. Reading works from the files alone, so `edgelet logs` answers when th
 from __future__ import annotations
 
 import collections
-import datetime
 import glob
 import itertools
 import logging
@@ -19,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import IO, Iterable, Iterator
 
 from .errors import EdgeletError
+from .kubetime import parse_rfc3339_ns
 
 log = logging.getLogger(__name__)
 
-_LINE = re.compile(rb"^(\S+) (stdout|stderr) ([FP]) ?(.*)$", re.DOTALL)
 ROTATED_SUFFIX = re.compile(r"\.log\.(\d{8}-\d{6}(?:\.\d+)?)$")
 
 
@@ -30,43 +29,69 @@ class LogsError(EdgeletError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    timestamp: str
-    stream: str
-    partial: bool
-    text: bytes
+# -- lines, messages, selection (pure; `edgelet logs` and the kubelet API's /containerLogs both use them) -----
+
+# One whole message: (time stamp of its first piece, text with its newline). Plain tuples of bytes: a 10 MiB
+# log is 80,000 of them, and every object layer shows in `kubectl logs` time.
+Entry = tuple[bytes, bytes]
 
 
-def parse_line(raw: bytes) -> LogLine | None:
-    """One CRI log line `<RFC3339Nano> <stdout|stderr> <F|P> <text>`; None when it is not one."""
-    match = _LINE.match(raw.rstrip(b"\n"))
-    if match is None:
+def split_line(raw: bytes) -> tuple[bytes, bytes, bool, bytes] | None:
+    """(time stamp, stream, partial, text) of a CRI log line `<time> <stream> <F|P>[:tags] <text>`; None if not one."""
+    parts = raw.rstrip(b"\n").split(b" ", 3)
+    if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr") or parts[2][:1] not in (b"F", b"P"):
         return None
-    ts, stream, tag, text = match.groups()
-    return LogLine(ts.decode(), stream.decode(), tag == b"P", text)
+    return parts[0], parts[1], parts[2][:1] == b"P", parts[3] if len(parts) > 3 else b""
 
 
-class _Joiner:
-    """Joins P (partial) lines with the F line that ends them, per stream; a message keeps its first part's time."""
+class LineJoiner:
+    """Joins P (partial) lines with the F line ending them, per stream, across reads and files; a message
+    keeps its first piece's time stamp."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, tuple[str, bytes]] = {}
+        self._pending: dict[bytes, tuple[bytes, bytes]] = {}
 
-    def feed(self, line: LogLine) -> tuple[str, bytes] | None:
-        timestamp, text = self._pending.pop(line.stream, (line.timestamp, b""))
-        if line.partial:
-            self._pending[line.stream] = (timestamp, text + line.text)
-            return None
-        return timestamp, text + line.text + b"\n"
+    def feed(self, raws: Iterable[bytes]) -> Iterator[Entry]:
+        pending = self._pending
+        for raw in raws:
+            line = split_line(raw)
+            if line is None:
+                continue
+            stamp, stream, partial, text = line
+            if pending and stream in pending:
+                stamp, before = pending.pop(stream)
+                text = before + text
+            if partial:
+                pending[stream] = (stamp, text)
+            else:
+                yield stamp, text + b"\n"
 
 
-def join_partials(lines: Iterable[LogLine]) -> Iterator[bytes]:
-    """The text of each whole message, as the runtime split it into P lines ended by an F line."""
-    joiner = _Joiner()
-    for line in lines:
-        if (message := joiner.feed(line)) is not None:
-            yield message[1]
+def since_filter(entries: Iterable[Entry], since_ns: int | None) -> Iterator[Entry]:
+    """Entries stamped at or after since_ns. The runtime writes in time order, so checking stops at
+    the first entry that passes."""
+    iterator = iter(entries)
+    if since_ns is not None:
+        for entry in iterator:
+            try:
+                if parse_rfc3339_ns(entry[0].decode()) >= since_ns:
+                    yield entry
+                    break
+            except ValueError:
+                continue
+    yield from iterator
+
+
+def select(entries: Iterable[Entry], *, since_ns: int | None = None, tail: int | None = None) -> Iterable[Entry]:
+    """The entries a read returns: those since `since_ns`, then the last `tail` of them (None: all)."""
+    chosen = since_filter(entries, since_ns)
+    if tail is not None:
+        return collections.deque(chosen, maxlen=tail)
+    return chosen
+
+
+def render(entry: Entry, timestamps: bool) -> bytes:
+    return entry[0] + b" " + entry[1] if timestamps else entry[1]
 
 
 # -- rotation -----------------------------------------------------------------------------------
@@ -132,7 +157,7 @@ class LogOptions:
     follow: bool = False
     previous: bool = False
     tail: int = -1  # the last N lines; -1: all
-    since: float | None = None  # only lines written at or after this time (seconds since the epoch)
+    since_ns: int | None = None  # only lines written at or after this time (nanoseconds since the epoch)
     timestamps: bool = False
 
 
@@ -212,44 +237,9 @@ def _restarts(directory: str) -> list[int]:
     return sorted(int(name[:-4]) for name in os.listdir(directory) if name.endswith(".log") and name[:-4].isdigit())
 
 
-def _read_lines(handle: IO[bytes]) -> Iterator[LogLine]:
-    for raw in handle:
-        line = parse_line(raw)
-        if line is not None:
-            yield line
-
-
-def _read_file(path: str) -> Iterator[LogLine]:
+def _read_file(path: str) -> Iterator[bytes]:
     with open(path, "rb") as handle:
-        yield from _read_lines(handle)
-
-
-def log_time(timestamp: str) -> float:
-    """Seconds since the epoch of a CRI line's RFC 3339 timestamp (nanoseconds are cut to microseconds)."""
-    return datetime.datetime.fromisoformat(timestamp).timestamp()
-
-
-def select_messages(lines: Iterable[LogLine], options: LogOptions) -> Iterator[tuple[str, bytes]]:
-    """(timestamp, text) of whole messages that pass --since, then the last --tail of them."""
-    joiner = _Joiner()
-    messages = (message for line in lines if (message := joiner.feed(line)) is not None)
-    if options.since is not None:
-        since = options.since
-        messages = (m for m in messages if _not_before(m[0], since))
-    if options.tail >= 0:
-        return iter(collections.deque(messages, maxlen=options.tail))
-    return messages
-
-
-def _not_before(timestamp: str, since: float) -> bool:
-    try:
-        return log_time(timestamp) >= since
-    except ValueError:
-        return True
-
-
-def format_message(timestamp: str, text: bytes, *, timestamps: bool) -> bytes:
-    return f"{timestamp} ".encode() + text if timestamps else text
+        yield from handle
 
 
 def print_logs(config, *, namespace: str | None, pod_name: str, container: str | None, all_containers: bool,
@@ -265,14 +255,17 @@ def print_logs(config, *, namespace: str | None, pod_name: str, container: str |
     if note:
         print(note, file=err, flush=True)
     followers = []
+    tail = options.tail if options.tail >= 0 else None
     for name in containers:
         files = container_log_files(pod_dir, name, options.previous)
-        lines = itertools.chain.from_iterable(_read_file(path) for path in files[:-1])
+        rotated = itertools.chain.from_iterable(_read_file(path) for path in files[:-1])
         live = open(files[-1], "rb")
-        _write(out, select_messages(itertools.chain(lines, _read_lines(live)), options), options.timestamps)
+        joiner = LineJoiner()  # one per container: a message split across files, or across the read and -f
+        entries = joiner.feed(itertools.chain(rotated, live))
+        _write(out, select(entries, since_ns=options.since_ns, tail=tail), options.timestamps)
         if options.follow and not options.previous:
             restart = int(os.path.basename(files[-1])[:-4])
-            followers.append(_Follower(files[-1], live, name, restart))
+            followers.append(_Follower(files[-1], live, name, restart, joiner=joiner))
         else:
             live.close()
     if followers:
@@ -287,17 +280,16 @@ class _Follower:
     handle: IO[bytes]
     container: str
     restart: int
+    joiner: LineJoiner = field(default_factory=LineJoiner)
     buffer: bytes = b""
-    joiner: _Joiner = field(default_factory=_Joiner)
 
-    def read(self) -> list[tuple[str, bytes]]:
+    def read(self) -> list[Entry]:
         chunk = self.handle.read()
         if not chunk:
             return []
         self.buffer += chunk
         *complete, self.buffer = self.buffer.split(b"\n")
-        lines = (parse_line(raw) for raw in complete)
-        return [m for line in lines if line is not None and (m := self.joiner.feed(line)) is not None]
+        return list(self.joiner.feed(complete))
 
     def reopen_if_rotated(self) -> None:
         try:
@@ -352,21 +344,30 @@ def _follow(followers: list[_Follower], out: IO[str], options: LogOptions, watch
         for follower in followers:
             messages = follower.read()
             if messages:
-                _write(out, iter(messages), options.timestamps)
+                _write(out, messages, options.timestamps)
                 wrote = True
         if wrote:
             continue
         time.sleep(FOLLOW_POLL)
         for follower in list(followers):
             if watch.ended(follower):
-                _write(out, iter(follower.read()), options.timestamps)  # what it wrote before it ended
+                _write(out, follower.read(), options.timestamps)  # what it wrote before it ended
                 follower.handle.close()
                 followers.remove(follower)
             else:
                 follower.reopen_if_rotated()
 
 
-def _write(out: IO[str], messages: Iterator[tuple[str, bytes]], timestamps: bool) -> None:
-    for timestamp, text in messages:
-        out.write(format_message(timestamp, text, timestamps=timestamps).decode("utf-8", "replace"))
+_WRITE_BATCH = 64 * 1024
+
+
+def _write(out: IO[str], entries: Iterable[Entry], timestamps: bool) -> None:
+    """Writes whole messages in batches (a batch never splits a message, so never a UTF-8 character)."""
+    batch = bytearray()
+    for entry in entries:
+        batch += render(entry, timestamps)
+        if len(batch) >= _WRITE_BATCH:
+            out.write(batch.decode("utf-8", "replace"))
+            batch.clear()
+    out.write(batch.decode("utf-8", "replace"))
     out.flush()

@@ -1,4 +1,5 @@
-"""Kubernetes time stamps as text: metav1.Time (whole seconds) and MicroTime, both UTC with a Z."""
+"""Kubernetes time stamps as text: metav1.Time (whole seconds) and MicroTime, both UTC with a Z; RFC 3339 times
+with nanoseconds (CRI log lines, sinceTime) read to integer nanoseconds."""
 
 from __future__ import annotations
 
@@ -22,3 +23,18 @@ def format_micro_time(seconds: float) -> str:
 def parse_time(text: str) -> float:
     """Seconds since the epoch of a metav1.Time; ValueError when it is not one."""
     return float(calendar.timegm(time.strptime(text, _SECONDS)))
+
+
+def parse_rfc3339_ns(text: str) -> int:
+    """Nanoseconds since the epoch of an RFC 3339 time with up to nine fraction digits; ValueError if not one."""
+    head, dot, rest = text.partition(".")
+    fraction = ""
+    if dot:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        fraction, rest = rest[:digits], rest[digits:]
+        if not fraction or len(fraction) > 9:
+            raise ValueError(f"{text!r} is not an RFC 3339 time")
+    moment = datetime.fromisoformat(head + (rest.replace("Z", "+00:00") if rest else ""))
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone")
+    return int(moment.timestamp()) * 1_000_000_000 + int(fraction.ljust(9, "0") or 0)

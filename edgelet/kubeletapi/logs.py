@@ -1,83 +1,23 @@
 """/containerLogs: a container's CRI log files (rotated ones first) read with the PodLogOptions of the query.
 
-Selecting lines (since, tail, timestamps, byte limit) is pure; following tails the live file and
-reopens it when rotation replaced it, until the container stops or the client goes.
+Lines, messages and their selection (since, tail, timestamps) are `edgelet.containerlogs`'s, shared with
+`edgelet logs`; here: the byte limit, batching for the event loop, and following the live file (reopened
+when rotation replaced it) until the container stops or the client goes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import IO
 
-from .paths import LogOptions, parse_rfc3339_ns
+from edgelet.containerlogs import LineJoiner, render, select, since_filter
+
+from .paths import LogOptions
 
 _FOLLOW_POLL = 0.2
 _READ_CHUNK = 256 * 1024
-
-
-# One logical log line: (time stamp of its first piece, text with its newline). Plain tuples: a 10 MiB
-# log is 80,000 of them, and every object layer shows in `kubectl logs` time.
-Entry = tuple[bytes, bytes]
-
-
-def split_line(raw: bytes) -> tuple[bytes, bytes, bool, bytes] | None:
-    """(time stamp, stream, partial, text) of a CRI log line `<time> <stream> <F|P>[:tags] <text>`; None if not one."""
-    parts = raw.rstrip(b"\n").split(b" ", 3)
-    if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr") or parts[2][:1] not in (b"F", b"P"):
-        return None
-    return parts[0], parts[1], parts[2][:1] == b"P", parts[3] if len(parts) > 3 else b""
-
-
-class LineJoiner:
-    """Joins P (partial) lines with the F line ending them, per stream, across reads and files."""
-
-    def __init__(self) -> None:
-        self._pending: dict[bytes, tuple[bytes, bytes]] = {}
-
-    def feed(self, raws: Iterable[bytes]) -> Iterator[Entry]:
-        pending = self._pending
-        for raw in raws:
-            line = split_line(raw)
-            if line is None:
-                continue
-            stamp, stream, partial, text = line
-            if pending and stream in pending:
-                stamp, before = pending.pop(stream)
-                text = before + text
-            if partial:
-                pending[stream] = (stamp, text)
-            else:
-                yield stamp, text + b"\n"
-
-
-def _since_filter(entries: Iterable[Entry], since_ns: int | None) -> Iterator[Entry]:
-    """Entries stamped at or after since_ns. The runtime writes in time order, so checking stops at
-    the first entry that passes."""
-    iterator = iter(entries)
-    if since_ns is not None:
-        for entry in iterator:
-            try:
-                if parse_rfc3339_ns(entry[0].decode()) >= since_ns:
-                    yield entry
-                    break
-            except ValueError:
-                continue
-    yield from iterator
-
-
-def select(entries: Iterable[Entry], options: LogOptions) -> Iterable[Entry]:
-    """The entries a non-following read returns before the byte limit: since first, then the tail."""
-    chosen = _since_filter(entries, options.since_ns)
-    if options.tail_lines is not None:
-        return collections.deque(chosen, maxlen=options.tail_lines)
-    return chosen
-
-
-def render(entry: Entry, timestamps: bool) -> bytes:
-    return entry[0] + b" " + entry[1] if timestamps else entry[1]
 
 
 class ByteLimit:
@@ -98,10 +38,6 @@ class ByteLimit:
         return data
 
 
-def _entries_of(handle: IO[bytes], joiner: LineJoiner) -> Iterator[Entry]:
-    return joiner.feed(handle)
-
-
 async def read_logs(
     files: list[str], options: LogOptions, *, still_running: Callable[[], bool],
     closed: Callable[[], bool] = lambda: False, batch_bytes: int = 64 * 1024,
@@ -119,9 +55,9 @@ async def read_logs(
                 if path == live:
                     raise
                 continue  # rotated away since it was listed: its lines are gone
-        entries = (entry for handle in handles for entry in _entries_of(handle, joiner))
+        entries = (entry for handle in handles for entry in joiner.feed(handle))
         batch = bytearray()
-        for entry in select(entries, options):
+        for entry in select(entries, since_ns=options.since_ns, tail=options.tail_lines):
             batch += limit.take(render(entry, options.timestamps))
             if len(batch) >= batch_bytes or limit.exhausted:
                 yield bytes(batch)
@@ -152,7 +88,7 @@ async def _follow(path: str, handle: IO[bytes], joiner: LineJoiner, options: Log
             if chunk:
                 buffer += chunk
                 *complete, buffer = buffer.split(b"\n")
-                entries = _since_filter(joiner.feed(complete), options.since_ns)
+                entries = since_filter(joiner.feed(complete), options.since_ns)
                 out = b"".join(limit.take(render(entry, options.timestamps)) for entry in entries)
                 if out:
                     yield out

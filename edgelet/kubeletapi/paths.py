@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+
+from edgelet.kubetime import parse_rfc3339_ns  # noqa: F401 (part of this module's query vocabulary)
 
 # Endpoints that take a container (or, for portForward, only a pod) and may carry the pod's uid.
 _CONTAINER_ENDPOINTS = ("containerLogs", "exec", "attach", "run")
@@ -107,21 +108,6 @@ def _query_int(query: Mapping[str, Sequence[str]], name: str, *, minimum: int) -
     if number < minimum:
         raise BadRequest(f"query parameter {name}: must be at least {minimum}, got {number}")
     return number
-
-
-def parse_rfc3339_ns(text: str) -> int:
-    """Nanoseconds since the epoch of an RFC 3339 time with up to nine fraction digits; ValueError if not one."""
-    head, dot, rest = text.partition(".")
-    fraction = ""
-    if dot:
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        fraction, rest = rest[:digits], rest[digits:]
-        if not fraction or len(fraction) > 9:
-            raise ValueError(f"{text!r} is not an RFC 3339 time")
-    moment = datetime.fromisoformat(head + (rest.replace("Z", "+00:00") if rest else ""))
-    if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone")
-    return int(moment.timestamp()) * 1_000_000_000 + int(fraction.ljust(9, "0") or 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""CRI log parsing, partial-line joining, rotation bookkeeping and log file lookup."""
+"""CRI log parsing, partial-line joining and selection (shared by `edgelet logs` and the kubelet API),
+rotation bookkeeping and log file lookup."""
 
 from __future__ import annotations
 
@@ -8,50 +9,48 @@ import pytest
 
 from edgelet.containerlogs import (
     DEFAULT_CONTAINER_ANNOTATION,
-    LogLine,
-    LogOptions,
+    LineJoiner,
     LogsError,
     choose_containers,
     container_log_files,
-    format_message,
     instance_ended,
-    log_time,
-    select_messages,
     files_to_delete,
     find_pod_dir,
-    join_partials,
-    parse_line,
+    render,
     rotated_files,
+    select,
+    split_line,
 )
+from edgelet.kubetime import parse_rfc3339_ns
 
 
-@pytest.mark.parametrize(
-    "raw, expected",
-    [
-        (b"2026-01-01T00:00:00.000000001Z stdout F hello\n",
-         LogLine("2026-01-01T00:00:00.000000001Z", "stdout", False, b"hello")),
-        (b"2026-01-01T00:00:00Z stderr P part", LogLine("2026-01-01T00:00:00Z", "stderr", True, b"part")),
-        (b"2026-01-01T00:00:00Z stdout F \n", LogLine("2026-01-01T00:00:00Z", "stdout", False, b"")),
-        (b"2026-01-01T00:00:00Z stdout F  two  spaces", LogLine("2026-01-01T00:00:00Z", "stdout", False,
-                                                               b" two  spaces")),
-        (b"garbage", None),
-        (b"2026-01-01T00:00:00Z stdin F x", None),
-        (b"2026-01-01T00:00:00Z stdout X x", None),
-    ],
-)
-def test_parse_line(raw, expected):
-    assert parse_line(raw) == expected
+@pytest.mark.parametrize("raw, parts", [
+    (b"2026-01-01T00:00:00.000000001Z stdout F hello\n",
+     (b"2026-01-01T00:00:00.000000001Z", b"stdout", False, b"hello")),
+    (b"t stderr P part", (b"t", b"stderr", True, b"part")),
+    (b"t stdout F \n", (b"t", b"stdout", False, b"")),
+    (b"t stdout F\n", (b"t", b"stdout", False, b"")),
+    (b"t stdout F  two  spaces", (b"t", b"stdout", False, b" two  spaces")),
+    (b"t stdout F:x tagged", (b"t", b"stdout", False, b"tagged")),
+    (b"garbage", None),
+    (b"t stdin F x", None),
+    (b"t stdout X x", None),
+])
+def test_split_line(raw, parts):
+    assert split_line(raw) == parts
 
 
-def test_join_partials_per_stream():
-    lines = [
-        LogLine("t", "stdout", True, b"hel"),
-        LogLine("t", "stderr", False, b"oops"),
-        LogLine("t", "stdout", True, b"lo "),
-        LogLine("t", "stdout", False, b"world"),
-        LogLine("t", "stdout", False, b"next"),
-    ]
-    assert list(join_partials(lines)) == [b"oops\n", b"hello world\n", b"next\n"]
+def test_joiner_joins_per_stream_and_stamps_a_message_with_its_first_piece():
+    joiner = LineJoiner()
+    out = list(joiner.feed([b"t1 stdout P hel", b"t2 stderr F oops", b"not a line", b"t3 stdout P lo "]))
+    out += list(joiner.feed([b"t4 stdout F world\n", b"t5 stdout F next"]))  # a later read (or file) ends it
+    assert out == [(b"t2", b"oops\n"), (b"t1", b"hello world\n"), (b"t5", b"next\n")]
+
+
+def test_render():
+    entry = (b"2026-01-01T00:00:00Z", b"hi\n")
+    assert render(entry, False) == b"hi\n"
+    assert render(entry, True) == b"2026-01-01T00:00:00Z hi\n"
 
 
 @pytest.mark.parametrize(
@@ -140,28 +139,31 @@ def test_choose_containers_refuses_an_unknown_or_ambiguous_container():
 
 
 LINES = [
-    LogLine("2026-01-01T00:00:01.000000001Z", "stdout", False, b"one"),
-    LogLine("2026-01-01T00:00:02Z", "stdout", True, b"t"),
-    LogLine("2026-01-01T00:00:03+00:00", "stdout", False, b"wo"),
-    LogLine("2026-01-01T00:00:04Z", "stderr", False, b"three"),
+    b"2026-01-01T00:00:01.000000001Z stdout F one",
+    b"2026-01-01T00:00:02Z stdout P t",
+    b"2026-01-01T00:00:03+00:00 stdout F wo",
+    b"2026-01-01T00:00:04Z stderr F three",
 ]
 
 
 @pytest.mark.parametrize(
-    ("options", "expected"),
+    ("since", "tail", "timestamps", "expected"),
     [
-        (LogOptions(), [b"one\n", b"two\n", b"three\n"]),
-        (LogOptions(tail=2), [b"two\n", b"three\n"]),
-        (LogOptions(tail=0), []),
-        (LogOptions(since=log_time("2026-01-01T00:00:02Z")), [b"two\n", b"three\n"]),
-        (LogOptions(since=log_time("2026-01-01T00:00:02.5Z")), [b"three\n"]),
-        (LogOptions(timestamps=True, tail=2),
-         [b"2026-01-01T00:00:02Z two\n", b"2026-01-01T00:00:04Z three\n"]),
+        (None, None, False, [b"one\n", b"two\n", b"three\n"]),
+        (None, 2, False, [b"two\n", b"three\n"]),
+        (None, 0, False, []),
+        (None, 50, False, [b"one\n", b"two\n", b"three\n"]),
+        ("2026-01-01T00:00:01.000000001Z", None, False, [b"one\n", b"two\n", b"three\n"]),
+        ("2026-01-01T00:00:01.000000002Z", None, False, [b"two\n", b"three\n"]),  # nanoseconds count
+        ("2026-01-01T00:00:02.5Z", None, False, [b"three\n"]),
+        ("2026-01-01T00:00:02Z", 1, False, [b"three\n"]),  # since first, then the tail
+        (None, 2, True, [b"2026-01-01T00:00:02Z two\n", b"2026-01-01T00:00:04Z three\n"]),
     ],
 )
-def test_select_messages_tail_since_and_timestamps(options, expected):
-    selected = select_messages(LINES, options)
-    assert [format_message(t, text, timestamps=options.timestamps) for t, text in selected] == expected
+def test_select_since_tail_and_timestamps(since, tail, timestamps, expected):
+    since_ns = parse_rfc3339_ns(since) if since else None
+    selected = select(LineJoiner().feed(LINES), since_ns=since_ns, tail=tail)
+    assert [render(entry, timestamps) for entry in selected] == expected
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""The kubelet API's pure pieces: log line selection, the streaming proxy's request and checks, stats
-parsing and rates, the Prometheus text, certificate names."""
+"""The kubelet API's pure pieces: the log reader's byte limit and files (lines and their selection are
+tests/unit/test_containerlogs.py's), the streaming proxy's request and checks, stats parsing and rates, the
+Prometheus text, certificate names."""
 
 from __future__ import annotations
 
@@ -8,57 +9,16 @@ import asyncio
 import pytest
 
 from edgelet.kubeletapi.certs import subject_alt_names
-from edgelet.kubeletapi.logs import ByteLimit, LineJoiner, read_logs, render, select, split_line
+from edgelet.kubeletapi.logs import ByteLimit, read_logs
 from edgelet.kubeletapi.paths import LogOptions, parse_rfc3339_ns
 from edgelet.kubeletapi.stats import (CpuRates, default_route_interface, network_stats, parse_net_dev, parse_proc_stat,
                                       resource_metrics)
 from edgelet.kubeletapi.streaming import StreamingError, loopback_target, request_head, response_status
 
 
-def entries(n: int) -> list[tuple[bytes, bytes]]:
-    return [(f"2026-01-01T00:00:{i:02d}Z".encode(), f"line {i}\n".encode()) for i in range(n)]
-
-
 # -- logs ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw, parts", [
-    (b"2026-01-01T00:00:00.1Z stdout F hello\n", (b"2026-01-01T00:00:00.1Z", b"stdout", False, b"hello")),
-    (b"t stderr P part", (b"t", b"stderr", True, b"part")),
-    (b"t stdout F \n", (b"t", b"stdout", False, b"")),
-    (b"t stdout F\n", (b"t", b"stdout", False, b"")),
-    (b"t stdout F  two  spaces", (b"t", b"stdout", False, b" two  spaces")),
-    (b"t stdout F:x tagged", (b"t", b"stdout", False, b"tagged")),
-    (b"garbage", None),
-    (b"t stdin F x", None),
-    (b"t stdout X x", None),
-])
-def test_split_line(raw, parts):
-    assert split_line(raw) == parts
-
-
-def test_joiner_stamps_a_joined_line_with_its_first_piece():
-    joiner = LineJoiner()
-    out = list(joiner.feed([b"t1 stdout P a", b"t2 stderr F err", b"not a line", b"t3 stdout P b"]))
-    out += list(joiner.feed([b"t4 stdout F c\n"]))  # a later read ends the line
-    assert out == [(b"t2", b"err\n"), (b"t1", b"abc\n")]
-
-
-@pytest.mark.parametrize("options, expected", [
-    (LogOptions(), list(range(10))),
-    (LogOptions(tail_lines=3), [7, 8, 9]),
-    (LogOptions(tail_lines=0), []),
-    (LogOptions(tail_lines=50), list(range(10))),
-    (LogOptions(since_ns=parse_rfc3339_ns("2026-01-01T00:00:04Z")), [4, 5, 6, 7, 8, 9]),
-    (LogOptions(since_ns=parse_rfc3339_ns("2026-01-01T00:00:04Z"), tail_lines=2), [8, 9]),
-])
-def test_select(options, expected):
-    assert [int(text.split()[1]) for _, text in select(entries(10), options)] == expected
-
-
-def test_render_and_byte_limit():
-    entry = (b"2026-01-01T00:00:00Z", b"hi\n")
-    assert render(entry, False) == b"hi\n"
-    assert render(entry, True) == b"2026-01-01T00:00:00Z hi\n"
+def test_byte_limit():
     limit = ByteLimit(5)
     assert limit.take(b"abc") == b"abc" and not limit.exhausted
     assert limit.take(b"defg") == b"de" and limit.exhausted
