@@ -40,4 +40,16 @@ class CRIError(RuntimeCallError, PermanentError):
         super().__init__(f"{operation} failed ({code}): {details}", operation, code, details)
 
 
-__all__ = ["CRIError", "NotFound", "RuntimeCallError", "RuntimeUnavailable"]
+def create_in_flight(error: Exception) -> bool:
+    """CreateContainer refused because the container's name is reserved by a create still running in the
+    runtime (containerd: `failed to reserve container name`); the container appears once that create ends."""
+    return isinstance(error, CRIError) and "failed to reserve container name" in error.details
+
+
+def start_in_flight(error: Exception) -> bool:
+    """StartContainer refused because an earlier StartContainer of the same container still runs in the
+    runtime (containerd: `container is already in starting state`)."""
+    return isinstance(error, CRIError) and "already in starting state" in error.details
+
+
+__all__ = ["CRIError", "NotFound", "RuntimeCallError", "RuntimeUnavailable", "create_in_flight", "start_in_flight"]

@@ -15,6 +15,7 @@ from typing import Callable, Collection
 from .. import metrics, podutil
 from ..backoff import Backoff
 from ..cri import runtime_v1_pb2 as pb
+from ..cri import NotFound, create_in_flight, start_in_flight
 from ..cri.client import RuntimeClient
 from ..errors import EdgeletError
 from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
@@ -33,6 +34,9 @@ MINIMUM_GRACE_SECONDS = 2
 # 8 at a time than all at once (make bench: 7.7 s against 9.1 s for the same burst); image pulls
 # are not held by this gate.
 MAX_PARALLEL_STARTS = 8
+
+# How soon a sync looks again at a create or start an earlier agent left in flight in the runtime.
+IN_FLIGHT_RECHECK_SECONDS = 0.5
 
 
 class ContainerConfigError(EdgeletError):
@@ -93,6 +97,7 @@ class RuntimeManager:
         self._node_allocatable = node_allocatable
         self._cpuset_for = cpuset_for
         self._start_gate = asyncio.Semaphore(MAX_PARALLEL_STARTS)
+        self._failed_starts: set[str] = set()  # containers whose StartContainer failed in this agent
         if hasher is None:
             from ..core import container_hash as hasher
         self._hash = hasher
@@ -233,6 +238,13 @@ class RuntimeManager:
             if await self._adopt_created(pod, container, previous, sandbox_id, result, container_type):
                 return
             restart_count = previous.restart_count  # its replacement takes its place; it never ran
+        elif previous is not None and self._start_cut_short(previous):
+            # An earlier agent died during its StartContainer and the runtime gave the start up: the
+            # container never ran, so its replacement is no restart and no crash (no back-off).
+            log.info("pod %s: container %s (%s) never ran, its start was cut short by a restart of the agent; "
+                     "replacing it", podutil.full_name(pod), name, previous.id[:13])
+            await self._remove_never_run(previous.id)
+            restart_count = previous.restart_count
         # Restart back-off (CrashLoopBackOff) applies to containers that ran and ended before.
         elif previous is not None and previous.state == ContainerState.EXITED:
             key = self.backoff_key(pod, container)
@@ -247,6 +259,7 @@ class RuntimeManager:
                 self._recorder.event(pod_ref(pod, name), WARNING, "BackOff", "Back-off restarting failed container")
                 return
             self._backoff.next(key)
+            self._failed_starts.discard(previous.id)  # its replacement is the one to watch from now on
         try:
             image_ref = await self._images.ensure_image(pod, container, self._pull_secrets(pod))
         except EdgeletError as exc:
@@ -265,12 +278,20 @@ class RuntimeManager:
             try:
                 container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
             except EdgeletError as exc:
+                if create_in_flight(exc):
+                    # An earlier agent's CreateContainer for this very name is still running in the runtime:
+                    # the next sync finds its container and starts it (no second one, no bumped count).
+                    log.info("pod %s: container %s is still being created by an earlier request; looking again",
+                             podutil.full_name(pod), name)
+                    result.requeue(IN_FLIGHT_RECHECK_SECONDS)
+                    return
                 self._failed(pod, name, result, container_type, "CreateContainerError", str(exc), 1.0)
                 return
             self._recorder.event(pod_ref(pod, name), NORMAL, "Created", f"Created container {name}")
             try:
                 await self._runtime.start_container(container_id)
             except EdgeletError as exc:
+                self._failed_starts.add(container_id)
                 self._failed(pod, name, result, container_type, "RunContainerError", str(exc), 1.0)
                 return
         self._recorder.event(pod_ref(pod, name), NORMAL, "Started", f"Started container {name}")
@@ -302,15 +323,23 @@ class RuntimeManager:
     async def _adopt_created(self, pod: Pod, container: dict, created: ContainerStatus, sandbox_id: str,
                              result: SyncResult, container_type: str) -> bool:
         """Starts a container an earlier run created but did not start, when it is of this sandbox and spec;
-        otherwise removes it deliberately (the caller then creates a fresh one). True when it was started."""
+        otherwise removes it deliberately (the caller then creates a fresh one). True when it was started or
+        an earlier StartContainer of it is still in flight in the runtime (the next sync looks again)."""
         name = container["name"]
+        why = "it belongs to an older sandbox or spec"
         if created.sandbox_id == sandbox_id and created.hash == self._hash(name, container.get("image", "")):
             try:
                 async with self._start_gate:
                     await self._runtime.start_container(created.id)
             except EdgeletError as exc:
-                log.info("pod %s: container %s (%s) was created but cannot be started (%s); replacing it",
-                         podutil.full_name(pod), name, created.id[:13], exc)
+                if start_in_flight(exc):
+                    # The dead agent's StartContainer still runs in the runtime; it ends RUNNING or EXITED
+                    # (never ran), and either is handled by the sync that sees it. Removing it is refused.
+                    log.debug("pod %s: container %s (%s) is still being started by an earlier request",
+                              podutil.full_name(pod), name, created.id[:13])
+                    result.requeue(IN_FLIGHT_RECHECK_SECONDS)
+                    return True
+                why = f"it cannot be started: {exc}"
             else:
                 self._recorder.event(pod_ref(pod, name), NORMAL, "Started", f"Started container {name}")
                 metrics.started_containers.labels(container_type).inc()
@@ -319,10 +348,24 @@ class RuntimeManager:
                          name, created.id[:13])
                 await self._post_start(pod, container, created.id, result)
                 return True
-        log.info("pod %s: removing container %s (%s) that was created but never started", podutil.full_name(pod),
-                 name, created.id[:13])
-        await self._runtime.remove_container(created.id)
+        log.info("pod %s: replacing container %s (%s) that was created but never started (%s)",
+                 podutil.full_name(pod), name, created.id[:13], why)
+        await self._remove_never_run(created.id)
         return False
+
+    def _start_cut_short(self, container: ContainerStatus) -> bool:
+        """An exited container that never ran and whose start this agent did not attempt: an earlier agent's
+        StartContainer, abandoned by the runtime when that agent died. Starts that failed here count as usual."""
+        return (container.state == ContainerState.EXITED and container.started_at == 0
+                and container.id not in self._failed_starts)
+
+    async def _remove_never_run(self, container_id: str) -> None:
+        """Removes a container that never ran before its replacement takes its name (and restart count)."""
+        try:
+            await self._runtime.remove_container(container_id)
+        except NotFound:
+            pass
+        self._failed_starts.discard(container_id)
 
     def _failed(self, pod: Pod, name: str, result: SyncResult, container_type: str, reason: str, message: str,
                 retry_after: float, event_message: str | None = None) -> None:

@@ -1,6 +1,6 @@
 """The agent under hostile conditions, against the private containerd: a second agent on one root_dir, stale pod
-versions after a kill, a kill between CreateContainer and StartContainer, runtime loss and CrashLoopBackOff,
-a manifest that once stopped the sync loop for good."""
+versions after a kill, a kill between CreateContainer and StartContainer or during StartContainer, runtime loss
+and CrashLoopBackOff, a manifest that once stopped the sync loop for good."""
 
 from __future__ import annotations
 
@@ -100,6 +100,13 @@ class DiesBeforeStart:
         raise AgentKilled(container_id)
 
 
+def runtime_manager(client, tmp_path) -> RuntimeManager:
+    """A fresh runtime manager, as a (re)started agent has one; back-off long enough to show in a test."""
+    images = ImageManager(client, pull_backoff=Backoff(10, 300))
+    return RuntimeManager(client, Collaborators(images=images), logs_root=str(tmp_path / "logs"),
+                          crash_backoff=Backoff(10, 300))
+
+
 def app_pod() -> dict:
     return apply_defaults({
         "metadata": {"name": f"adopt-{uuid.uuid4().hex[:8]}", "namespace": "default", "uid": str(uuid.uuid4())},
@@ -113,24 +120,56 @@ async def test_container_created_before_a_kill_is_started_not_doubled(cri, tmp_p
     pod = app_pod()
     uid = pod["metadata"]["uid"]
     pleg = GenericPLEG(cri)
-
-    def manager(client):
-        images = ImageManager(client, pull_backoff=Backoff(10, 300))
-        return RuntimeManager(client, Collaborators(images=images), logs_root=str(tmp_path / "logs"),
-                              crash_backoff=Backoff(10, 300))
-
     await pleg.relist()
     with pytest.raises(AgentKilled) as killed:
-        await manager(DiesBeforeStart(cri)).sync_pod(pod, pleg.get_status(uid))
+        await runtime_manager(DiesBeforeStart(cri), tmp_path).sync_pod(pod, pleg.get_status(uid))
     created_id = killed.value.args[0]
     await pleg.relist()
     [created] = pleg.get_status(uid).containers
     assert created.id == created_id and created.state == ContainerState.CREATED
 
-    result = await manager(cri).sync_pod(pod, pleg.get_status(uid))  # the restarted agent's first sync
+    result = await runtime_manager(cri, tmp_path).sync_pod(pod, pleg.get_status(uid))
     assert result.started == ["app"]
     containers = await cri.list_containers(pb.ContainerFilter(label_selector={labels.POD_UID: uid}))
     assert [(c.id, c.state) for c in containers] == [(created_id, pb.CONTAINER_RUNNING)]
+
+
+async def test_a_start_cut_short_by_a_kill_is_replaced_without_counting_a_restart(cri, tmp_path):
+    # An agent killed during StartContainer leaves the runtime to give that start up: the container ends
+    # EXITED without ever having run. A command that cannot be executed leaves the same state behind
+    # (the spec hash covers name and image only, so the restarted agent takes it for its own container).
+    pod = app_pod()
+    uid = pod["metadata"]["uid"]
+    unstartable = json.loads(json.dumps(pod))
+    unstartable["spec"]["containers"][0]["command"] = ["/no/such/command"]
+    pleg = GenericPLEG(cri)
+    await pleg.relist()
+    failed = await runtime_manager(cri, tmp_path).sync_pod(unstartable, pleg.get_status(uid))
+    assert failed.waiting_reasons["app"][0] == "RunContainerError"
+    await pleg.relist()
+    [never_ran] = pleg.get_status(uid).containers
+    assert never_ran.state == ContainerState.EXITED and never_ran.started_at == 0
+
+    result = await runtime_manager(cri, tmp_path).sync_pod(pod, pleg.get_status(uid))  # the restarted agent
+    assert result.started == ["app"] and not result.waiting_reasons
+    containers = await cri.list_containers(pb.ContainerFilter(label_selector={labels.POD_UID: uid}))
+    assert [(c.state, c.metadata.attempt) for c in containers] == [(pb.CONTAINER_RUNNING, 0)]
+    assert containers[0].id != never_ran.id
+
+
+async def test_a_start_that_failed_in_this_agent_counts_as_a_restart(cri, tmp_path):
+    pod = app_pod()
+    uid = pod["metadata"]["uid"]
+    pod["spec"]["containers"][0]["command"] = ["/no/such/command"]
+    pleg = GenericPLEG(cri)
+    runtime = runtime_manager(cri, tmp_path)
+    for _ in range(2):
+        await pleg.relist()
+        result = await runtime.sync_pod(pod, pleg.get_status(uid))
+        assert result.waiting_reasons["app"][0] == "RunContainerError"
+    await pleg.relist()
+    assert [(c.state, c.restart_count) for c in pleg.get_status(uid).containers] == [
+        (ContainerState.EXITED, 1), (ContainerState.EXITED, 0)]
 
 
 def test_runtime_loss_does_not_count_toward_crash_loop_backoff(tmp_path, containerd):

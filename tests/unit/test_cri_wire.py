@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from edgelet.cri import CRIError, NotFound, RuntimeUnavailable
+from edgelet.cri import CRIError, NotFound, RuntimeUnavailable, create_in_flight, start_in_flight
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import normalize_endpoint, translate_error
 from edgelet.errors import PermanentError, TemporaryError
@@ -98,6 +98,28 @@ def test_unavailable_names_the_endpoint():
     error = translate_error(ENDPOINT, "version", grpc.StatusCode.UNAVAILABLE, None)
     assert error.endpoint == ENDPOINT
     assert ENDPOINT in str(error)
+
+
+# containerd's words (pkg/cri/server) for a create or start that an earlier, abandoned request still runs.
+RESERVED = ('failed to reserve container name "main_web_default_0a1b_0": name "main_web_default_0a1b_0" '
+            'is reserved for "9eeb59a27ffc2"')
+STARTING = 'failed to set starting state for container "9eeb59a27ffc2": container is already in starting state'
+
+
+@pytest.mark.parametrize(
+    ("error", "creating", "starting"),
+    [
+        (CRIError("create_container", "UNKNOWN", RESERVED), True, False),
+        (CRIError("start_container", "UNKNOWN", STARTING), False, True),
+        (CRIError("start_container", "UNKNOWN", "failed to create containerd task: context canceled"), False, False),
+        (CRIError("remove_container", "UNKNOWN", "container is in starting state, can't be removed"), False, False),
+        (NotFound("start_container", "NOT_FOUND", "an error occurred when try to find container"), False, False),
+        (RuntimeUnavailable(ENDPOINT, "start_container", "UNAVAILABLE", STARTING), False, False),
+        (ValueError(STARTING), False, False),
+    ],
+)
+def test_a_request_still_in_flight_in_the_runtime_is_recognised(error, creating, starting):
+    assert (create_in_flight(error), start_in_flight(error)) == (creating, starting)
 
 
 @pytest.mark.parametrize(
