@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any, Mapping
 
 from .model import NORMAL, WARNING
@@ -12,6 +13,9 @@ from .model import NORMAL, WARNING
 log = logging.getLogger(__name__)
 
 BOOT_ID_FILE = "boot_id"
+# What the kernel writes (a UUID); anything else in the stored file is damage.
+BOOT_ID_SHAPE = re.compile(rb"[0-9A-Za-z-]{1,64}")
+BOOT_ID_MAX_BYTES = 128
 KERNEL_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 # Condition type -> (reason when True, reason otherwise), the kubelet's setters.
@@ -50,10 +54,14 @@ def exchange_boot_id(state_dir: str, boot_id: str) -> str:
     """Stores this boot's id under state_dir and returns the one stored before ("" if none)."""
     path = os.path.join(state_dir, BOOT_ID_FILE)
     try:
-        with open(path) as handle:
-            last = handle.read().strip()
+        with open(path, "rb") as handle:
+            stored = handle.read(BOOT_ID_MAX_BYTES).strip()
     except OSError:
-        last = ""
+        stored = b""
+    last = stored.decode("ascii") if BOOT_ID_SHAPE.fullmatch(stored) else ""
+    if stored and not last:
+        # A damaged file must not stop the agent: the boot it names is unknown, so no Rebooted event.
+        log.warning("%s is damaged (not a boot id); storing this boot's id afresh", path)
     if boot_id and boot_id != last:
         try:
             os.makedirs(state_dir, mode=0o755, exist_ok=True)

@@ -183,6 +183,17 @@ def test_start_events_remember_the_boot_id(tmp_path):
     assert exchange_boot_id(str(tmp_path / "state"), "b2") == "b2"
 
 
+@pytest.mark.parametrize("stored", [b"\x9e\xff\x00garbled", b"not a boot id\n", b"", b"x" * 4096])
+def test_a_damaged_stored_boot_id_is_unknown_and_replaced(tmp_path, stored):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "boot_id").write_bytes(stored)
+    boot = tmp_path / "boot_id"
+    boot.write_text("b2\n")
+    assert start_events("edge-1", str(state), str(boot)) == [(NORMAL, "Starting", "Starting kubelet.")]
+    assert (state / "boot_id").read_text() == "b2\n"
+
+
 # -- the local event log ------------------------------------------------------------------------------
 
 def test_log_keeps_the_newest_observation_of_each_event(tmp_path):
