@@ -140,7 +140,8 @@ class ClusterConnection:
         )
         self.lease = LeaseController(self.client, node_name, duration=cluster.lease_duration,
                                      renew_interval=cluster.lease_renew_interval,
-                                     node_uid=lambda: self.node_status.node_uid)
+                                     node_uid=lambda: self.node_status.node_uid,
+                                     on_lapse_ended=self.node_status.reconcile_with_server)
         self.status = StatusSyncer(
             self.client, node_name, status_manager,
             resync=cluster.status_resync,

@@ -64,9 +64,12 @@ class LeaseController:
         backoff_initial: float = 0.2,
         backoff_max: float = 7.0,
         node_uid: Callable[[], str] | None = None,
+        on_lapse_ended: Callable[[], None] | None = None,
     ):
         """`node_uid()` is the registered Node's uid ("" until registered); without it the Lease reads the
-        Node once to learn it."""
+        Node once to learn it. `on_lapse_ended()` is called after a renewal that follows failed ones or
+        comes later than the Lease's duration: the node lifecycle controller may have marked the Node
+        Unknown meanwhile."""
         self.client = client
         self.node_name = node_name
         self.duration = int(duration)
@@ -81,6 +84,7 @@ class LeaseController:
         self._lease: dict[str, Any] | None = None
         self._node_uid = ""
         self._node_uid_provider = node_uid
+        self._on_lapse_ended = on_lapse_ended
 
     @property
     def path(self) -> str:
@@ -89,10 +93,14 @@ class LeaseController:
     async def run(self) -> None:
         delays: Iterator[float] | None = None
         while True:
+            previous = self.last_renew
             try:
                 await self.renew()
+                lapsed = previous and self.last_renew - previous > self.duration
                 if delays is not None:
                     log.info("node lease renewed again after an outage")
+                if (delays is not None or lapsed) and self._on_lapse_ended is not None:
+                    self._on_lapse_ended()
                 delays = None
                 wait = self.renew_interval * (1 + self._rng.uniform(0, _RENEW_JITTER))
             except ApiError as e:

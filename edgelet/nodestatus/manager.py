@@ -88,6 +88,7 @@ class NodeStatusManager:
         self._last_write_at: float | None = None  # None: write at the next sync whatever it holds
         self._recorder = recorder
         self._evented_conditions: dict[str, str] = {}  # condition statuses the events have told
+        self._read_server_status = False  # compare with the Node as the server has it at the next sync
 
     @property
     def path(self) -> str:
@@ -153,8 +154,20 @@ class NodeStatusManager:
                 log.log(level, "registering node %s failed: %s; retrying in %.1fs", self.node_name, e, delay)
                 await self._sleep(delay)
 
+    def reconcile_with_server(self) -> None:
+        """Compares the next status with the Node the server holds rather than with what was last written.
+
+        Called when the Lease lapsed: the node lifecycle controller may have set the conditions Unknown,
+        which a comparison with our own last write would never notice until the next report (5 min)."""
+        self._read_server_status = True
+
     async def sync_once(self) -> bool:
         """Compute the status and write it if needed; True when it was written."""
+        if self._read_server_status:
+            node = await self.client.get(self.path)
+            server_status = node.get("status")
+            self._last_status = server_status if isinstance(server_status, dict) else None
+            self._read_server_status = False
         inputs = await self._inputs()
         status = compute_status(self._last_status, inputs)
         self._record_transitions(status)

@@ -112,7 +112,8 @@ class HollowNode:
             recorder=self.recorder,
         )
         self.lease = LeaseController(client, name, duration=timings.lease_duration,
-                                     renew_interval=timings.lease_renew_interval, rng=rng)
+                                     renew_interval=timings.lease_renew_interval, rng=rng,
+                                     on_lapse_ended=self.node_status.reconcile_with_server)
         self.syncer = StatusSyncer(
             client, name, self.status,
             resync=timings.status_resync,

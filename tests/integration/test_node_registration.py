@@ -240,6 +240,46 @@ async def test_lease_resumes_after_an_outage(api: ApiServerDouble, client: ApiCl
     assert api.get("leases", NODE, "kube-node-lease")["spec"]["renewTime"].startswith("2026-01-01T00:01:40.")
 
 
+async def test_a_lapsed_lease_makes_the_node_status_heal_what_the_controller_set(
+        api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    """While the Lease lapsed, the node lifecycle controller set Ready Unknown. Our own last write still
+    says True, so only a look at the server's Node notices: the first renewal after the lapse asks for it."""
+    clock = Clock()
+    m = manager(client, Machine(), clock, update_frequency=0.02)
+    lapses: list[float] = []
+    lease = LeaseController(client, NODE, duration=40, renew_interval=0.02, rng=random.Random(0), clock=clock,
+                            backoff_initial=0.01, node_uid=lambda: m.node_uid,
+                            on_lapse_ended=lambda: (lapses.append(clock.now), m.reconcile_with_server()))
+    tasks.append(asyncio.create_task(m.run()))
+    tasks.append(asyncio.create_task(lease.run()))
+    await eventually(lambda: lease.renewals >= 3 and m.registered.is_set())
+    writes = api.write_count("PATCH", STATUS_PATH)
+
+    api.go_down()
+    await asyncio.sleep(0.1)
+    clock.now += 60  # longer than the Lease's 40 s
+    controller = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                  "message": "Kubelet stopped posting node status."}
+    api.come_up()
+    api.patch("nodes", NODE, {"status": {"conditions": [controller]}}, subresource="status")
+    await eventually(lambda: lapses and condition(api.get("nodes", NODE), "Ready")["status"] == "True")
+    assert api.write_count("PATCH", STATUS_PATH) == writes + 1
+
+
+async def test_a_lease_renewed_late_counts_as_a_lapse(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    clock = Clock()
+    lapses: list[float] = []
+    lease = LeaseController(client, NODE, duration=40, renew_interval=0.02, rng=random.Random(0), clock=clock,
+                            on_lapse_ended=lambda: lapses.append(clock.now))
+    tasks.append(asyncio.create_task(lease.run()))
+    await eventually(lambda: lease.renewals >= 3)
+    clock.now += 39  # a late renewal within the duration is no lapse
+    await eventually(lambda: lease.renewals >= 5)
+    assert lapses == []
+    clock.now += 41  # e.g. the device was suspended
+    await eventually(lambda: lapses)
+
+
 async def test_the_lease_follows_a_node_deleted_and_registered_again(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
     # Without a garbage collector (no controller-manager) the Lease outlives the Node: its owner must move.
     machine = Machine()
