@@ -87,6 +87,18 @@ def container_ids(runtime: Runtime) -> set[str]:
     return {c.id for seen in runtime.view().containers.values() for c in seen if c.state == 1}
 
 
+def damage_once_converged(agent: ChaosAgent, runtime: Runtime, figures, rng: random.Random, mode_name: str,
+                          converged, modes: tuple[str, ...]) -> list[str]:
+    """Starts the agent, waits for its pods, runs every damage round, and stops it; returns the failures."""
+    try:
+        agent.start()
+        wait_for(converged, 60, what="pods running before any damage")
+        time.sleep(1.5)
+        return run_damage_rounds(agent, runtime, figures, rng, mode_name, converged, modes)
+    finally:
+        agent.close()
+
+
 def run_damage_rounds(agent: ChaosAgent, runtime: Runtime, figures, rng: random.Random, mode_name: str,
                       converged, modes: tuple[str, ...]) -> list[str]:
     """Every mode once: damage one file of each kind, restart, check; returns the failures."""
@@ -177,13 +189,7 @@ def test_damage_standalone(tmp_path, containerd, runtime, scale, figures):
         return agent.alive() and all(
             (pod := pods.get(f"{name}-{agent.node_name}")) and pod["status"].get("phase") == "Running" for name in names)
 
-    try:
-        agent.start()
-        wait_for(converged, 60, what="pods running before any damage")
-        time.sleep(1.5)
-        failures = run_damage_rounds(agent, runtime, figures, rng, "standalone", converged, scale.damage_modes)
-    finally:
-        agent.close()
+    failures = damage_once_converged(agent, runtime, figures, rng, "standalone", converged, scale.damage_modes)
     assert not failures, "\n".join(failures)
 
 
@@ -209,11 +215,5 @@ def test_damage_cluster(tmp_path, containerd, runtime, scale, figures):
             return all((pod := local.get(name)) and pod["status"].get("phase") == "Running"
                        for name in ("apipod", "plain", f"static-{agent.node_name}"))
 
-        try:
-            agent.start()
-            wait_for(converged, 60, what="pods running before any damage")
-            time.sleep(1.5)
-            failures = run_damage_rounds(agent, runtime, figures, rng, "cluster", converged, scale.damage_modes)
-        finally:
-            agent.close()
+        failures = damage_once_converged(agent, runtime, figures, rng, "cluster", converged, scale.damage_modes)
     assert not failures, "\n".join(failures)

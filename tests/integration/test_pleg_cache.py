@@ -40,14 +40,19 @@ class HeldStatusReplies:
         return reply
 
 
-async def test_an_older_relist_cannot_replace_a_newer_inspection(cri, containerd):
+async def start_pod(cri, containerd) -> tuple[str, str]:
+    """A running pod of one container labelled with its pod's uid, as the agent labels them: (uid, id)."""
     config = sandbox_config(containerd)
-    uid = config.metadata.uid
     sandbox_id = await cri.run_pod_sandbox(config)
     container = container_config(containerd)
-    container.labels["io.kubernetes.pod.uid"] = uid
+    container.labels["io.kubernetes.pod.uid"] = config.metadata.uid
     container_id = await cri.create_container(sandbox_id, container, config)
     await cri.start_container(container_id)
+    return config.metadata.uid, container_id
+
+
+async def test_an_older_relist_cannot_replace_a_newer_inspection(cri, containerd):
+    uid, container_id = await start_pod(cri, containerd)
 
     runtime = HeldStatusReplies(cri)
     pleg = GenericPLEG(runtime)
@@ -68,13 +73,7 @@ async def test_an_older_relist_cannot_replace_a_newer_inspection(cri, containerd
 
 
 async def test_the_cache_follows_the_runtime_after_the_wall_clock_stepped_back(cri, containerd, monkeypatch):
-    config = sandbox_config(containerd)
-    uid = config.metadata.uid
-    sandbox_id = await cri.run_pod_sandbox(config)
-    container = container_config(containerd)
-    container.labels["io.kubernetes.pod.uid"] = uid
-    container_id = await cri.create_container(sandbox_id, container, config)
-    await cri.start_container(container_id)
+    uid, container_id = await start_pod(cri, containerd)
     pleg = GenericPLEG(cri)
     await pleg.relist()
     assert pleg.cache.get(uid).latest_container("main").state == ContainerState.RUNNING
