@@ -44,12 +44,6 @@ def pem_blocks(data: bytes, label: str) -> list[bytes]:
     return blocks
 
 
-def to_pem(der: bytes, label: str) -> bytes:
-    body = base64.b64encode(der)
-    lines = [body[i:i + 64] for i in range(0, len(body), 64)]
-    return b"-----BEGIN %s-----\n%s\n-----END %s-----\n" % (label.encode(), b"\n".join(lines), label.encode())
-
-
 def first_certificate(pem: bytes) -> Certificate:
     """The first CERTIFICATE block of `pem` (a leaf comes first in a chain)."""
     blocks = pem_blocks(pem, "CERTIFICATE")
