@@ -81,14 +81,32 @@ class Backoff:
         return len(self._entries)
 
 
+class JitteredBackoff:
+    """Reconnect delays with full jitter: the n-th failure of a streak waits uniform in
+    [0, min(maximum, initial * 2**n)], so a fleet that lost its API server together does not return together."""
+
+    def __init__(self, initial: float = 0.8, maximum: float = 30.0, *, rng: random.Random | None = None):
+        if initial <= 0 or maximum < initial:
+            raise ValueError(f"need 0 < initial <= maximum, got initial={initial} maximum={maximum}")
+        self.initial = initial
+        self.maximum = maximum
+        self.ceiling = 0.0  # the bound of the last delay; 0 before the first failure of a streak
+        self._uniform = (rng or random.Random()).uniform
+
+    def next(self, *, at_least: float = 0.0) -> float:
+        """The delay after one more failure; `at_least` lifts the ceiling (never beyond `maximum`)."""
+        ceiling = self.ceiling * 2 if self.ceiling else self.initial
+        self.ceiling = min(max(ceiling, at_least), self.maximum)
+        return self._uniform(0.0, self.ceiling)
+
+    def reset(self) -> None:
+        """A success: the next failure starts again at `initial`."""
+        self.ceiling = 0.0
+
+
 def jittered_delays(initial: float = 0.8, maximum: float = 30.0, *,
                     rng: random.Random | None = None) -> Iterator[float]:
-    """An endless schedule of reconnect delays with full jitter: the n-th is uniform in
-    [0, min(maximum, initial * 2**n)], so a fleet that lost its API server together does not return together."""
-    if initial <= 0 or maximum < initial:
-        raise ValueError(f"need 0 < initial <= maximum, got initial={initial} maximum={maximum}")
-    uniform = (rng or random.Random()).uniform
-    ceiling = initial
+    """The delays of a `JitteredBackoff` that is never reset, as an endless iterator."""
+    backoff = JitteredBackoff(initial, maximum, rng=rng)
     while True:
-        yield uniform(0.0, ceiling)
-        ceiling = min(ceiling * 2, maximum)
+        yield backoff.next()

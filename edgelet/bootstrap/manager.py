@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from edgelet.backoff import jittered_delays
+from edgelet.backoff import JitteredBackoff
 from edgelet.bootstrap.csr import (
     CLIENT_SIGNER, CLIENT_USAGES, NODES_GROUP, SERVING_SIGNER, SERVING_USAGES, csr_object, csr_outcome,
     new_key_and_request, node_user, rotation_deadline,
@@ -179,7 +179,9 @@ class RenewedCertificate:
 
     async def run(self, on_new: Callable[[], None]) -> None:
         """Obtains a certificate when there is none, then renews it forever; `on_new` is called after each."""
-        delays = jittered_delays(1.0, 60.0, rng=self._rng)
+        # Not a Retrier: each distinct problem here (discovery, a denied request, a refused token) needs an operator
+        # and gets its own line (see _report), where the API loops log a streak once.
+        backoff = JitteredBackoff(1.0, 60.0, rng=self._rng)
         announced = None
         while True:
             if not self._renewal_due_now():
@@ -198,14 +200,14 @@ class RenewedCertificate:
             except (ApiError, DiscoveryError, CertificateDenied, CertificateError, TemporaryError, KubeconfigError,
                     OSError) as exc:
                 self._report(exc)
-                await asyncio.sleep(next(delays))
+                await asyncio.sleep(backoff.next())
                 continue
             log.info("got %s serial %x, valid until %s", self.what, credentials.cert.serial,
                      format_time(credentials.cert.not_after))
             self.current, self.last_error, self._last_logged = credentials, None, ""
             self._deadline = self._next_deadline()
             self._renewed()
-            delays = jittered_delays(1.0, 60.0, rng=self._rng)
+            backoff.reset()
             on_new()
 
     def _renewed(self) -> None:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import metrics
-from ..backoff import jittered_delays
 from ..kubeapi.client import ApiClient
 from ..kubeapi.errors import ApiError, NotFound, ServerError
 from ..kubetime import parse_time
+from ..retry import Retrier
 from .correlator import Correlation, repeat_patch
 from .model import EVENT_TTL, Event
 
@@ -47,7 +47,8 @@ class ApiEventSink:
         self._buffer_size = buffer_size
         self._freshness = freshness
         self._clock = clock
-        self._backoff = (backoff_initial, backoff_max)
+        # INFO, not WARNING: events are best effort, and the loops that matter say the API server is away.
+        self._retry = Retrier("events", initial=backoff_initial, maximum=backoff_max, logger=log, level=logging.INFO)
         self._pending: OrderedDict[tuple[str, str], _Pending] = OrderedDict()
         self._wake = asyncio.Event()
         self.sent = 0
@@ -70,7 +71,6 @@ class ApiEventSink:
             self._wake.set()
 
     async def run(self) -> None:
-        delays = None
         while True:
             if not self._pending:
                 self._wake.clear()
@@ -84,17 +84,14 @@ class ApiEventSink:
                 await self._send(item)
             except ServerError as exc:  # unreachable or overloaded: keep it, try again later
                 self._requeue(key, item)
-                if delays is None:
-                    log.info("events wait for the API server (%d buffered): %s", len(self._pending), exc)
-                    delays = jittered_delays(*self._backoff)
-                await asyncio.sleep(next(delays))
+                await asyncio.sleep(self._retry.failed(exc, f"{len(self._pending)} events wait for the API server"))
                 continue
             except ApiError as exc:
                 metrics.events_dropped.labels("rejected").inc()
                 log.debug("event %s/%s refused: %s", *key, exc)
             else:
                 self.sent += 1
-            delays = None
+            self._retry.succeeded()
 
     def _requeue(self, key: tuple[str, str], item: _Pending) -> None:
         newer = self._pending.get(key)

@@ -15,17 +15,17 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable, Iterable, Iterator
+from typing import Any, Awaitable, Callable, Iterable
 
 import orjson
 
 from edgelet import podutil
-from edgelet.backoff import jittered_delays
 from edgelet.checkpoint import CheckpointStore
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError, NotFound, ServerError
 from edgelet.objectstore import CONFIGMAP, SECRET, InvalidObjectError, Key, ObjectStore, validate_object
 from edgelet.podutil import Pod
+from edgelet.retry import Retrier
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,8 @@ class ObjectSyncer:
 
     async def run(self) -> None:
         next_refresh = self._clock() + self.refresh
-        delays: Iterator[float] | None = None
+        retry = Retrier("ConfigMap/Secret sync", initial=self._backoff_initial, maximum=self._backoff_max,
+                        rng=self._rng, logger=log)
         while True:
             full = self._clock() >= next_refresh
             try:
@@ -195,14 +196,9 @@ class ObjectSyncer:
             except ApiError as e:
                 self._failures += 1
                 self._signal_progress()
-                if delays is None:
-                    delays = jittered_delays(self._backoff_initial, self._backoff_max, rng=self._rng)
-                    log.warning("ConfigMap/Secret sync: %s; keeping %d cached objects", e, len(self._objects))
-                await self._sleep(next(delays))
+                await self._sleep(retry.failed(e, f"keeping {len(self._objects)} cached objects"))
                 continue
-            if delays is not None:
-                log.info("ConfigMap/Secret sync: API server reachable again")
-                delays = None
+            retry.succeeded()
             if full:
                 next_refresh = self._clock() + self.refresh
             self._wake.clear()

@@ -12,12 +12,12 @@ import copy
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, Awaitable, Callable
 
-from edgelet.backoff import jittered_delays
 from edgelet.kubetime import format_micro_time
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound
+from edgelet.retry import Retrier
 
 log = logging.getLogger(__name__)
 
@@ -91,27 +91,19 @@ class LeaseController:
         return f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{self.node_name}"
 
     async def run(self) -> None:
-        delays: Iterator[float] | None = None
+        retry = Retrier("renewing the node lease", initial=self._backoff_initial,
+                        maximum=min(self._backoff_max, self.renew_interval), rng=self._rng, logger=log)
         while True:
             previous = self.last_renew
             try:
                 await self.renew()
-                lapsed = previous and self.last_renew - previous > self.duration
-                if delays is not None:
-                    log.info("node lease renewed again after an outage")
-                if (delays is not None or lapsed) and self._on_lapse_ended is not None:
-                    self._on_lapse_ended()
-                delays = None
-                wait = self.renew_interval * (1 + self._rng.uniform(0, _RENEW_JITTER))
             except ApiError as e:
-                if delays is None:
-                    log.warning("renewing the node lease failed: %s; retrying with backoff", e)
-                    cap = max(min(self._backoff_max, self.renew_interval), self._backoff_initial)
-                    delays = jittered_delays(self._backoff_initial, cap, rng=self._rng)
-                else:
-                    log.debug("renewing the node lease failed again: %s", e)
-                wait = next(delays)
-            await self._sleep(wait)
+                await self._sleep(retry.failed(e))
+                continue
+            lapsed = previous and self.last_renew - previous > self.duration
+            if (retry.succeeded() or lapsed) and self._on_lapse_ended is not None:
+                self._on_lapse_ended()
+            await self._sleep(self.renew_interval * (1 + self._rng.uniform(0, _RENEW_JITTER)))
 
     async def renew(self) -> None:
         """One renewal: create the Lease if missing, else PUT it with its resourceVersion; a

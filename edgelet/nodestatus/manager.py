@@ -12,9 +12,8 @@ import inspect
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable, Iterator, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
-from edgelet.backoff import jittered_delays
 from edgelet.events import NO_EVENTS, Recorder, node_ref
 from edgelet.events.node import condition_events, condition_statuses
 from edgelet.kubeapi.client import ApiClient
@@ -29,6 +28,7 @@ from edgelet.nodestatus.setters import (
     material_view,
     missing_labels,
 )
+from edgelet.retry import Retrier
 
 log = logging.getLogger(__name__)
 
@@ -96,34 +96,27 @@ class NodeStatusManager:
 
     async def run(self) -> None:
         await self.register()
-        delays: Iterator[float] | None = None
+        retry = Retrier("node status update", initial=self._backoff_initial, maximum=self.update_frequency,
+                        rng=self._rng, logger=log)
         while True:
             try:
                 await self.sync_once()
-                if delays is not None:
-                    log.info("node status: API server reachable again")
-                delays = None
-                wait = self.update_frequency
             except NotFound:
                 log.warning("node %s is gone from the API server; registering it again", self.node_name)
                 self.registered.clear()
                 await self.register()
                 continue
             except (ApiError, _InputsUnavailable) as e:
-                if delays is None:
-                    log.warning("node status update failed: %s; retrying with backoff", e)
-                    delays = jittered_delays(self._backoff_initial, max(self.update_frequency, self._backoff_initial), rng=self._rng)
-                else:
-                    log.debug("node status update failed again: %s", e)
-                wait = next(delays)
-            await self._sleep(wait)
+                await self._sleep(retry.failed(e))
+                continue
+            retry.succeeded()
+            await self._sleep(self.update_frequency)
 
     async def register(self) -> None:
         """Create the Node, or adopt the existing one (adding the labels it lacks); retries forever."""
-        delays = jittered_delays(self._backoff_initial, max(self._register_backoff_max, self._backoff_initial), rng=self._rng)
-        attempts = 0
+        retry = Retrier(f"registering node {self.node_name}", initial=self._backoff_initial,
+                        maximum=self._register_backoff_max, rng=self._rng, logger=log)
         while True:
-            attempts += 1
             try:
                 inputs = await self._inputs()
                 try:
@@ -147,12 +140,9 @@ class NodeStatusManager:
                     self._evented_conditions = condition_statuses(self._last_status)
                 self.node_uid = (node.get("metadata") or {}).get("uid", "")
                 self.registered.set()
-                return
+                return  # no recovery line from `retry`: "registered node" above says it
             except (ApiError, _InputsUnavailable) as e:
-                delay = next(delays)
-                level = logging.WARNING if attempts == 1 else logging.DEBUG
-                log.log(level, "registering node %s failed: %s; retrying in %.1fs", self.node_name, e, delay)
-                await self._sleep(delay)
+                await self._sleep(retry.failed(e))
 
     def reconcile_with_server(self) -> None:
         """Compares the next status with the Node the server holds rather than with what was last written.

@@ -13,23 +13,21 @@ import contextlib
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, Awaitable, Callable
 
-from edgelet.backoff import jittered_delays
 from edgelet.kubeapi.client import ApiClient
 from edgelet.errors import cut_long_values
-from edgelet.kubeapi.errors import ApiError, Gone, Unauthorized, WatchStreamError
+from edgelet.kubeapi.errors import ApiError, Gone, WatchStreamError
 from edgelet.podconfig.config import SourceHandle
 from edgelet.podconfig.limits import document_problem
 from edgelet.podconfig.validation import validate_object_meta
+from edgelet.retry import Retrier
 
 log = logging.getLogger(__name__)
 
 PODS_PATH = "/api/v1/pods"
 Pod = dict[str, Any]
 
-# Rejected credentials are not fixed by hammering the server: their schedule starts this much higher.
-_AUTH_BACKOFF_FACTOR = 10
 # A watch that ends this quickly without events counts as a failure, so a server that accepts and
 # closes at once cannot make us spin.
 _MIN_HEALTHY_WATCH_SECONDS = 1.0
@@ -109,18 +107,14 @@ class ApiServerSource:
         self.last_sync = 0.0  # clock() of the last list or watch event (bookmarks included)
         self.resource_version = ""
         self._rng = rng or random.Random()
-        self._backoff_initial = backoff_initial
-        self._backoff_max = backoff_max
         self._debounce = debounce
         self._watch_timeout = watch_timeout
         self._sleep = sleep
         self._clock = clock
         self._pods: dict[str, Pod] = {}
         self._flush_timer: asyncio.TimerHandle | None = None
-        self._failures = 0
-        self._delays: Iterator[float] | None = None
-        self._auth_delays: Iterator[float] | None = None
-        self._auth_reported = False  # refused credentials are logged once per failure streak
+        self._retry = Retrier("API pod source", initial=backoff_initial, maximum=backoff_max, rng=self._rng,
+                              logger=log)
 
     @property
     def pods(self) -> list[Pod]:
@@ -140,9 +134,9 @@ class ApiServerSource:
                         relist = False
                     healthy = await self._watch()
                     if healthy:
-                        self._recovered()
+                        self._retry.succeeded()
                         continue
-                    delay = self._next_delay(None)
+                    delay = self._retry.failed("the watch ended at once without events")
                 except Gone as e:
                     log.info("API pod watch: resourceVersion %s expired (%s); listing again", self.resource_version, e.message)
                     relist = True
@@ -178,7 +172,7 @@ class ApiServerSource:
         self.resource_version = resource_version(result) or ""
         self.connected = True
         self.last_sync = self._clock()
-        self._recovered()
+        self._retry.succeeded()
         self._flush_now()
         self.handle.mark_ready()
 
@@ -197,7 +191,7 @@ class ApiServerSource:
                 self.last_sync = self._clock()
                 self._apply(event_type, obj)
                 if events == 1:
-                    self._recovered()
+                    self._retry.succeeded()
         return events > 0 or time.monotonic() - started >= _MIN_HEALTHY_WATCH_SECONDS
 
     def _apply(self, event_type: str, obj: dict[str, Any]) -> None:
@@ -246,36 +240,4 @@ class ApiServerSource:
 
     def _failed(self, error: ApiError) -> float:
         self.connected = False
-        self._failures += 1
-        delay = self._next_delay(error)
-        if isinstance(error, Unauthorized):
-            if self._auth_reported:
-                log.debug("API pod source: still refused (%s); next try in %.1fs", error.status, delay)
-            else:
-                self._auth_reported = True
-                log.error(
-                    "API server refused edgelet's credentials (%s %s: %s); check the kubeconfig user. "
-                    "Retrying with backoff, next try in %.1fs", error.status, error.reason, error.message, delay)
-        elif self._failures == 1:
-            log.warning("API pod source: %s; keeping %d known pods, retrying in %.1fs", error, len(self._pods), delay)
-        else:
-            log.debug("API pod source: still failing (%s); next try in %.1fs", error, delay)
-        return delay
-
-    def _next_delay(self, error: ApiError | None) -> float:
-        if isinstance(error, Unauthorized):
-            if self._auth_delays is None:
-                initial = min(self._backoff_initial * _AUTH_BACKOFF_FACTOR, self._backoff_max)
-                self._auth_delays = jittered_delays(initial, self._backoff_max, rng=self._rng)
-            return next(self._auth_delays)
-        if self._delays is None:
-            self._delays = jittered_delays(self._backoff_initial, self._backoff_max, rng=self._rng)
-        return next(self._delays)
-
-    def _recovered(self) -> None:
-        if self._failures:
-            log.info("API pod source: connected again after %d failed attempts", self._failures)
-        self._failures = 0
-        self._delays = None
-        self._auth_delays = None
-        self._auth_reported = False
+        return self._retry.failed(error, f"keeping {len(self._pods)} known pods")

@@ -17,13 +17,14 @@ import logging
 import random
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable, Iterable, Iterator
+from typing import Any, Awaitable, Callable, Iterable
 
 from edgelet import podutil
-from edgelet.backoff import Backoff, jittered_delays
+from edgelet.backoff import Backoff
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound, ServerError, Unauthorized
 from edgelet.podutil import Pod
+from edgelet.retry import Retrier
 from edgelet.status.apidiff import FieldPath, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.status.manager import StatusManager
 
@@ -189,7 +190,8 @@ class StatusSyncer:
 
     async def run(self) -> None:
         next_resync = self._clock()
-        delays: Iterator[float] | None = None
+        retry = Retrier("pod status sync", initial=self._backoff_initial, maximum=self._backoff_max,
+                        rng=self._rng, logger=log)
         while True:
             if self._clock() >= next_resync:
                 self.mark_resync()
@@ -198,17 +200,9 @@ class StatusSyncer:
                 await self.sync_once()
             except ApiError as e:  # unreachable, refused credentials, or an answer nobody expects
                 self.last_error = e
-                if delays is None:
-                    initial = self._backoff_initial * (10 if isinstance(e, Unauthorized) else 1)
-                    delays = jittered_delays(min(initial, self._backoff_max), self._backoff_max, rng=self._rng)
-                    log.warning("pod status sync: %s; %d updates wait for the API server", e, self.pending)
-                else:
-                    log.debug("pod status sync failed again: %s", e)
-                await self._sleep(next(delays))
+                await self._sleep(retry.failed(e, f"{self.pending} updates wait for the API server"))
                 continue
-            if delays is not None:
-                log.info("pod status sync: API server reachable again")
-                delays = None
+            retry.succeeded()
             self.last_error = None
             self.last_success = self._clock()
             await self._wait(min(next_resync, self._next_mirror_retry()) - self._clock())

@@ -1,0 +1,66 @@
+"""The one retry helper of the loops that talk to the API server: full-jitter backoff, the first failure of a
+streak logged once, the recovery logged once."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from edgelet.backoff import JitteredBackoff
+from edgelet.kubeapi.errors import Unauthorized
+
+log = logging.getLogger(__name__)
+
+# client-go retries every error on one schedule (the reflector: 0.8 s doubling to 30 s). Refused credentials are
+# the one answer that no retry soon can fix (a revoked token or certificate waits for an operator), and a fleet
+# sharing a bad credential should not hammer the server: a 401 lifts the ceiling to this many times `initial`.
+# Doubling goes on from there whatever comes next, and only a success starts over. A 403 gets no such rule: from
+# the Node authorizer it is often transient (its graph lags a new pod binding by a moment).
+AUTH_SLOWDOWN = 10
+
+
+class Retrier:
+    """One loop's retry state: `failed(error)` returns the delay before the next attempt, `succeeded()` ends the
+    streak. `what` names the loop in the log lines ("API pod source", "renewing the node lease")."""
+
+    def __init__(self, what: str, *, initial: float = 0.8, maximum: float = 30.0, rng: random.Random | None = None,
+                 logger: logging.Logger = log, level: int = logging.WARNING):
+        self.what = what
+        # Loops cap the delay by their own period (the Lease's renew interval), which may be below `initial`.
+        self._backoff = JitteredBackoff(initial, max(maximum, initial), rng=rng)
+        self._log = logger
+        self._level = level  # of the streak's first line: events are best effort and say it at INFO
+        self._credentials_reported = False
+        self.failures = 0  # in the current streak
+
+    @property
+    def failing(self) -> bool:
+        return self.failures > 0
+
+    def failed(self, error: BaseException | str, consequence: str = "") -> float:
+        """Counts a failure and returns how long to wait; `consequence` tells what the failure means meanwhile
+        ("keeping 3 known pods")."""
+        self.failures += 1
+        refused = isinstance(error, Unauthorized)
+        delay = self._backoff.next(at_least=self._backoff.initial * AUTH_SLOWDOWN if refused else 0.0)
+        then = f"{consequence}, retrying in {delay:.1f}s" if consequence else f"retrying in {delay:.1f}s"
+        if isinstance(error, Unauthorized) and not self._credentials_reported:
+            self._credentials_reported = True
+            self._log.error("%s: the API server refused edgelet's credentials (%s %s: %s); check the kubeconfig "
+                            "user or the client certificate; %s", self.what, error.status, error.reason,
+                            error.message, then)
+        elif self.failures == 1:
+            self._log.log(self._level, "%s: %s; %s", self.what, error, then)
+        else:
+            self._log.debug("%s: still failing (%s); next try in %.1fs", self.what, error, delay)
+        return delay
+
+    def succeeded(self) -> bool:
+        """Ends a failure streak (logged once); True when there was one."""
+        if not self.failures:
+            return False
+        self._log.info("%s: working again after %d failed attempts", self.what, self.failures)
+        self.failures = 0
+        self._credentials_reported = False
+        self._backoff.reset()
+        return True
