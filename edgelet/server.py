@@ -16,10 +16,9 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import h11
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
-from prometheus_client.exposition import generate_latest
 
 from .errors import EdgeletError
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, Registry
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +345,7 @@ class OpsServer(HttpServer):
         *,
         health_checks: Mapping[str, HealthCheck],
         pods_json: Callable[[], bytes],
-        registry: CollectorRegistry,
+        registry: Registry,
         **limits: Any,
     ) -> None:
         super().__init__(address, **limits)
@@ -394,7 +393,7 @@ class OpsServer(HttpServer):
         return Reply(200, b"ok") if ok else error_reply(500, f"internal server error: {reason}")
 
     def _metrics(self) -> Reply:
-        return Reply(200, generate_latest(self._registry), CONTENT_TYPE_LATEST)
+        return Reply(200, self._registry.exposition(), METRICS_CONTENT_TYPE)
 
     def _pods(self) -> Reply:
         return Reply(200, self._pods_json(), _JSON)

@@ -55,7 +55,7 @@ async def start_pod(cri, containerd, **sandbox_kwargs) -> tuple[str, str, pb.Pod
 
 
 def sample(name: str, operation: str) -> float:
-    return metrics.REGISTRY.get_sample_value(name, {"operation_type": operation}) or 0.0
+    return metrics.REGISTRY.sample_value(name, {"operation_type": operation}) or 0.0
 
 
 async def test_version_and_status(cri):

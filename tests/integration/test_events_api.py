@@ -95,13 +95,13 @@ async def test_events_wait_for_the_server_and_fresh_ones_are_sent(api, wiring):
         recorder.event(pod_ref(POD, "main"), WARNING, "BackOff", "Back-off restarting failed container")
     await until(lambda: sink.pending == 3)
     await asyncio.sleep(0.3)  # a few refused attempts
-    stale_before = metrics.events_dropped.labels("stale")._value.get()
+    stale_before = metrics.events_dropped.labels("stale").value
     clock.now += 700  # the first event is now more than an hour old
     api.come_up()
     await until(lambda: sink.pending == 0 and len(stored_events(api)) == 2)
     events = stored_events(api)
     assert set(events) == {"Pulling", "BackOff"} and events["BackOff"]["count"] == 5
-    assert metrics.events_dropped.labels("stale")._value.get() - stale_before == 1
+    assert metrics.events_dropped.labels("stale").value - stale_before == 1
 
 
 async def test_a_full_buffer_drops_the_oldest(client, api):
@@ -109,12 +109,12 @@ async def test_a_full_buffer_drops_the_oldest(client, api):
     sink = ApiEventSink(client, buffer_size=3, clock=clock)
     recorder = EventRecorder("edge-1", None, clock=clock)
     recorder.add_sink(sink)
-    before = metrics.events_dropped.labels("buffer_full")._value.get()
+    before = metrics.events_dropped.labels("buffer_full").value
     for i in range(5):
         recorder.event(pod_ref(POD), NORMAL, f"R{i}", "m")
     recorder.drain()
     assert sink.pending == 3
-    assert metrics.events_dropped.labels("buffer_full")._value.get() - before == 2
+    assert metrics.events_dropped.labels("buffer_full").value - before == 2
     task = asyncio.create_task(sink.run())
     await until(lambda: sink.pending == 0 and len(stored_events(api)) == 3)
     task.cancel()

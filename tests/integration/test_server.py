@@ -9,8 +9,8 @@ import stat
 import httpx
 import pytest
 import uvloop
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 
+from edgelet.metrics import Counter, Registry
 from edgelet.server import ListenAddress, ListenError, OpsServer, bind_all, healthz_reply, parse_address
 
 
@@ -78,7 +78,7 @@ class Node:
     def __init__(self):
         self.pleg = (True, "")
         self.pods = json.dumps(PODS).encode()
-        self.registry = CollectorRegistry()
+        self.registry = Registry()
         self.syncs = Counter("edgelet_test_syncs", "Syncs done by the test.", registry=self.registry)
 
     def pods_json(self):
@@ -197,7 +197,7 @@ async def test_metrics_and_pods(server, node):
     node.syncs.inc(3)
     async with httpx.AsyncClient(base_url=base_url(server)) as client:
         metrics = await client.get("/metrics")
-        assert metrics.headers["content-type"] == CONTENT_TYPE_LATEST
+        assert metrics.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
         assert "edgelet_test_syncs_total 3.0" in metrics.text.splitlines()
 
         pods = await client.get("/pods")
@@ -409,7 +409,7 @@ async def test_unix_path_that_is_not_a_socket_is_left_alone(serve, tmp_path):
 
 
 def _ops_server(address: str) -> OpsServer:
-    return OpsServer(address, health_checks={}, pods_json=lambda: b"{}", registry=CollectorRegistry())
+    return OpsServer(address, health_checks={}, pods_json=lambda: b"{}", registry=Registry())
 
 
 async def test_an_address_in_use_is_one_line_naming_it_and_binds_nothing_else(tmp_path):

@@ -5,27 +5,30 @@ from __future__ import annotations
 import pytest
 
 from bench.bench_agent import Scrape, calls_between, calls_per_pod_start, parse_scrape, unit_environment
+from edgelet.metrics import Counter, Histogram, Registry
 
-METRICS = """\
-# HELP kubelet_runtime_operations_duration_seconds Duration in seconds of CRI runtime operations.
-# TYPE kubelet_runtime_operations_duration_seconds histogram
-kubelet_runtime_operations_duration_seconds_bucket{le="0.005",operation_type="list_podsandbox"} 9.0
-kubelet_runtime_operations_duration_seconds_count{operation_type="list_podsandbox"} 10.0
-kubelet_runtime_operations_duration_seconds_sum{operation_type="list_podsandbox"} 0.02
-kubelet_runtime_operations_duration_seconds_count{operation_type="status"} 2.0
-kubelet_runtime_operations_duration_seconds_sum{operation_type="status"} 0.004
-kubelet_runtime_operations_duration_seconds_created{operation_type="status"} 1.7e9
-kubelet_pleg_relist_duration_seconds_count 10.0
-kubelet_pleg_relist_duration_seconds_sum 0.5
-kubelet_pod_worker_duration_seconds_count{operation_type="create"} 3.0
-kubelet_pod_worker_duration_seconds_count{operation_type="sync"} 4.0
-kubelet_pod_worker_duration_seconds_sum{operation_type="sync"} 9.0
-"""
+def agent_metrics() -> str:
+    """A /metrics page written by the agent's own metric types (on a registry apart from the agent's)."""
+    registry = Registry()
+    operations = Histogram("kubelet_runtime_operations_duration_seconds", "CRI operations.", ["operation_type"],
+                           buckets=(0.005, 1), registry=registry)
+    relists = Histogram("kubelet_pleg_relist_duration_seconds", "Relists.", buckets=(0.005, 1), registry=registry)
+    syncs = Histogram("kubelet_pod_worker_duration_seconds", "Syncs.", ["operation_type"], buckets=(0.005, 1),
+                      registry=registry)
+    errors = Counter("kubelet_runtime_operations_errors", "Errors.", ["operation_type"], registry=registry)
+    errors.labels("status").inc()
+    for histogram, value, times in [
+        (operations.labels("list_podsandbox"), 0.125, 10), (operations.labels("status"), 0.5, 2),
+        (relists, 0.0625, 10), (syncs.labels("create"), 1, 3), (syncs.labels("sync"), 2, 4),
+    ]:
+        for _ in range(times):
+            histogram.observe(value)
+    return registry.exposition().decode()
 
 
 def test_parse_scrape_reads_operations_relists_and_syncs():
-    scrape = parse_scrape(METRICS)
-    assert scrape.operations == {"list_podsandbox": (0.02, 10.0), "status": (0.004, 2.0)}
+    scrape = parse_scrape(agent_metrics())
+    assert scrape.operations == {"list_podsandbox": (1.25, 10.0), "status": (1.0, 2.0)}
     assert scrape.relists == 10.0
     assert scrape.syncs == 7.0
     assert scrape.calls() == 12.0

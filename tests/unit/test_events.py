@@ -252,13 +252,13 @@ def test_recorder_only_enqueues_and_drops_when_full(tmp_path):
     recorder = EventRecorder("edge-1", EventLog(str(tmp_path)), clock=Clock(), queue_size=3)
     sink = ListSink()
     recorder.add_sink(sink)
-    before = metrics.events_dropped.labels("queue_full")._value.get()
+    before = metrics.events_dropped.labels("queue_full").value
     for i in range(5):
         recorder.event(pod_ref(POD), WARNING, "Failed", f"m{i}")
     assert not (tmp_path / "events.log").exists() and not sink.items  # nothing written by the caller
     names = [e["metadata"]["name"] for e in recorder._queue]
     assert len(set(names)) == 3  # one clock tick, three names
-    assert metrics.events_dropped.labels("queue_full")._value.get() - before == 2
+    assert metrics.events_dropped.labels("queue_full").value - before == 2
     batch = recorder.drain()
     assert [c.event["message"] for c in batch] == ["m0", "m1", "m2"] and sink.items == batch
 

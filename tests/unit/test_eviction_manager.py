@@ -77,7 +77,7 @@ async def test_memory_pressure_evicts_the_best_effort_pod_first_and_one_per_pass
     usage = {"guarded": PodUsage({"app": ContainerUsage(memory=300 * Mi)}),
              "best-effort": PodUsage({"app": ContainerUsage(memory=40 * Mi)})}
     manager, evicted = make_manager(ScriptedSignals(LOW_MEMORY), pods, usage)
-    before = metrics.evictions.labels("memory.available")._value.get()
+    before = metrics.evictions.labels("memory.available").value
 
     assert (await manager.synchronize())["metadata"]["name"] == "best-effort"
     assert evicted == [("best-effort", "Evicted",
@@ -86,7 +86,7 @@ async def test_memory_pressure_evicts_the_best_effort_pod_first_and_one_per_pass
     assert manager.pressure() == {"memory": True, "disk": False, "pid": False}
     assert manager.admit(make_pod("new-best-effort"))[0] is False
     assert manager.admit(make_pod("new-burstable", memory_request="1Mi"))[0] is True
-    assert metrics.evictions.labels("memory.available")._value.get() == before + 1
+    assert metrics.evictions.labels("memory.available").value == before + 1
 
     await manager.synchronize()
     assert [e[0] for e in evicted] == ["best-effort", "guarded"]

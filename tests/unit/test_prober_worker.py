@@ -206,7 +206,7 @@ async def test_metrics_count_each_result():
     labels = {"probe_type": "Readiness", "container": "app", "pod": "metered", "namespace": "ns"}
 
     def count(result):
-        return metrics.REGISTRY.get_sample_value("prober_probe_total", {**labels, "result": result}) or 0.0
+        return metrics.REGISTRY.sample_value("prober_probe_total", {**labels, "result": result}) or 0.0
 
     await harness.ticks(S, S, F)
     assert (count("successful"), count("failed")) == (2.0, 1.0)
