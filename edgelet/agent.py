@@ -159,7 +159,8 @@ class Agent:
         from .cluster import ClusterConnection
 
         return ClusterConnection(
-            self.config, pod_config=self.pod_config, status_manager=self.status, object_store=self.store,
+            self.config, pod_config=self.pod_config, pod_manager=self.pod_manager, status_manager=self.status,
+            object_store=self.store,
             health_provider=self._node_health,
             pressure_provider=self.eviction.pressure,
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,

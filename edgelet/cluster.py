@@ -28,6 +28,7 @@ from .objectstore import ObjectStore
 from .podconfig.apiserver import ApiServerSource
 from .podconfig.cache import CachingHandle, PodCache
 from .podconfig.config import PodConfig
+from .podmanager import PodManager
 from .podutil import Pod
 from .status.apisync import StatusSyncer, split_mirror_pods
 from .status.manager import StatusManager
@@ -90,6 +91,7 @@ class ClusterConnection:
         config: Config,
         *,
         pod_config: PodConfig,
+        pod_manager: PodManager,
         status_manager: StatusManager,
         object_store: ObjectStore,
         health_provider: Callable[[], Mapping[str, tuple[bool, str]]],
@@ -143,7 +145,7 @@ class ClusterConnection:
                                      node_uid=lambda: self.node_status.node_uid,
                                      on_lapse_ended=self.node_status.reconcile_with_server)
         self.status = StatusSyncer(
-            self.client, node_name, status_manager,
+            self.client, node_name, status_manager, pod_manager,
             resync=cluster.status_resync,
             # Like the kubelet, retry no later than the next resync; reconnect bursts are jittered all the same.
             backoff_max=max(cluster.status_resync, 0.5),

@@ -28,6 +28,7 @@ from edgelet.nodestatus.manager import NodeStatusManager
 from edgelet.nodestatus.setters import NodeInfo
 from edgelet.podconfig.apiserver import ApiServerSource
 from edgelet.podconfig.config import PodConfig
+from edgelet.podmanager import PodManager
 from edgelet.simulate.runtime import HollowRuntime
 from edgelet.status.apisync import StatusSyncer
 from edgelet.status.manager import StatusManager
@@ -115,7 +116,7 @@ class HollowNode:
                                      renew_interval=timings.lease_renew_interval, rng=rng,
                                      on_lapse_ended=self.node_status.reconcile_with_server)
         self.syncer = StatusSyncer(
-            client, name, self.status,
+            client, name, self.status, PodManager(),
             resync=timings.status_resync,
             backoff_max=max(timings.status_resync, 0.5),
             api_pod=self.pod_config.get_pod,

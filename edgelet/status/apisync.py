@@ -23,6 +23,7 @@ from edgelet import podutil
 from edgelet.backoff import Backoff
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound, ServerError, Unauthorized
+from edgelet.podmanager import PodManager
 from edgelet.podutil import Pod
 from edgelet.retry import Retrier
 from edgelet.status.apidiff import FieldPath, dropped_fields, normal_form, status_differs, status_patch
@@ -98,6 +99,7 @@ class StatusSyncer:
         client: ApiClient,
         node_name: str,
         status_manager: StatusManager,
+        pod_manager: PodManager,
         *,
         resync: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
@@ -110,13 +112,15 @@ class StatusSyncer:
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
     ):
-        """`api_pod(uid)` is the API's copy of a pod as the pod source last saw it (checked at resync for
+        """`pod_manager` holds the mirror pods (this syncer creates and deletes them; the pod source lists
+        them); `api_pod(uid)` is the API's copy of a pod as the pod source last saw it (checked at resync for
         changes made by others); `static_pods()` the static pods that need mirrors, `static_pods_ready()`
         whether their sources have listed (orphan mirrors are deleted only then), `node_uid()` the Node's
         uid for the mirror pods' owner reference (mirrors wait until it is known)."""
         self.client = client
         self.node_name = node_name
         self.status_manager = status_manager
+        self.pod_manager = pod_manager
         self.resync = resync
         self.api_writes = 0
         self.writes: Counter[str] = Counter()  # api_writes by kind: status, mirror-create, mirror-delete, delete
@@ -136,9 +140,8 @@ class StatusSyncer:
         self._written: dict[str, tuple[str, int]] = {}  # pod uid -> (API uid written to, status hash)
         self._api_status: dict[str, tuple[str, dict[str, Any]]] = {}  # API uid -> (resourceVersion, status)
         self._gone: dict[str, None] = {}  # API uids deleted or replaced, oldest first: never written again
-        self._mirrors: dict[Key, Pod] = {}
         self._mirrors_listed = False  # no mirror is created before the existing ones are known
-        self._created: dict[Key, tuple[str, float]] = {}  # mirrors we created that the watch has not shown yet
+        self._created: dict[Key, tuple[Pod, float]] = {}  # mirrors we created that the watch has not shown yet
         self._mirror_retry = Backoff(MIRROR_RETRY_INITIAL, MIRROR_RETRY_MAX, clock=clock)
         self._mirror_owner = ""  # the Node uid the refusals were met with: a new Node retries them at once
         self._status_refusals: dict[Key, str] = {}  # pods whose status the server refuses, and why
@@ -154,17 +157,18 @@ class StatusSyncer:
         self._wake.set()
 
     def set_mirror_pods(self, mirrors: Iterable[Pod]) -> None:
-        """The mirror pods bound to this node, as the API pod source lists them."""
+        """The mirror pods bound to this node, as the API pod source lists them: the pod manager gets them,
+        with the mirrors this syncer created that the listing does not show yet."""
         now = self._clock()
         self._mirrors_listed = True
         seen = {_key(pod): pod for pod in mirrors}
-        for key, (uid, created_at) in list(self._created.items()):
+        for key, (created, created_at) in list(self._created.items()):
+            uid = podutil.uid(created)
             if (key in seen and podutil.uid(seen[key]) == uid) or now - created_at > _MIRROR_SEEN_GRACE:
                 del self._created[key]
-            elif key in self._mirrors and podutil.uid(self._mirrors[key]) == uid:
-                seen[key] = self._mirrors[key]  # ours, newer than the watch's view
-        if seen != self._mirrors:
-            self._mirrors = seen
+            elif (ours := self.pod_manager.mirror_pod_by_pod(created)) is not None and podutil.uid(ours) == uid:
+                seen[key] = ours  # newer than the watch's view
+        if self.pod_manager.set_mirror_pods(seen.values()):
             self._wake.set()
 
     def pod_terminated(self, pod: Pod) -> None:
@@ -270,14 +274,14 @@ class StatusSyncer:
         """Where a pod's status goes: the pod itself, or for a static pod its mirror (None until it exists)."""
         if not podutil.is_static(pod):
             return _key(pod), podutil.uid(pod)
-        mirror = self._mirrors.get(_key(pod))
+        mirror = self.pod_manager.mirror_pod_by_pod(pod)
         if mirror is None or podutil.annotations(mirror).get(podutil.CONFIG_MIRROR_ANNOTATION) != config_hash(pod):
             return None
         return _key(mirror), podutil.uid(mirror)
 
     def _api_copy(self, pod: Pod) -> Pod | None:
         if podutil.is_static(pod):
-            return self._mirrors.get(_key(pod))
+            return self.pod_manager.mirror_pod_by_pod(pod)
         return self._api_pod(podutil.uid(pod))
 
     def _mark_retargeted(self) -> None:
@@ -402,7 +406,7 @@ class StatusSyncer:
             del self._mirror_refusals[key]
         self._mirror_retry.gc()  # delays of static pods long gone or edited
         for key, pod in static.items():
-            mirror = self._mirrors.get(key)
+            mirror = self.pod_manager.mirror_pod_by_pod(pod)
             wanted_hash = config_hash(pod)
             if mirror is not None and not podutil.deletion_requested(mirror) and \
                     podutil.annotations(mirror).get(podutil.CONFIG_MIRROR_ANNOTATION) == wanted_hash:
@@ -413,8 +417,9 @@ class StatusSyncer:
                 await self._delete_mirror(key, mirror)
             await self._create_mirror(key, pod, node_uid)
         if self._static_pods_ready():
-            for key in [key for key in self._mirrors if key not in static]:
-                await self._delete_mirror(key, self._mirrors[key])
+            for mirror in self.pod_manager.mirror_pods():
+                if (key := _key(mirror)) not in static:
+                    await self._delete_mirror(key, mirror)
 
     async def _create_mirror(self, key: Key, pod: Pod, node_uid: str) -> None:
         namespace, name = key
@@ -439,8 +444,8 @@ class StatusSyncer:
             return
         self._mirror_retry.reset((key, wanted_hash))
         self._mirror_refusals.pop(key, None)
-        self._mirrors[key] = created
-        self._created[key] = (podutil.uid(created), self._clock())
+        self.pod_manager.add_mirror_pod(created)
+        self._created[key] = (created, self._clock())
         self._remember(created)
         log.info("%s mirror pod %s/%s for static pod %s", action, namespace, name, podutil.uid(pod))
 
@@ -470,6 +475,6 @@ class StatusSyncer:
             if isinstance(e, (ServerError, Unauthorized)):
                 raise
             log.warning("cannot delete the mirror pod %s/%s: %s", *key, e)
-        self._mirrors.pop(key, None)
+        self.pod_manager.remove_mirror_pod(mirror)
         self._created.pop(key, None)
         self._api_status.pop(uid, None)

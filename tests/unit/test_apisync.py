@@ -16,6 +16,7 @@ import pytest
 from edgelet import core, podutil
 from edgelet.kubeapi.errors import AlreadyExists, Conflict, Forbidden, NotFound, ServerError
 from edgelet.status.apidiff import dropped_fields, normal_form, status_differs, status_patch
+from edgelet.podmanager import PodManager
 from edgelet.status.apisync import StatusSyncer, mirror_pod, split_mirror_pods
 from edgelet.status.manager import PodStatusEntry
 from tests.kubeapi_double.patch import StrategicMergePanic, strategic_merge
@@ -342,8 +343,9 @@ class World:
         self.static_ready = True
         self.node_uid = NODE_UID
         self.now = 1000.0
+        self.pods = PodManager()
         self.syncer = StatusSyncer(
-            self.api, NODE, self.statuses, resync=10.0, clock=clock or (lambda: self.now),
+            self.api, NODE, self.statuses, self.pods, resync=10.0, clock=clock or (lambda: self.now),
             api_pod=lambda uid: next((copy.deepcopy(p) for p in self.api.pods.values() if podutil.uid(p) == uid), None),
             static_pods=lambda: list(self.static), static_pods_ready=lambda: self.static_ready,
             node_uid=lambda: self.node_uid,
@@ -528,6 +530,7 @@ async def test_mirror_pod_is_replaced_when_the_static_pod_changes_and_deleted_wh
     await world.sync()
     (new_mirror,) = world.api_mirrors()
     assert podutil.uid(new_mirror) != podutil.uid(old_mirror)
+    assert podutil.uid(world.pods.mirror_pod_by_pod(second)) == podutil.uid(new_mirror)  # the pod manager's pairing
     assert new_mirror["metadata"]["annotations"][podutil.CONFIG_MIRROR_ANNOTATION] == "hash-2"
     assert new_mirror["status"]["message"] == "v2"
     assert (f"/api/v1/namespaces/default/pods/web-{NODE}", podutil.uid(old_mirror), 0) in world.api.deletes
@@ -535,7 +538,7 @@ async def test_mirror_pod_is_replaced_when_the_static_pod_changes_and_deleted_wh
     world.static = []
     world.statuses.remove(podutil.uid(second))
     await world.sync()
-    assert world.api_mirrors() == []
+    assert world.api_mirrors() == [] and world.pods.mirror_pods() == []
 
 
 async def test_a_deleted_mirror_pod_is_recreated(world):
