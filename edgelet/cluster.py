@@ -3,7 +3,9 @@ API pod source, the ConfigMaps and Secrets pods reference, node registration wit
 statuses with mirror pods.
 
 The Agent builds one `ClusterConnection` when the config has a `[cluster]` section and starts it; nothing in
-here can stop the agent: an unreachable API server only delays what is sent to it.
+here can stop the agent: an unreachable API server only delays what is sent to it. The API work itself is wired
+by `edgelet.clusterapi.ClusterApi`, which the simulator's hollow nodes share; this module adds the agent's side:
+credentials, the offline pod cache, the ConfigMaps and Secrets, and what the node reports from its runtime.
 """
 
 from __future__ import annotations
@@ -11,26 +13,22 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from . import podutil
+from .clusterapi import ClusterApi, NodeReport
 from .config import Config, EvictionConfig
-from .events import NO_EVENTS, EventRecorder
-from .events.apisink import ApiEventSink
+from .events import EventRecorder
 from .kubeapi.client import ApiClient
 from .kubeapi.errors import Unauthorized
 from .kubeapi.objects import ObjectSyncer
 from .nodestatus.facts import gather_node_info
-from .nodestatus.lease import LeaseController
-from .nodestatus.manager import NodeStatusManager
 from .nodestatus.setters import PressureThresholds
 from .objectstore import ObjectStore
-from .podconfig.apiserver import ApiServerSource
 from .podconfig.cache import CachingHandle, PodCache
 from .podconfig.config import PodConfig
 from .podmanager import PodManager
 from .podutil import Pod
-from .status.apisync import StatusSyncer, split_mirror_pods
 from .status.manager import StatusManager
 from .tasks import TaskGroup
 
@@ -55,34 +53,6 @@ def pressure_thresholds(eviction: EvictionConfig) -> PressureThresholds:
     if pids is not None and pids.fraction is not None:
         limits["pid_available_fraction"] = pids.fraction
     return PressureThresholds(**limits)
-
-
-class _MirrorSplitter:
-    """The API pod source's handle: mirror pods go to the status syncer, every other pod to the cache.
-
-    It also keeps each API pod exactly as the watch last delivered it: the pod config keeps a pod's old
-    metadata when only its status changed, and the status syncer needs the current resourceVersion."""
-
-    def __init__(self, downstream: CachingHandle, on_mirrors: Callable[[list[Pod]], None]):
-        self._downstream = downstream
-        self._on_mirrors = on_mirrors
-        self._latest: dict[str, Pod] = {}
-
-    def set(self, pods: Iterable[Pod]) -> None:
-        regular, mirrors = split_mirror_pods(pods)
-        self._latest = {podutil.uid(pod): pod for pod in regular}
-        self._on_mirrors(mirrors)
-        self._downstream.set(regular)
-
-    def latest(self, uid: str) -> Pod | None:
-        return self._latest.get(uid)
-
-    def mark_ready(self) -> None:
-        self._downstream.mark_ready()
-
-    @property
-    def ready(self) -> bool:
-        return self._downstream.ready
 
 
 class ClusterConnection:
@@ -113,9 +83,6 @@ class ClusterConnection:
             self.client = ApiClient(cluster.server, tls=self.certificates.tls_context())
         else:
             self.client = ApiClient.from_kubeconfig(cluster.kubeconfig)
-        self.events = ApiEventSink(self.client)
-        if recorder is not None:
-            recorder.add_sink(self.events)
         self._pod_config = pod_config
         self._tasks: TaskGroup | None = None
         self._api_tasks_started = False
@@ -126,36 +93,21 @@ class ClusterConnection:
         self.caching = CachingHandle(pod_config.source(API_SOURCE), self.pod_cache,
                                      before_apply=lambda pods: self.objects.ensure(pods, OBJECTS_WAIT))
         root_dir = config.root_dir
-        self.node_status = NodeStatusManager(
-            self.client, node_name,
-            facts_provider=lambda: asyncio.to_thread(gather_node_info, root_dir, hostname=node_name, node_ip=node_ip),
-            health_provider=health_provider,
-            runtime_version_provider=runtime_version_provider,
-            node_labels=cluster.node_labels,
-            update_frequency=cluster.node_status_update_frequency,
-            report_frequency=cluster.node_status_report_frequency,
-            max_pods=config.max_pods,
+        report = NodeReport(
+            facts=lambda: asyncio.to_thread(gather_node_info, root_dir, hostname=node_name, node_ip=node_ip),
+            health=health_provider,
+            runtime_version=runtime_version_provider,
+            pressure=pressure_provider,
             thresholds=pressure_thresholds(config.eviction),
-            pressure_provider=pressure_provider,
-            recorder=recorder or NO_EVENTS,
+            max_pods=config.max_pods,
             daemon_port=config.kubelet_api.port,
         )
-        self.lease = LeaseController(self.client, node_name, duration=cluster.lease_duration,
-                                     renew_interval=cluster.lease_renew_interval,
-                                     node_uid=lambda: self.node_status.node_uid,
-                                     on_lapse_ended=self.node_status.reconcile_with_server)
-        self.status = StatusSyncer(
-            self.client, node_name, status_manager, pod_manager,
-            resync=cluster.status_resync,
-            # Like the kubelet, retry no later than the next resync; reconnect bursts are jittered all the same.
-            backoff_max=max(cluster.status_resync, 0.5),
-            api_pod=lambda uid: self._splitter.latest(uid),
-            static_pods=self._static_pods,
-            static_pods_ready=self._static_sources_ready,
-            node_uid=lambda: self.node_status.node_uid,
-        )
-        self._splitter = _MirrorSplitter(self.caching, self.status.set_mirror_pods)
-        self.source = ApiServerSource(self.client, node_name, self._splitter)
+        self.api = ClusterApi(self.client, node_name, cluster, report=report, api_pods=self.caching,
+                              pod_manager=pod_manager, status_manager=status_manager, static_pods=self._static_pods,
+                              static_pods_ready=self._static_sources_ready, recorder=recorder)
+        self.node_status = self.api.node_status
+        self.status = self.api.status
+        self.source = self.api.source
 
     def start(self, tasks: TaskGroup) -> None:
         """Restores the cached ConfigMaps, Secrets and pods (before anything connects), then starts the tasks."""
@@ -172,12 +124,8 @@ class ClusterConnection:
         tasks = self._tasks
         assert tasks is not None
         self._api_tasks_started = True
-        tasks.start("cluster:pod-source", self.source.run())
         tasks.start("cluster:objects", self.objects.run())
-        tasks.start("cluster:node-status", self.node_status.run())
-        tasks.start("cluster:lease", self.lease.run())
-        tasks.start("cluster:pod-status", self.status.run())
-        tasks.start("cluster:events", self.events.run())
+        self.api.start(tasks, "cluster")
         for callback in self._on_joined:
             callback()
         self._on_joined.clear()

@@ -1,5 +1,6 @@
-"""One hollow node: the agent's own Node registration and status, Lease, API pod source and pod status sync,
-wired as `edgelet.cluster.ClusterConnection` wires them, over the in-memory `HollowRuntime`.
+"""One hollow node: the agent's own Node registration and status, Lease, API pod source, pod status sync and
+events, wired by the same `edgelet.clusterapi.ClusterApi` as the agent's cluster connection, over the in-memory
+`HollowRuntime`.
 
 Machine facts and health are constants (a healthy node that never changes), so whatever the control plane
 sees from a hollow node is what the control-plane code sends, not noise from the simulating machine.
@@ -18,19 +19,15 @@ from typing import Any
 
 from edgelet import __version__
 from edgelet.backoff import jittered_delays
-from edgelet.cluster import _MirrorSplitter
+from edgelet.clusterapi import ClusterApi, NodeReport
+from edgelet.config import ClusterConfig
 from edgelet.events import NORMAL, EventRecorder, node_ref
-from edgelet.events.apisink import ApiEventSink
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Forbidden, Invalid, NotFound, Unauthorized
-from edgelet.nodestatus.lease import LeaseController
-from edgelet.nodestatus.manager import NodeStatusManager
 from edgelet.nodestatus.setters import NodeInfo
-from edgelet.podconfig.apiserver import ApiServerSource
 from edgelet.podconfig.config import PodConfig
 from edgelet.podmanager import PodManager
 from edgelet.simulate.runtime import HollowRuntime
-from edgelet.status.apisync import StatusSyncer
 from edgelet.status.manager import StatusManager
 from edgelet.tasks import TaskGroup
 
@@ -51,6 +48,13 @@ class Timings:
     node_status_update_frequency: float = 10.0
     node_status_report_frequency: float = 300.0
     status_resync: float = 10.0
+
+    def cluster_config(self) -> ClusterConfig:
+        """The agent's [cluster] settings these timings stand for."""
+        return ClusterConfig(lease_duration=self.lease_duration, lease_renew_interval=self.lease_renew_interval,
+                             node_status_update_frequency=self.node_status_update_frequency,
+                             node_status_report_frequency=self.node_status_report_frequency,
+                             status_resync=self.status_resync)
 
 
 def hollow_facts(node_name: str) -> NodeInfo:
@@ -97,45 +101,25 @@ class HollowNode:
         self.pod_config = PodConfig()
         # Events go to the API only (no local event log), through the agent's recorder and correlator.
         self.recorder = EventRecorder(name, None)
-        self.events = ApiEventSink(client)
-        self.recorder.add_sink(self.events)
         # The local status store is never flushed to disk: only its API half matters to the control plane.
         self.status = StatusManager(os.path.join(state_dir, name))
         facts = hollow_facts(name)
-        self.node_status = NodeStatusManager(
-            client, name,
-            facts_provider=lambda: facts,
-            health_provider=lambda: HEALTHY,
-            runtime_version_provider=lambda: RUNTIME_VERSION,
-            update_frequency=timings.node_status_update_frequency,
-            report_frequency=timings.node_status_report_frequency,
-            rng=rng,
-            recorder=self.recorder,
-        )
-        self.lease = LeaseController(client, name, duration=timings.lease_duration,
-                                     renew_interval=timings.lease_renew_interval, rng=rng,
-                                     on_lapse_ended=self.node_status.reconcile_with_server)
-        self.syncer = StatusSyncer(
-            client, name, self.status, PodManager(),
-            resync=timings.status_resync,
-            backoff_max=max(timings.status_resync, 0.5),
-            api_pod=self.pod_config.get_pod,
-            node_uid=lambda: self.node_status.node_uid,
-            rng=rng,
-        )
-        self.source = ApiServerSource(client, name, _MirrorSplitter(self.pod_config.source("api"),
-                                                                    self.syncer.set_mirror_pods), rng=rng)
+        report = NodeReport(facts=lambda: facts, health=lambda: HEALTHY, runtime_version=lambda: RUNTIME_VERSION)
+        # A hollow node has no static pods, so no mirror pods of its own; its pod manager only pairs them.
+        self.api = ClusterApi(client, name, timings.cluster_config(), report=report,
+                              api_pods=self.pod_config.source("api"), pod_manager=PodManager(),
+                              status_manager=self.status, recorder=self.recorder, rng=rng)
+        self.node_status = self.api.node_status
+        self.lease = self.api.lease
+        self.source = self.api.source
+        self.syncer = self.api.status
         self.runtime = HollowRuntime(self.pod_config, self.status, on_terminated=self.syncer.pod_terminated,
                                      recorder=self.recorder)
 
     def start(self, tasks: TaskGroup, *, pods: int = 0, namespace: str = "default") -> None:
-        tasks.start(f"{self.name}:pod-source", self.source.run())
-        tasks.start(f"{self.name}:node-status", self.node_status.run())
-        tasks.start(f"{self.name}:lease", self.lease.run())
-        tasks.start(f"{self.name}:pod-status", self.syncer.run())
+        self.api.start(tasks, self.name)
         tasks.start(f"{self.name}:runtime", self.runtime.run())
-        tasks.start(f"{self.name}:events", self.recorder.run())
-        tasks.start(f"{self.name}:events-api", self.events.run())
+        tasks.start(f"{self.name}:recorder", self.recorder.run())
         self.recorder.event(node_ref(self.name), NORMAL, "Starting", "Starting kubelet.")
         if pods:
             tasks.start(f"{self.name}:workload", self.create_workload(pods, namespace))

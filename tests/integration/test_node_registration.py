@@ -1,4 +1,5 @@
-"""Node registration, NodeStatus updates and the Lease heartbeat against the API server double."""
+"""Node registration, NodeStatus updates and the Lease heartbeat against the API server double, alone and as the
+simulator's hollow node wires them (the agent's own cluster wiring)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from edgelet.kubeapi import ApiClient
 from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.manager import NodeStatusManager
 from edgelet.nodestatus.setters import KUBELET_VERSION, NodeInfo
+from edgelet.simulate.node import HollowNode, Timings
+from edgelet.tasks import TaskGroup
 from tests.kubeapi_double import ApiServerDouble, eventually
 
 NODE = "edge-1"
@@ -301,3 +304,35 @@ async def test_the_lease_follows_a_node_deleted_and_registered_again(api: ApiSer
     assert api.get("nodes", NODE)["metadata"]["uid"] == m.node_uid
     assert api.get("leases", NODE, "kube-node-lease")["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": m.node_uid}]
+
+
+HOLLOW = "hollow-0000"
+HOLLOW_TIMINGS = Timings(lease_duration=4.0, lease_renew_interval=0.05, node_status_update_frequency=0.05,
+                         node_status_report_frequency=1.0, status_resync=0.05)
+
+
+async def test_a_hollow_node_registers_holds_its_lease_and_runs_a_pod(api: ApiServerDouble, client: ApiClient, tmp_path) -> None:
+    """The simulator's node runs the agent's cluster wiring (edgelet/clusterapi.py) with no container runtime."""
+    node = HollowNode(HOLLOW, client, state_dir=str(tmp_path), timings=HOLLOW_TIMINGS, rng=random.Random(0))
+    tasks = TaskGroup()
+    node.start(tasks, pods=1)
+    try:
+        await eventually(lambda: node.node_status.registered.is_set())
+        node_uid = api.get("nodes", HOLLOW)["metadata"]["uid"]
+
+        def lease_owner() -> str:
+            refs = api.get("leases", HOLLOW, "kube-node-lease")["metadata"].get("ownerReferences") or []
+            return refs[0]["uid"] if refs else ""
+
+        await eventually(lambda: node.lease.renewals >= 2 and lease_owner() == node_uid)
+        # The Lease learns the Node's uid from the node status, as the agent's does: it never reads the Node.
+        assert not [r for r in api.requests if r.method == "GET" and r.path == f"/api/v1/nodes/{HOLLOW}"]
+
+        def phase() -> str:
+            pods = api.list("pods", "default")
+            return pods[0].get("status", {}).get("phase", "") if pods else ""
+
+        await eventually(lambda: phase() == "Running")
+        assert node.runtime.starts == 1 and node.syncer.api_writes >= 1 and not tasks.crashed
+    finally:
+        await tasks.cancel_all(grace=1.0)

@@ -115,3 +115,26 @@ def test_module_level_imports_have_no_circle():
 @pytest.mark.parametrize("module", ["edgelet.syncloop", "edgelet.podsync"])
 def test_loop_and_pod_work_import_nothing_from_the_agent(module):
     assert "edgelet.agent" not in import_graph(top_level_only=False)[module]
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    pending = [start]
+    while pending:
+        module = pending.pop()
+        if module not in seen:
+            seen.add(module)
+            pending.extend(graph.get(module, ()))
+    return seen
+
+
+def test_reachable_follows_imports_transitively():
+    assert reachable({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}, "a") == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize("module", ["edgelet.agent", "edgelet.cluster", "edgelet.clusterapi"])
+def test_the_agent_never_loads_the_simulators_hollow_runtime(module):
+    """The simulator shares the agent's cluster wiring; nothing of its fake runtime may reach back, lazily or not."""
+    graph = import_graph(top_level_only=False)
+    assert "edgelet.cluster" in reachable(graph, "edgelet.agent")  # lazy imports are followed
+    assert sorted(m for m in reachable(graph, module) if m.startswith("edgelet.simulate")) == []

@@ -1,0 +1,146 @@
+"""The node's side of the API server, wired once: Node registration and status, the Lease (whose lapse ending
+heals the node status), the API pod source, pod statuses with mirror pods, and events.
+
+The agent's cluster connection (edgelet/cluster.py) and the simulator's hollow nodes (edgelet/simulate/) both
+build a `ClusterApi`, so a hollow node runs exactly the agent's control-plane wiring; what differs between them
+(credentials, what the node reports of itself, where API pods go) comes in as arguments.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Iterable, Mapping, Protocol
+
+from . import podutil
+from .config import ClusterConfig
+from .events import NO_EVENTS, EventRecorder
+from .events.apisink import ApiEventSink
+from .kubeapi.client import ApiClient
+from .nodestatus.lease import LeaseController
+from .nodestatus.manager import NodeStatusManager
+from .nodestatus.setters import NodeInfo, PressureThresholds
+from .podconfig.apiserver import ApiServerSource
+from .podmanager import PodManager
+from .podutil import Pod
+from .status.apisync import StatusSyncer, split_mirror_pods
+from .status.manager import StatusManager
+from .tasks import TaskGroup
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """What the node says of itself in its status, from whatever runs its pods."""
+
+    facts: Callable[[], NodeInfo | Awaitable[NodeInfo]]
+    health: Callable[[], Mapping[str, tuple[bool, str]]]
+    runtime_version: Callable[[], str | Awaitable[str]]
+    pressure: Callable[[], Mapping[str, bool]] | None = None
+    thresholds: PressureThresholds = PressureThresholds()
+    max_pods: int = 110
+    daemon_port: int = 0  # the kubelet API's port (0: none)
+
+
+class PodHandle(Protocol):
+    """Where the API pod source's regular pods go (a pod config source, possibly behind the offline cache)."""
+
+    def set(self, pods: Iterable[Pod]) -> None: ...
+
+    def mark_ready(self) -> None: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+
+class MirrorSplitter:
+    """The API pod source's handle: mirror pods go to the status syncer, every other pod downstream.
+
+    It also keeps each API pod exactly as the watch last delivered it: the pod config keeps a pod's old
+    metadata when only its status changed, and the status syncer needs the current resourceVersion."""
+
+    def __init__(self, downstream: PodHandle, on_mirrors: Callable[[list[Pod]], None]):
+        self._downstream = downstream
+        self._on_mirrors = on_mirrors
+        self._latest: dict[str, Pod] = {}
+
+    def set(self, pods: Iterable[Pod]) -> None:
+        regular, mirrors = split_mirror_pods(pods)
+        self._latest = {podutil.uid(pod): pod for pod in regular}
+        self._on_mirrors(mirrors)
+        self._downstream.set(regular)
+
+    def latest(self, uid: str) -> Pod | None:
+        return self._latest.get(uid)
+
+    def mark_ready(self) -> None:
+        self._downstream.mark_ready()
+
+    @property
+    def ready(self) -> bool:
+        return self._downstream.ready
+
+
+class ClusterApi:
+    def __init__(
+        self,
+        client: ApiClient,
+        node_name: str,
+        cluster: ClusterConfig,
+        *,
+        report: NodeReport,
+        api_pods: PodHandle,
+        pod_manager: PodManager,
+        status_manager: StatusManager,
+        static_pods: Callable[[], Iterable[Pod]] = lambda: (),
+        static_pods_ready: Callable[[], bool] = lambda: True,
+        recorder: EventRecorder | None = None,
+        rng: random.Random | None = None,
+    ):
+        """`cluster` gives the timings and node labels; `api_pods` receives the API's pods bound to this node
+        (mirror pods excepted); `static_pods()` are the pods that need mirrors, `static_pods_ready()` whether
+        their sources have listed. Events the recorder takes are posted to the API server."""
+        self.client = client
+        self.events = ApiEventSink(client)
+        if recorder is not None:
+            recorder.add_sink(self.events)
+        self.node_status = NodeStatusManager(
+            client, node_name,
+            facts_provider=report.facts,
+            health_provider=report.health,
+            runtime_version_provider=report.runtime_version,
+            pressure_provider=report.pressure,
+            node_labels=cluster.node_labels,
+            update_frequency=cluster.node_status_update_frequency,
+            report_frequency=cluster.node_status_report_frequency,
+            max_pods=report.max_pods,
+            daemon_port=report.daemon_port,
+            thresholds=report.thresholds,
+            rng=rng,
+            recorder=recorder or NO_EVENTS,
+        )
+        self.lease = LeaseController(client, node_name, duration=cluster.lease_duration,
+                                     renew_interval=cluster.lease_renew_interval, rng=rng,
+                                     node_uid=lambda: self.node_status.node_uid,
+                                     # A lapse may have let the node lifecycle controller mark the Node.
+                                     on_lapse_ended=self.node_status.reconcile_with_server)
+        self.status = StatusSyncer(
+            client, node_name, status_manager, pod_manager,
+            resync=cluster.status_resync,
+            # Like the kubelet, retry no later than the next resync; reconnect bursts are jittered all the same.
+            backoff_max=max(cluster.status_resync, 0.5),
+            api_pod=lambda uid: self.splitter.latest(uid),
+            static_pods=static_pods,
+            static_pods_ready=static_pods_ready,
+            node_uid=lambda: self.node_status.node_uid,
+            rng=rng,
+        )
+        self.splitter = MirrorSplitter(api_pods, self.status.set_mirror_pods)
+        self.source = ApiServerSource(client, node_name, self.splitter, rng=rng)
+
+    def start(self, tasks: TaskGroup, prefix: str) -> None:
+        """Starts the API work as tasks named `<prefix>:<part>`."""
+        tasks.start(f"{prefix}:pod-source", self.source.run())
+        tasks.start(f"{prefix}:node-status", self.node_status.run())
+        tasks.start(f"{prefix}:lease", self.lease.run())
+        tasks.start(f"{prefix}:pod-status", self.status.run())
+        tasks.start(f"{prefix}:events", self.events.run())
