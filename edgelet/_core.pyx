@@ -25,6 +25,7 @@ __all__ = [
     "relist",
     "parse_containers",
     "parse_sandboxes",
+    "newest_first",
     "CONTAINER_STARTED",
     "CONTAINER_DIED",
     "CONTAINER_REMOVED",

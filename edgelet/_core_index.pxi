@@ -63,7 +63,7 @@ cdef class _Index:
 
     cdef dict pods(self):
         if self.by_pod is None:
-            self.by_pod = _newest_first([r for r in self.records if r is not None])
+            self.by_pod = _by_pod_newest_first([r for r in self.records if r is not None])
         return self.by_pod
 
 

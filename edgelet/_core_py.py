@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from google.protobuf.message import DecodeError
@@ -24,6 +24,7 @@ __all__ = [
     "relist",
     "parse_containers",
     "parse_sandboxes",
+    "newest_first",
     "CONTAINER_STARTED",
     "CONTAINER_DIED",
     "CONTAINER_REMOVED",
@@ -47,6 +48,7 @@ CONTAINER_CHANGED = 4
 # Record layouts; a record is a plain tuple so the compiled relist can reuse it as is.
 ContainerRecord = tuple[str, str, str, str, int, int, int, str, int]
 SandboxRecord = tuple[str, str, str, str, int, int, int]
+RecordT = TypeVar("RecordT", ContainerRecord, SandboxRecord)
 CONTAINER_RECORD_FIELDS = (
     "id", "pod_uid", "sandbox_id", "name", "state", "created_at", "attempt", "hash", "restart_count",
 )  # fmt: skip
@@ -194,9 +196,15 @@ def parse_sandboxes(wire: bytes) -> list[SandboxRecord]:
     return [_sandbox_record(s) for s in _decode(pb.ListPodSandboxResponse, wire).items]
 
 
-def _newest_first(records: Any) -> dict[str, list[tuple]]:
+def newest_first(records: Iterable[RecordT]) -> list[RecordT]:
+    """Container or sandbox records, newest first: created_at, then id, descending (a total order, so
+    every caller sees the same one)."""
+    return sorted(records, key=lambda r: (r[_CREATED_AT], r[0]), reverse=True)
+
+
+def _by_pod_newest_first(records: Iterable[tuple]) -> dict[str, list[tuple]]:
     by_pod: dict[str, list[tuple]] = {}
-    for record in sorted(records, key=lambda r: (r[_CREATED_AT], r[0]), reverse=True):
+    for record in newest_first(records):
         by_pod.setdefault(record[1], []).append(record)
     return by_pod
 
@@ -253,7 +261,8 @@ class Snapshot:
 
     def _index(self) -> tuple[dict, dict]:
         if self._by_pod is None:
-            self._by_pod = (_newest_first(self._containers.values()), _newest_first(self._sandboxes.values()))
+            self._by_pod = (_by_pod_newest_first(self._containers.values()),
+                            _by_pod_newest_first(self._sandboxes.values()))
         return self._by_pod
 
     def containers_of(self, pod_uid: str) -> list[ContainerRecord]:

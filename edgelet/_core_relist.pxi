@@ -5,9 +5,15 @@ def _age(record):
     return (record[5], record[0])
 
 
-cdef dict _newest_first(list records):
+def newest_first(records):
+    """Container or sandbox records, newest first: created_at, then id, descending (a total order, so
+    every caller sees the same one)."""
+    return sorted(records, key=_age, reverse=True)
+
+
+cdef dict _by_pod_newest_first(list records):
     cdef dict by_pod = {}
-    for record in sorted(records, key=_age, reverse=True):
+    for record in newest_first(records):
         by_pod.setdefault(record[1], []).append(record)
     return by_pod
 

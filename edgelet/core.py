@@ -30,6 +30,7 @@ Snapshot = _impl.Snapshot
 relist = _impl.relist
 parse_containers = _impl.parse_containers
 parse_sandboxes = _impl.parse_sandboxes
+newest_first = _impl.newest_first
 
 CONTAINER_STARTED = _impl.CONTAINER_STARTED
 CONTAINER_DIED = _impl.CONTAINER_DIED

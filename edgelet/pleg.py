@@ -54,10 +54,6 @@ class PodLifecycleEvent:
         return self.type != core.CONTAINER_REMOVED
 
 
-def _newest_first(records: list[tuple], created_at_field: int) -> list[tuple]:
-    return sorted(records, key=lambda record: record[created_at_field], reverse=True)
-
-
 def _int_annotation(annotations, key: str, default: int) -> int:
     try:
         return int(annotations.get(key, default))
@@ -174,8 +170,7 @@ class GenericPLEG:
             await self._runtime.list_pod_sandbox_raw(pb.PodSandboxFilter(label_selector=selector)))
         containers = core.parse_containers(
             await self._runtime.list_containers_raw(pb.ContainerFilter(label_selector=selector)))
-        status = await self._status_of(uid, _newest_first(sandboxes, 5), _newest_first(containers, 5),
-                                       observed_at)
+        status = await self._status_of(uid, core.newest_first(sandboxes), core.newest_first(containers), observed_at)
         # A relist that began before this inspection and ends after it must not undo it (and vice versa).
         self.cache.set(status)
         return self.cache.get(uid)

@@ -643,6 +643,36 @@ def test_snapshot_groups_by_pod_newest_first(core):
     assert snapshot.pod_uids() == {"uid-1", "x", ""}
 
 
+def crecord(id_: str, created_at: int, pod_uid: str = "uid-1") -> tuple:
+    return (id_, pod_uid, "sb-1", "app", RUNNING, created_at, 0, "5d4a786d5c5d16ab", 0)
+
+
+def srecord(id_: str, created_at: int, pod_uid: str = "uid-1") -> tuple:
+    return (id_, pod_uid, "web", "default", READY, created_at, 0)
+
+
+@pytest.mark.parametrize("records, order", [
+    ([], []),
+    ([crecord("a", 1), crecord("b", 3), crecord("c", 2)], ["b", "c", "a"]),
+    ([crecord("a", 5), crecord("c", 5), crecord("b", 5)], ["c", "b", "a"]),  # a tie goes to the higher id
+    ([crecord("x", -(2**63)), crecord("y", 2**63 - 1), crecord("z", 0)], ["y", "z", "x"]),
+    ([srecord("s-old", 1), srecord("s-b", 9), srecord("s-a", 9)], ["s-b", "s-a", "s-old"]),
+    ([crecord("same", 1, "uid-1"), crecord("same", 2, "uid-2")], ["same", "same"]),  # pods are not grouped
+])
+def test_newest_first_orders_by_created_at_then_id_descending(core, records, order):
+    assert [r[0] for r in core.newest_first(records)] == order
+    assert core.newest_first(iter(records)) == core.newest_first(list(reversed(records)))  # any iterable, any order
+
+
+def test_newest_first_is_the_order_of_the_snapshot(core):
+    """inspect_now sorts what it lists itself; a relist's snapshot must hand out the same order."""
+    containers = cwire(container("c-b", created_at=5), container("c-a", created_at=5), container("c-new", created_at=8))
+    sandboxes = swire(sandbox("s-2", created_at=1), sandbox("s-1", created_at=1), sandbox("s-3", created_at=0))
+    snapshot, _ = core.relist(None, sandboxes, containers)
+    assert core.newest_first(core.parse_containers(containers)) == snapshot.containers_of("uid-1")
+    assert core.newest_first(core.parse_sandboxes(sandboxes)) == snapshot.sandboxes_of("uid-1")
+
+
 def test_snapshot_views_are_read_only(core):
     snapshot, _ = core.relist(None, b"", cwire(container("c1")))
     with pytest.raises(TypeError):

@@ -236,6 +236,18 @@ def test_parse_sandboxes_matches_protobuf(reply):
     assert COMPILED.parse_sandboxes(wire) == PURE.parse_sandboxes(wire) == expected
 
 
+@FAST
+@given(creply=replies(containers(), sandbox=False), sreply=replies(sandboxes(), sandbox=True))
+def test_newest_first_agrees_and_is_the_snapshots_order(creply, sreply):
+    for parse, wire in ((PURE.parse_containers, creply[1]), (PURE.parse_sandboxes, sreply[1])):
+        records = parse(wire)  # duplicate ids included: equal keys keep their input order in both
+        assert COMPILED.newest_first(records) == PURE.newest_first(records)
+    snapshot, _ = COMPILED.relist(None, sreply[1], creply[1])
+    for uid in snapshot.pod_uids():
+        assert [r for r in COMPILED.newest_first(snapshot.containers.values()) if r[1] == uid] == snapshot.containers_of(uid)
+        assert [r for r in PURE.newest_first(snapshot.sandboxes.values()) if r[1] == uid] == snapshot.sandboxes_of(uid)
+
+
 @st.composite
 def old_records(draw, fresh: list[tuple], width: int) -> dict[str, tuple]:
     """Old records: some with a new item's id, state and created_at but stale other fields (to be
