@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bench_agent import Scrape, calls_between, calls_per_pod_start, parse_scrape, unit_environment
+from bench.bench_agent import (OPTIMIZE, REPO, Scrape, calls_between, calls_per_pod_start, parse_scrape,
+                               unit_environment)
 from edgelet.metrics import Counter, Histogram, Registry
 
 def agent_metrics() -> str:
@@ -61,3 +62,10 @@ def test_calls_per_pod_start(after, pods, expected):
 def test_unit_environment_reads_every_environment_line():
     unit = "[Service]\n# Environment=IGNORED=1\nEnvironment=MALLOC_ARENA_MAX=2\nEnvironment=A=1 B=x=y\nType=notify\n"
     assert unit_environment(unit) == {"MALLOC_ARENA_MAX": "2", "A": "1", "B": "x=y"}
+
+
+def test_agent_runs_at_the_bundles_optimization_level():
+    """The benchmark's RSS and start figures are the package's only while both use the same bytecode."""
+    spec = (REPO / "packaging" / "edgelet.spec").read_text()
+    assert f"OPTIMIZE = {OPTIMIZE}\n" in spec
+    assert "optimize=OPTIMIZE" in spec and '[("O", None, "OPTION")] * OPTIMIZE' in spec
