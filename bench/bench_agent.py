@@ -9,6 +9,7 @@ does not change the figure; the raw floor also records when StartContainer retur
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import re
 import signal
@@ -429,6 +430,7 @@ class WriteCounter:
         self._inotify = inotify.Inotify()
         self._inotify.add_watch(str(directory), inotify.IN_MOVED_TO | inotify.IN_DELETE | inotify.IN_ONLYDIR)
         self.total = 0
+        self.names: collections.Counter[str] = collections.Counter()  # what was written, for the report
         self.overflowed = False
 
     def poll(self) -> int:
@@ -438,6 +440,7 @@ class WriteCounter:
             if event.mask & inotify.IN_Q_OVERFLOW:
                 self.overflowed = True
             elif event.name and not event.name.startswith("."):
+                self.names[event.name] += 1
                 new += 1
         self.total += new
         return new

@@ -82,6 +82,7 @@ class Results:
     idle110_relists: float = 0.0
     pod_start_calls: dict[str, float] = field(default_factory=dict)  # CRI calls by type per pod start
     status_writes: int = 0
+    status_written: dict[str, int] = field(default_factory=dict)  # file name -> writes
     status_window_s: float = 0.0
     status_resyncs: int = 0
     runtime: str = ""
@@ -287,6 +288,7 @@ async def measure_idle(agent: agent_bench.AgentProcess, counter: agent_bench.Wri
         log("status writes did not settle within 120 s after the burst")
     counter.poll()
     counter.total = 0
+    counter.names.clear()
     window_start = time.monotonic()
     if opts.resyncs:
         await sleep_until(agent.ready_at + SYNC_FREQUENCY + 2.0)
@@ -305,6 +307,7 @@ async def measure_idle(agent: agent_bench.AgentProcess, counter: agent_bench.Wri
         raise RuntimeError("inotify queue overflowed: status writes not counted")
     agent.check_alive()
     results.status_writes = counter.total
+    results.status_written = dict(counter.names)
     window_end = time.monotonic()
     results.status_window_s = window_end - window_start
     results.status_resyncs = sum(1 for k in range(1, 100)
@@ -420,6 +423,8 @@ def idle_lines(results: Results, figures: dict[str, float]) -> list[str]:
         f"  writes over {results.status_window_s:.0f}s spanning {results.status_resyncs} full resyncs "
         f"(sync_frequency {SYNC_FREQUENCY:.0f}s): {results.status_writes}   "
         f"goal {goal('status_writes_idle', results.status_writes)}",
+        *([f"    written: {', '.join(f'{name} x{n}' for name, n in sorted(results.status_written.items()))}"]
+          if results.status_written else []),
         "",
         "agent process (relist every 1 s, all other settings default)",
         f"  {'':34} {'0 pods':>10} {f'{pods} pods':>10}   goal at {pods}",
