@@ -44,7 +44,7 @@ class Retrier:
         refused = isinstance(error, Unauthorized)
         delay = self._backoff.next(at_least=self._backoff.initial * AUTH_SLOWDOWN if refused else 0.0)
         then = f"{consequence}, retrying in {delay:.1f}s" if consequence else f"retrying in {delay:.1f}s"
-        if isinstance(error, Unauthorized) and not self._credentials_reported:
+        if refused and not self._credentials_reported:
             self._credentials_reported = True
             self._log.error("%s: the API server refused edgelet's credentials (%s %s: %s); check the kubeconfig "
                             "user or the client certificate; %s", self.what, error.status, error.reason,
