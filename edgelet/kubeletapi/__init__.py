@@ -31,14 +31,18 @@ class PodLookup:
     """Finds the pod, container and sandbox a path names among the agent's pods and their runtime state."""
 
     def __init__(self, node_name: str, pods: Callable[[], Mapping[str, Pod]],
-                 runtime_status: Callable[[str], PodRuntimeStatus]) -> None:
+                 runtime_status: Callable[[str], PodRuntimeStatus], translate_uid: Callable[[str], str]) -> None:
         self._node_name = node_name
         self._pods = pods
         self._runtime_status = runtime_status
+        # A caller knows a static pod only by its mirror pod's uid (all the API shows); the runtime only by the
+        # static pod's own. The kubelet translates first too (TranslatePodUID in findContainer).
+        self._translate_uid = translate_uid
 
     def pod_uid(self, route: Route) -> str:
+        wanted = self._translate_uid(route.uid)
         for uid, pod in self._pods().items():
-            if podutil.namespace(pod) != route.namespace or (route.uid and route.uid != uid):
+            if podutil.namespace(pod) != route.namespace or (wanted and wanted != uid):
                 continue
             if podutil.name(pod) in (route.pod, f"{route.pod}-{self._node_name}"):
                 return uid

@@ -274,6 +274,13 @@ def test_exec_refusals_are_plain_http_answers(sleeper):
 def test_run_returns_the_commands_output(sleeper):
     reply = sleeper.post(f"/run/default/sleeper-{NODE}/main?cmd=echo%20ran%20here")
     assert reply.status_code == 200 and reply.text == "ran here\n"
+    # A caller knows a static pod by its mirror pod's uid, the only one the API shows.
+    mirror = wait_for(lambda: _try(lambda: sleeper.api.get("pods", f"sleeper-{NODE}", "default")), 30,
+                      what="the mirror pod")
+    assert mirror["metadata"]["uid"] != sleeper.agent.pod("sleeper")["metadata"]["uid"]
+    by_uid = sleeper.post(f"/run/default/sleeper-{NODE}/{mirror['metadata']['uid']}/main?cmd=echo%20by%20uid")
+    assert by_uid.status_code == 200 and by_uid.text == "by uid\n"
+    assert sleeper.post(f"/run/default/sleeper-{NODE}/not-its-uid/main?cmd=true").status_code == 404
 
 
 # -- port-forward ----------------------------------------------------------------------------------
