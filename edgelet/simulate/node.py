@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgelet import __version__
-from edgelet.backoff import jittered_delays
 from edgelet.clusterapi import ClusterApi, NodeReport
 from edgelet.config import ClusterConfig
 from edgelet.events import NORMAL, EventRecorder, node_ref
@@ -27,6 +26,7 @@ from edgelet.kubeapi.errors import AlreadyExists, ApiError, Forbidden, Invalid, 
 from edgelet.nodestatus.setters import NodeInfo
 from edgelet.podconfig.config import PodConfig
 from edgelet.podmanager import PodManager
+from edgelet.retry import Retrier
 from edgelet.simulate.runtime import HollowRuntime
 from edgelet.status.manager import StatusManager
 from edgelet.tasks import TaskGroup
@@ -127,7 +127,8 @@ class HollowNode:
     async def create_workload(self, count: int, namespace: str) -> None:
         """Binds `count` pods to this node once it is registered (existing ones are kept)."""
         await self.node_status.registered.wait()
-        delays = None
+        retry = Retrier(f"hollow node {self.name}: creating its workload pods", initial=1.0, maximum=30.0,
+                        rng=self._rng, logger=log)
         index = 0
         while index < count:
             try:
@@ -138,9 +139,7 @@ class HollowNode:
                 log.error("hollow node %s: the API server refuses its workload pods: %s", self.name, e)
                 return
             except ApiError as e:
-                delays = delays or jittered_delays(1.0, 30.0, rng=self._rng)
-                log.debug("hollow node %s: creating pod %d failed: %s", self.name, index, e)
-                await asyncio.sleep(next(delays))
+                await asyncio.sleep(retry.failed(e, f"pod {index} of {count} not created"))
                 continue
-            delays = None
+            retry.succeeded()
             index += 1
