@@ -37,9 +37,9 @@ class Retrier:
     def failing(self) -> bool:
         return self.failures > 0
 
-    def failed(self, error: BaseException | str, consequence: str = "") -> float:
+    def failed(self, error: BaseException | str, consequence: str = "", *, level: int | None = None) -> float:
         """Counts a failure and returns how long to wait; `consequence` tells what the failure means meanwhile
-        ("keeping 3 known pods")."""
+        ("keeping 3 known pods"); `level`, when given, is that of this streak's first line instead of the loop's."""
         self.failures += 1
         refused = isinstance(error, Unauthorized)
         delay = self._backoff.next(at_least=self._backoff.initial * AUTH_SLOWDOWN if refused else 0.0)
@@ -50,7 +50,7 @@ class Retrier:
                             "user or the client certificate; %s", self.what, error.status, error.reason,
                             error.message, then)
         elif self.failures == 1:
-            self._log.log(self._level, "%s: %s; %s", self.what, error, then)
+            self._log.log(self._level if level is None else level, "%s: %s; %s", self.what, error, then)
         else:
             self._log.debug("%s: still failing (%s); next try in %.1fs", self.what, error, delay)
         return delay

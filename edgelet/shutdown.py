@@ -18,9 +18,9 @@ from typing import Awaitable, Callable, Iterable
 
 from . import podutil
 from .admission import Verdict
-from .backoff import jittered_delays
 from .config import ShutdownConfig
 from .podutil import Pod
+from .retry import Retrier
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,8 @@ class ShutdownManager:
                  is_critical: Callable[[Pod], bool], stop_pod: Callable[[Pod, int], None],
                  pod_stopped: Callable[[str], bool], report_not_ready: Callable[[], Awaitable[None]],
                  flush_statuses: Callable[[float], Awaitable[None]],
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 inhibitor: Callable[[], LogindInhibitor] = lambda: LogindInhibitor(INHIBIT_WHY)):
         self.config = config
         self._active_pods = active_pods
         self._is_critical = is_critical
@@ -77,6 +78,7 @@ class ShutdownManager:
         self._flush_statuses = flush_statuses
         self._clock = clock
         self._sleep = sleep
+        self._new_inhibitor = inhibitor
         self.shutting_down = False
 
     def health(self) -> tuple[bool, str]:
@@ -93,40 +95,44 @@ class ShutdownManager:
         logind (yet) it says so once and tries again: pods run on either way, only unprotected from power-off."""
         from jeepney.wrappers import DBusErrorResponse
 
-        delays = jittered_delays(1.0, 60.0)
+        retry = Retrier("graceful node shutdown (system bus / systemd-logind)", initial=1.0, maximum=60.0, logger=log)
         while True:
+            inhibitor = self._new_inhibitor()
             try:
-                await self._arm_and_watch()
-            except (OSError, EOFError, RuntimeError, ValueError, DBusErrorResponse) as exc:  # no bus, no logind, refused
-                # After our shutdown ran, the bus going away is just the machine powering off.
-                (log.info if self.shutting_down else log.warning)(
-                    "graceful node shutdown unavailable (system bus / systemd-logind): %s; retrying",
-                    str(exc) or type(exc).__name__)
-                await asyncio.sleep(next(delays))
+                await self._arm(inhibitor)
+                retry.succeeded()
+                await self._watch(inhibitor)  # returns only by raising
+            except (OSError, EOFError, RuntimeError, ValueError, DBusErrorResponse) as exc:  # no bus/logind, refused
+                reason = str(exc) or type(exc).__name__
+            finally:
+                inhibitor.close()
+            if self.shutting_down:  # after our shutdown ran, the bus going away is just the machine powering off
+                delay = retry.failed(f"unavailable ({reason})", level=logging.INFO)
+            else:
+                delay = retry.failed(f"unavailable ({reason})", "pods run on, unprotected from power-off")
+            await self._sleep(delay)
 
-    async def _arm_and_watch(self) -> None:
-        inhibitor = LogindInhibitor(INHIBIT_WHY)
-        try:
-            await inhibitor.start(asyncio.get_running_loop())
-            delay_max = await asyncio.to_thread(inhibitor.delay_max_seconds)
-            if delay_max < self.config.grace_period:
-                log.warning("logind's InhibitDelayMaxSec is %.0fs, shorter than [shutdown] grace_period %.0fs: "
-                            "the machine powers off before pods are stopped; raise it (see the README)",
-                            delay_max, self.config.grace_period)
-            log.info("graceful node shutdown armed: %.0fs for pods (%.0fs of it for critical pods)",
-                     self.config.grace_period, self.config.critical_pods_grace_period)
-            while True:
-                active = await inhibitor.next_prepare_for_shutdown()
-                if active and not self.shutting_down:
-                    await self.shutdown()
-                    inhibitor.release()
-                elif not active and self.shutting_down:
-                    # A cancelled shutdown: the kubelet re-arms; pods already stopped stay stopped.
-                    log.info("node shutdown cancelled; taking the inhibitor again")
-                    self.shutting_down = False
-                    await asyncio.to_thread(inhibitor.take)
-        finally:
-            inhibitor.close()
+    async def _arm(self, inhibitor: LogindInhibitor) -> None:
+        await inhibitor.start(asyncio.get_running_loop())
+        delay_max = await asyncio.to_thread(inhibitor.delay_max_seconds)
+        if delay_max < self.config.grace_period:
+            log.warning("logind's InhibitDelayMaxSec is %.0fs, shorter than [shutdown] grace_period %.0fs: "
+                        "the machine powers off before pods are stopped; raise it (see the README)",
+                        delay_max, self.config.grace_period)
+        log.info("graceful node shutdown armed: %.0fs for pods (%.0fs of it for critical pods)",
+                 self.config.grace_period, self.config.critical_pods_grace_period)
+
+    async def _watch(self, inhibitor: LogindInhibitor) -> None:
+        while True:
+            active = await inhibitor.next_prepare_for_shutdown()
+            if active and not self.shutting_down:
+                await self.shutdown()
+                inhibitor.release()
+            elif not active and self.shutting_down:
+                # A cancelled shutdown: the kubelet re-arms; pods already stopped stay stopped.
+                log.info("node shutdown cancelled; taking the inhibitor again")
+                self.shutting_down = False
+                await asyncio.to_thread(inhibitor.take)
 
     async def shutdown(self) -> None:
         """NotReady, regular pods, critical pods, final statuses; each group bounded by its budget."""

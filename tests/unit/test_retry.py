@@ -108,6 +108,16 @@ def test_the_first_line_takes_the_loops_logger_and_level(caplog):
     assert [(r.name, r.levelname) for r in caplog.records] == [("edgelet.events.apisink", "INFO")]
 
 
+def test_a_failure_may_say_its_streak_at_another_level(caplog):
+    caplog.set_level(logging.DEBUG)
+    retry = Retrier("logind", rng=Ceiling())
+    retry.failed(UNAVAILABLE, level=logging.INFO)  # say, expected while the machine powers off
+    retry.failed(UNAVAILABLE, level=logging.INFO)
+    retry.succeeded()
+    retry.failed(UNAVAILABLE)
+    assert [level for level, _ in records(caplog)] == ["INFO", "DEBUG", "INFO", "WARNING"]
+
+
 @pytest.mark.parametrize(("initial", "maximum"), [(0, 10), (-1, 10)])
 def test_invalid_initial(initial, maximum):
     with pytest.raises(ValueError):

@@ -1,7 +1,11 @@
-"""Graceful node shutdown: which pods stop in which group with which grace, and the order and budgets
-the manager keeps (fake clock; the D-Bus side is tested under systemd in tests/package)."""
+"""Graceful node shutdown: which pods stop in which group with which grace, the order and budgets the manager
+keeps (fake clock), and how it says that logind is missing (a scripted inhibitor; the D-Bus side is tested under
+systemd in tests/package)."""
 
 from __future__ import annotations
+
+import asyncio
+import logging
 
 import pytest
 
@@ -57,8 +61,10 @@ class FakeNode:
         self.stop_after = stop_after
         self.events: list[tuple[float, str]] = []
         self.stopping: dict[str, float] = {}
+        self.slept: list[float] = []
 
     async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
         self.now += max(seconds, 0.01)
 
     def stop_pod(self, pod: dict, grace: int) -> None:
@@ -75,11 +81,11 @@ class FakeNode:
     async def flush(self, timeout: float) -> None:
         self.events.append((self.now, f"flush within {timeout:.1f}s"))
 
-    def manager(self, grace: float, critical: float) -> ShutdownManager:
+    def manager(self, grace: float, critical: float, **inhibitor) -> ShutdownManager:
         return ShutdownManager(ShutdownConfig(grace, critical), active_pods=lambda: self.pods, is_critical=is_critical,
                                stop_pod=self.stop_pod, pod_stopped=self.pod_stopped,
                                report_not_ready=self.report_not_ready, flush_statuses=self.flush,
-                               clock=lambda: self.now, sleep=self.sleep)
+                               clock=lambda: self.now, sleep=self.sleep, **inhibitor)
 
 
 async def test_regular_pods_then_critical_pods_within_their_budgets():
@@ -119,6 +125,89 @@ async def test_unreachable_api_does_not_hold_up_the_pods():
     manager._report_not_ready = unreachable
     await manager.shutdown()
     assert [what for _, what in node.events][0] == "stop web grace=10"
+
+
+# -- without logind --------------------------------------------------------------------------------------
+
+NO_BUS = FileNotFoundError(2, "No such file or directory")
+LOST = ConnectionError("the system bus connection was lost")
+
+
+class ScriptedInhibitor:
+    """One connection attempt: `start` raises `fails_with`, else it arms and hands out `signals` in turn (an
+    exception is raised); past the end of the script it waits for ever, `waiting` set."""
+
+    def __init__(self, fails_with: BaseException | None = None, signals: tuple = ()):
+        self.fails_with = fails_with
+        self.signals = list(signals)
+        self.waiting = asyncio.Event()
+        self.closed = False
+
+    async def start(self, loop) -> None:
+        if self.fails_with is not None:
+            raise self.fails_with
+
+    def delay_max_seconds(self) -> float:
+        return 3600.0
+
+    async def next_prepare_for_shutdown(self) -> bool:
+        if not self.signals:
+            self.waiting.set()
+            await asyncio.Event().wait()
+        signal = self.signals.pop(0)
+        if isinstance(signal, BaseException):
+            raise signal
+        return signal
+
+    def take(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def run_script(node: FakeNode, attempts: list[ScriptedInhibitor]) -> None:
+    """Runs the manager over the attempts until the last one is armed and waiting; every attempt was closed."""
+    script = iter(attempts)
+    task = asyncio.create_task(node.manager(10, 0, inhibitor=lambda: next(script)).run())
+    await asyncio.wait_for(attempts[-1].waiting.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert all(attempt.closed for attempt in attempts)
+
+
+def retry_lines(caplog) -> list[tuple[str, str]]:
+    """What the inhibitor loop said about logind being there or not (not its "armed" line)."""
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "edgelet.shutdown"
+            and r.getMessage().startswith("graceful node shutdown (") and r.levelno >= logging.INFO]
+
+
+async def test_a_missing_logind_is_said_once_per_streak_and_its_recovery_once(caplog):
+    caplog.set_level(logging.DEBUG)
+    node = FakeNode([], stop_after={})
+    await run_script(node, [ScriptedInhibitor(NO_BUS) for _ in range(3)] + [ScriptedInhibitor(signals=(LOST,))] +
+                     [ScriptedInhibitor(NO_BUS) for _ in range(2)] + [ScriptedInhibitor()])
+    lines = retry_lines(caplog)
+    assert [level for level, _ in lines] == ["WARNING", "INFO", "WARNING", "INFO"], lines
+    assert lines[0][1].startswith("graceful node shutdown (system bus / systemd-logind): unavailable ([Errno 2] No "
+                                  "such file or directory); pods run on, unprotected from power-off, retrying in ")
+    assert lines[1][1].endswith("working again after 3 failed attempts")
+    assert "unavailable (the system bus connection was lost)" in lines[2][1]
+    assert lines[3][1].endswith("working again after 3 failed attempts")
+    # 1 s doubling up to 60 s, full jitter; the second streak starts over.
+    assert len(node.slept) == 6 and all(0 <= d <= c for d, c in zip(node.slept, (1, 2, 4, 1, 2, 4)))
+
+
+async def test_the_bus_going_away_after_the_shutdown_is_no_warning(caplog):
+    caplog.set_level(logging.DEBUG)
+    node = FakeNode([pod("web")], stop_after={})
+    await run_script(node, [ScriptedInhibitor(signals=(True, LOST)), ScriptedInhibitor(NO_BUS), ScriptedInhibitor()])
+    assert "stop web grace=10" in [what for _, what in node.events]
+    assert [level for level, _ in retry_lines(caplog)] == ["INFO", "INFO"]
 
 
 def test_shutdown_words_are_the_kubelets():
