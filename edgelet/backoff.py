@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 
@@ -103,10 +103,3 @@ class JitteredBackoff:
         """A success: the next failure starts again at `initial`."""
         self.ceiling = 0.0
 
-
-def jittered_delays(initial: float = 0.8, maximum: float = 30.0, *,
-                    rng: random.Random | None = None) -> Iterator[float]:
-    """The delays of a `JitteredBackoff` that is never reset, as an endless iterator."""
-    backoff = JitteredBackoff(initial, maximum, rng=rng)
-    while True:
-        yield backoff.next()

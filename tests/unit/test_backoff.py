@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import pytest
 
-from edgelet.backoff import Backoff, jittered_delays
+from edgelet.backoff import Backoff, JitteredBackoff
 
 
 class FakeClock:
@@ -101,12 +100,17 @@ def test_invalid_bounds(initial, maximum):
     with pytest.raises(ValueError):
         Backoff(initial, maximum)
     with pytest.raises(ValueError):
-        next(jittered_delays(initial, maximum))
+        JitteredBackoff(initial, maximum)
+
+
+def jittered_delays(count: int, rng: random.Random, initial: float = 0.8, maximum: float = 30.0) -> list[float]:
+    """The delays of one failure streak `count` failures long."""
+    backoff = JitteredBackoff(initial, maximum, rng=rng)
+    return [backoff.next() for _ in range(count)]
 
 
 def test_jittered_delays_stay_under_the_growing_ceiling():
-    rng = random.Random(7)
-    delays = list(itertools.islice(jittered_delays(0.8, 30, rng=rng), 200))
+    delays = jittered_delays(200, random.Random(7))
     ceilings = [min(30, 0.8 * 2**n) for n in range(200)]
     assert all(0 <= delay <= ceiling for delay, ceiling in zip(delays, ceilings, strict=True))
     assert max(delays[10:]) > 20  # the ceiling does reach the maximum
@@ -115,12 +119,20 @@ def test_jittered_delays_stay_under_the_growing_ceiling():
 def test_jittered_delays_are_spread_not_fixed():
     """Full jitter: once capped, delays cover the whole [0, max] range instead of clustering at max."""
     rng = random.Random(1)
-    capped = list(itertools.islice(jittered_delays(0.8, 30, rng=rng), 1000))[10:]
+    capped = jittered_delays(1000, rng)[10:]
     assert min(capped) < 3 and max(capped) > 27
     assert 12 < sum(capped) / len(capped) < 18
 
 
 def test_jittered_delays_are_reproducible_with_a_seeded_rng():
-    first = list(itertools.islice(jittered_delays(rng=random.Random(3)), 20))
-    second = list(itertools.islice(jittered_delays(rng=random.Random(3)), 20))
-    assert first == second
+    assert jittered_delays(20, random.Random(3)) == jittered_delays(20, random.Random(3))
+
+
+def test_reset_starts_the_streak_over():
+    backoff = JitteredBackoff(1.0, 30.0, rng=random.Random(2))
+    for _ in range(6):
+        backoff.next()
+    assert backoff.ceiling == 30.0
+    backoff.reset()
+    backoff.next()
+    assert backoff.ceiling == 1.0

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 
 import pytest
 
-from edgelet.backoff import jittered_delays
+from edgelet.backoff import JitteredBackoff
 from edgelet.kubeapi.errors import Forbidden, ServerError, Unauthorized
 from edgelet.retry import Retrier
 
@@ -43,7 +42,8 @@ def test_ceilings(initial, maximum, errors, ceilings):
 
 def test_without_refusals_the_delays_are_the_full_jitter_schedule():
     retry = Retrier("test", rng=random.Random(5))
-    expected = list(itertools.islice(jittered_delays(0.8, 30.0, rng=random.Random(5)), 12))
+    schedule = JitteredBackoff(0.8, 30.0, rng=random.Random(5))
+    expected = [schedule.next() for _ in range(12)]
     assert [retry.failed(UNAVAILABLE) for _ in range(12)] == expected
 
 
