@@ -1,4 +1,8 @@
-"""The `edgelet` command: run the agent, list its pods, read container logs, check a config file."""
+"""The `edgelet` command: run the agent, list its pods, read container logs, check a config file.
+
+Every subcommand's flags are defined here; its implementation is imported only when it runs, so that
+`edgelet run` does not carry the readers' code for as long as the agent lives.
+"""
 
 from __future__ import annotations
 
@@ -128,6 +132,24 @@ def cmd_pods(args: argparse.Namespace) -> int:
     return cli_pods.run(config, args)
 
 
+def cmd_describe(args: argparse.Namespace) -> int:
+    config = load_checked_config(args.config, referenced_files=False)
+    if config is None:
+        return EXIT_BAD_CONFIG
+    from .cli_describe import describe_command
+
+    return describe_command(config, args)
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    config = load_checked_config(args.config, referenced_files=False)
+    if config is None:
+        return EXIT_BAD_CONFIG
+    from .cli_describe import get_events_command
+
+    return get_events_command(config, args)
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     config = load_checked_config(args.config, referenced_files=False)
     if config is None:
@@ -190,12 +212,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override the config's log_level")
     run.set_defaults(func=cmd_run)
 
-    from . import cli_pods
-
     pods = sub.add_parser("pods", parents=[common], help="list the pods of this node with their status",
                           description="List the pods of this node as the agent last recorded them (this works "
                                       "while the agent is down, and says so).")
-    cli_pods.add_arguments(pods)
+    pods.add_argument("name", nargs="?", help="only this pod (a static pod also by its name without the node suffix)")
+    pods.add_argument("-n", "--namespace", default="default", help="the namespace to list (default: %(default)s)")
+    pods.add_argument("-A", "--all-namespaces", action="store_true",
+                      help="list the pods of every namespace, with a NAMESPACE column")
+    pods.add_argument("-l", "--selector", metavar="SELECTOR",
+                      help="label selector, as kubectl takes it: 'app=web,tier!=db', 'env in (a,b)', '!canary'")
+    pods.add_argument("-w", "--watch", action="store_true",
+                      help="after the list, print a pod again whenever it changes (until interrupted)")
+    pods.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml", "name"], default="table",
+                      help="table (default), wide (adds IP and NODE), json or yaml (a Pod, or a PodList), "
+                           "name (pod/NAME)")
     pods.set_defaults(func=cmd_pods)
 
     logs = sub.add_parser("logs", parents=[common], help="print the logs of a container",
@@ -227,10 +257,20 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-q", "--quiet", action="store_true", help="print nothing; only the exit code tells")
     check.set_defaults(func=cmd_check_config)
 
-    from .cli_describe import add_commands  # describe pod, get events
+    describe = sub.add_parser("describe", help="show a pod in detail with its recent events, as kubectl describe")
+    describe.add_argument("kind", choices=["pod", "pods", "po"], help="what to describe (pods only)")
+    describe.add_argument("name", help="the pod's name (a static pod also without its -NODE suffix)")
+    describe.add_argument("-n", "--namespace", default="default", help="the pod's namespace (default: default)")
+    describe.add_argument("--config", default=default_config_path(), help="the agent's config file")
+    describe.set_defaults(func=cmd_describe)
 
-    add_commands(sub, default_config=default_config_path(),
-                 load_config=lambda path: load_checked_config(path, referenced_files=False))
+    get = sub.add_parser("get", help="list this node's events, as kubectl get events")
+    get.add_argument("kind", choices=["events", "event", "ev"], help="what to list (events only)")
+    get.add_argument("-n", "--namespace", default="default", help="only events in this namespace (default: default)")
+    get.add_argument("-A", "--all-namespaces", action="store_true", help="events of every namespace")
+    get.add_argument("--for", dest="for_object", metavar="KIND/NAME", help="only events about this object, e.g. pod/web")
+    get.add_argument("--config", default=default_config_path(), help="the agent's config file")
+    get.set_defaults(func=cmd_get)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=cmd_version)

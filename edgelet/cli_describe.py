@@ -7,11 +7,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
-EXIT_BAD_CONFIG = 2
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -328,46 +327,25 @@ def _read(config) -> tuple[list[dict], list[dict]]:
     return read_pod_list(status_dir(config))["items"], read_events(event_log_dir(config.root_dir))
 
 
-def add_commands(sub: argparse._SubParsersAction, *, default_config: str, load_config: Callable[[str], Any]) -> None:
-    """Registers `describe` and `get` on the edgelet command's subparsers."""
+def describe_command(config, args: argparse.Namespace) -> int:
+    """`edgelet describe pod NAME` (its flags are defined with the other commands' in edgelet.cli)."""
+    pods, events = _read(config)
+    pod = find_pod(pods, args.namespace, args.name, config.node_name)
+    if pod is None:
+        print(f'edgelet: pod "{args.name}" not found in namespace "{args.namespace}"', file=sys.stderr)
+        return EXIT_FAILURE
+    sys.stdout.write(describe_pod(pod, pod_events(events, pod), time.time()))
+    return EXIT_OK
 
-    def describe_cmd(args: argparse.Namespace) -> int:
-        config = load_config(args.config)
-        if config is None:
-            return EXIT_BAD_CONFIG
-        pods, events = _read(config)
-        pod = find_pod(pods, args.namespace, args.name, config.node_name)
-        if pod is None:
-            print(f'edgelet: pod "{args.name}" not found in namespace "{args.namespace}"', file=sys.stderr)
-            return EXIT_FAILURE
-        sys.stdout.write(describe_pod(pod, pod_events(events, pod), time.time()))
+
+def get_events_command(config, args: argparse.Namespace) -> int:
+    """`edgelet get events`."""
+    _, events = _read(config)
+    namespace = None if args.all_namespaces else args.namespace
+    chosen = select_events(events, namespace=namespace, for_object=args.for_object, node_name=config.node_name)
+    if not chosen:
+        where = f" in {namespace} namespace" if namespace else ""
+        print(f"No resources found{where}.", file=sys.stderr)
         return EXIT_OK
-
-    def get_cmd(args: argparse.Namespace) -> int:
-        config = load_config(args.config)
-        if config is None:
-            return EXIT_BAD_CONFIG
-        _, events = _read(config)
-        namespace = None if args.all_namespaces else args.namespace
-        chosen = select_events(events, namespace=namespace, for_object=args.for_object, node_name=config.node_name)
-        if not chosen:
-            where = f" in {namespace} namespace" if namespace else ""
-            print(f"No resources found{where}.", file=sys.stderr)
-            return EXIT_OK
-        sys.stdout.write(events_table(chosen, time.time(), all_namespaces=args.all_namespaces))
-        return EXIT_OK
-
-    describe = sub.add_parser("describe", help="show a pod in detail with its recent events, as kubectl describe")
-    describe.add_argument("kind", choices=["pod", "pods", "po"], help="what to describe (pods only)")
-    describe.add_argument("name", help="the pod's name (a static pod also without its -NODE suffix)")
-    describe.add_argument("-n", "--namespace", default="default", help="the pod's namespace (default: default)")
-    describe.add_argument("--config", default=default_config, help="the agent's config file")
-    describe.set_defaults(func=describe_cmd)
-
-    get = sub.add_parser("get", help="list this node's events, as kubectl get events")
-    get.add_argument("kind", choices=["events", "event", "ev"], help="what to list (events only)")
-    get.add_argument("-n", "--namespace", default="default", help="only events in this namespace (default: default)")
-    get.add_argument("-A", "--all-namespaces", action="store_true", help="events of every namespace")
-    get.add_argument("--for", dest="for_object", metavar="KIND/NAME", help="only events about this object, e.g. pod/web")
-    get.add_argument("--config", default=default_config, help="the agent's config file")
-    get.set_defaults(func=get_cmd)
+    sys.stdout.write(events_table(chosen, time.time(), all_namespaces=args.all_namespaces))
+    return EXIT_OK

@@ -22,21 +22,6 @@ from .podutil import Pod
 WATCH_INTERVAL = 1.0
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", nargs="?", help="only this pod (a static pod also by its name without the node suffix)")
-    parser.add_argument("-n", "--namespace", default="default",
-                        help="the namespace to list (default: %(default)s)")
-    parser.add_argument("-A", "--all-namespaces", action="store_true",
-                        help="list the pods of every namespace, with a NAMESPACE column")
-    parser.add_argument("-l", "--selector", metavar="SELECTOR",
-                        help="label selector, as kubectl takes it: 'app=web,tier!=db', 'env in (a,b)', '!canary'")
-    parser.add_argument("-w", "--watch", action="store_true",
-                        help="after the list, print a pod again whenever it changes (until interrupted)")
-    parser.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml", "name"], default="table",
-                        help="table (default), wide (adds IP and NODE), json or yaml (a Pod, or a PodList), "
-                             "name (pod/NAME)")
-
-
 def run(config, args: argparse.Namespace, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> int:
     try:
         selector = parse_selector(args.selector) if args.selector else None

@@ -20,7 +20,6 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from edgelet.bootstrap.tokens import ca_hash_error, token_error
 from edgelet.cm.cpuset import parse_cpuset
 from edgelet.errors import ConfigError
 from edgelet.podconfig.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
@@ -340,6 +339,23 @@ def _https_url_error(value: str) -> str | None:
     return None
 
 
+def _ca_hash_error(value: str) -> str | None:
+    if not value:
+        return None
+    # Token joins only: a standalone node never loads the bootstrap code (tokens, HMAC, the JWS).
+    from edgelet.bootstrap.tokens import ca_hash_error
+
+    return ca_hash_error(value)
+
+
+def _token_error(value: str) -> str | None:
+    if not value:
+        return None
+    from edgelet.bootstrap.tokens import token_error  # token joins only, as above
+
+    return token_error(value)
+
+
 def _secret(check: Callable[[str], str | None]) -> _Kind:
     """A secret string: checked like any other, never shown by `check-config` or in logs."""
     return dataclasses.replace(_string(check), write=lambda value: "<redacted>" if value else "")
@@ -352,8 +368,8 @@ class ClusterConfig:
     kubeconfig: str = setting("", _path())
     server: str = setting("", _string(_https_url_error))
     ca_file: str = setting("", _path())
-    ca_cert_hash: str = setting("", _string(lambda v: v and ca_hash_error(v)))
-    bootstrap_token: str = setting("", _secret(lambda v: v and token_error(v)), secret=True)
+    ca_cert_hash: str = setting("", _string(_ca_hash_error))
+    bootstrap_token: str = setting("", _secret(_token_error), secret=True)
     lease_duration: float = setting("40s", _duration())
     lease_renew_interval: float = setting("10s", _duration())
     node_status_update_frequency: float = setting("10s", _duration())

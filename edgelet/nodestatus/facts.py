@@ -10,8 +10,10 @@ import os
 import platform
 import socket
 import struct
+from typing import TYPE_CHECKING
 
-from edgelet.nodestatus.setters import NodeInfo
+if TYPE_CHECKING:
+    from edgelet.nodestatus.setters import NodeInfo
 
 # platform.machine() -> the GOARCH names Kubernetes uses in kubernetes.io/arch.
 _GOARCH = {
@@ -33,6 +35,8 @@ _SIOCGIFADDR = 0x8915
 def gather_node_info(root_dir: str, *, hostname: str | None = None, node_ip: str | None = None) -> NodeInfo:
     """Facts for the status of this node; `root_dir` is the filesystem whose space pods use.
     Raises OSError naming the file when memory or disk cannot be read at all."""
+    from edgelet.nodestatus.setters import NodeInfo  # the Node status: cluster mode only
+
     hostname = (hostname or socket.gethostname()).lower()
     mem_total, mem_available = read_meminfo()
     fs = os.statvfs(_existing_parent(root_dir))

@@ -10,12 +10,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from edgelet import __version__
+from edgelet import KUBELET_COMPAT_VERSION, __version__
 from edgelet.kubetime import format_time
 
-# The kubelet release whose behaviour edgelet models; the suffix says who actually runs.
-KUBELET_COMPAT_VERSION = "v1.32.0"
-KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}-edgelet.{__version__}"
+KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}-edgelet.{__version__}"  # the suffix says who actually runs
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 LABEL_OS = "kubernetes.io/os"

@@ -8,7 +8,6 @@ the API server were validated there, and newer servers add fields we do not know
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 ANY = "any"  # a value whose inside is not checked
@@ -149,6 +148,8 @@ def _walk(value: Any, schema: Schema, path: str, problems: list[tuple[str, str]]
 
 
 def unknown_field_message(key: str, known: Any) -> str:
+    import difflib  # only a manifest with a typo needs it, so a start does not load it
+
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
     if not close:  # a case slip (`hostpath`) is too far for difflib's ratio on short names
         close = [name for name in known if name.lower() == key.lower()][:1]

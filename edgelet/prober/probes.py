@@ -16,11 +16,11 @@ from typing import Any, Mapping, Sequence
 from google.protobuf.message import DecodeError
 from grpc import StatusCode, aio
 
+from edgelet import KUBELET_COMPAT_VERSION
 from edgelet.cri import RuntimeCallError
 from edgelet.errors import ConfigError, EdgeletError
 from edgelet.kuberuntime.env import expand
 from edgelet.prober import health_v1_pb2
-from edgelet.nodestatus.setters import KUBELET_COMPAT_VERSION
 
 from .results import Outcome, ProbeError, ProbeType, Result
 

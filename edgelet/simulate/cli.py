@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import resource
 import sys
-import tempfile
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -85,6 +83,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _raise_fd_limit(wanted: int) -> str | None:
+    import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft >= wanted:
         return None
@@ -97,6 +97,7 @@ def _raise_fd_limit(wanted: int) -> str | None:
 def _run(options, kubeconfig) -> int:
     import asyncio
     import signal
+    import tempfile
 
     import uvloop
 

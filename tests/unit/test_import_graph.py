@@ -1,11 +1,15 @@
 """The package's import graph: no circle among module-level imports (type-only ones included: a circle there
 is a design circle all the same), and the loop and the pod workers' code take their collaborators rather than
-the agent (the composition root)."""
+the agent (the composition root); and what `edgelet run` loads on a standalone node."""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -138,3 +142,42 @@ def test_the_agent_never_loads_the_simulators_hollow_runtime(module):
     graph = import_graph(top_level_only=False)
     assert "edgelet.cluster" in reachable(graph, "edgelet.agent")  # lazy imports are followed
     assert sorted(m for m in reachable(graph, module) if m.startswith("edgelet.simulate")) == []
+
+
+# What `edgelet run` loads for a standalone node (no [cluster]): the same steps as cmd_run, up to the Agent.
+_RUN_IMPORTS = """
+import json, sys
+from edgelet import cli
+args = cli.build_parser().parse_args(["run", "--config", sys.argv[1]])
+config = cli.load_checked_config(args.config)
+import asyncio, uvloop
+from edgelet.agent import Agent
+agent = Agent(config)
+agent._root_lock.release()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+# Loaded only by the command that needs them, in cluster mode, or under a setting that is not the default.
+_NOT_FOR_A_STANDALONE_RUN = [
+    "edgelet.cli_pods", "edgelet.cli_describe", "edgelet.labelselector", "resource",  # other subcommands
+    "edgelet.cluster", "edgelet.clusterapi", "edgelet.kubeapi", "edgelet.kubeletapi", "edgelet.events.apisink",
+    "edgelet.bootstrap", "edgelet.bootstrap.tokens", "edgelet.nodestatus.setters",  # cluster mode
+    "edgelet.cm.topology",  # the static CPU policy
+    "edgelet.shutdown",  # [shutdown] enabled
+    "edgelet.podconfig.http",  # [pods] http_url
+    "difflib",  # a manifest with an unknown field
+]
+
+
+def test_a_standalone_run_leaves_cluster_and_other_commands_modules_unloaded(tmp_path):
+    config = tmp_path / "edgelet.toml"
+    config.write_text(f'node_name = "n1"\nroot_dir = "{tmp_path / "root"}"\n'
+                      f'[runtime]\nendpoint = "unix://{tmp_path / "none.sock"}"\n'
+                      f'[pods]\nmanifest_dir = "{tmp_path}"\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", _RUN_IMPORTS, str(config)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    assert {"edgelet.agent", "edgelet.cri.client", "edgelet.config"} <= loaded  # it did import what run imports
+    assert sorted(loaded & set(_NOT_FOR_A_STANDALONE_RUN)) == []

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from edgelet import podutil
 from edgelet.cm.cpumanager.policy import (
@@ -27,11 +28,13 @@ from edgelet.cm.cpumanager.policy import (
 )
 from edgelet.cm.cpumanager.state import CPUStateStore
 from edgelet.cm.cpuset import format_cpuset
-from edgelet.cm.topology import CPUTopology, discover
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.errors import EdgeletError
 from edgelet.kuberuntime.types import PodRuntimeStatus
 from edgelet.podutil import Pod
+
+if TYPE_CHECKING:
+    from edgelet.cm.topology import CPUTopology
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,8 @@ class CPUManager:
             raise self._unusable(exc) from None
         if not self.static:
             return
+        from edgelet.cm.topology import discover  # static policy only: the default "none" never reads it
+
         try:
             topology = self._topology = self._topology or discover()
         except (OSError, ValueError) as exc:
