@@ -21,7 +21,7 @@ from .backoff import Backoff
 from .cm.cpumanager.manager import CPUManager
 from .cm.cpumanager.state import CPUStateStore
 from .config import Config
-from .containerlogs import LogRotator
+from .logrotation import LogRotator
 from .cri.client import RuntimeClient
 from .errors import EdgeletError
 from .events import WARNING, EventRecorder, node_ref, pod_ref

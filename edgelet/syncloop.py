@@ -23,7 +23,7 @@ from .podworkers import WorkType
 if TYPE_CHECKING:  # the collaborators, for their types only
     from .admission import Check
     from .config import SyncConfig
-    from .containerlogs import LogRotator
+    from .logrotation import LogRotator
     from .cri.client import RuntimeClient
     from .events import EventRecorder
     from .pleg import GenericPLEG, PodLifecycleEvent

@@ -14,14 +14,13 @@ from edgelet.containerlogs import (
     choose_containers,
     container_log_files,
     instance_ended,
-    files_to_delete,
     find_pod_dir,
     render,
-    rotated_files,
     select,
     split_line,
 )
 from edgelet.kubetime import parse_rfc3339_ns
+from edgelet.logrotation import files_to_delete, rotated_files
 
 
 @pytest.mark.parametrize("raw, parts", [

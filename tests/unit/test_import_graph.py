@@ -160,6 +160,7 @@ print(json.dumps(sorted(sys.modules)))
 # Loaded only by the command that needs them, in cluster mode, or under a setting that is not the default.
 _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.cli_pods", "edgelet.cli_describe", "edgelet.labelselector", "resource",  # other subcommands
+    "edgelet.containerlogs",  # `edgelet logs` and the kubelet API read logs; the agent only rotates them
     "edgelet.cluster", "edgelet.clusterapi", "edgelet.kubeapi", "edgelet.kubeletapi", "edgelet.events.apisink",
     "edgelet.bootstrap", "edgelet.bootstrap.tokens", "edgelet.nodestatus.setters",  # cluster mode
     "edgelet.cm.topology",  # the static CPU policy
