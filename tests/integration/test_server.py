@@ -11,7 +11,9 @@ import pytest
 import uvloop
 
 from edgelet.metrics import Counter, Registry
-from edgelet.server import ListenAddress, ListenError, OpsServer, bind_all, healthz_reply, parse_address
+from edgelet.server import (
+    ListenAddress, ListenError, OpsServer, bind_all, bound_ip_socket, healthz_reply, parse_address,
+)
 
 
 PODS = {"kind": "PodList", "apiVersion": "v1", "items": [{"metadata": {"name": "web", "namespace": "default"}}]}
@@ -437,4 +439,23 @@ async def test_ipv6_loopback(serve):
         pytest.skip(f"no IPv6 loopback here: {err}")
     assert server.bound_addresses[0].host == "::1"
     async with httpx.AsyncClient(base_url=base_url(server)) as client:
+        assert (await client.get("/healthz")).text == "ok"
+
+
+@pytest.mark.parametrize(("host", "family"), [("127.0.0.1", socket.AF_INET), ("localhost", None), ("", None)])
+def test_an_ip_address_is_bound_before_the_loop_sees_it(host, family):
+    sock = bound_ip_socket(ListenAddress(host=host, port=0))
+    if family is None:  # a name or every interface: left to the loop's resolver
+        assert sock is None
+        return
+    try:
+        assert sock.family == family and sock.getsockname()[0] == host and sock.getsockname()[1] > 0
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
+    finally:
+        sock.close()
+
+
+async def test_a_host_name_is_still_resolved_and_served(serve):
+    server = await serve("localhost:0")
+    async with httpx.AsyncClient(base_url=f"http://localhost:{server.bound_addresses[0].port}") as client:
         assert (await client.get("/healthz")).text == "ok"

@@ -144,7 +144,7 @@ def test_the_agent_never_loads_the_simulators_hollow_runtime(module):
     assert sorted(m for m in reachable(graph, module) if m.startswith("edgelet.simulate")) == []
 
 
-# What `edgelet run` loads for a standalone node (no [cluster]): the same steps as cmd_run, up to the Agent.
+# What `edgelet run` loads for a standalone node (no [cluster]): cmd_run's steps up to binding the listeners.
 _RUN_IMPORTS = """
 import json, sys
 from edgelet import cli
@@ -152,7 +152,18 @@ args = cli.build_parser().parse_args(["run", "--config", sys.argv[1]])
 config = cli.load_checked_config(args.config)
 import asyncio, uvloop
 from edgelet.agent import Agent
+from edgelet.server import bind_all
+uvloop.install()
 agent = Agent(config)
+
+async def bind_and_close():
+    listeners = agent.listeners()
+    await bind_all(listeners)
+    for listener in listeners:
+        await listener.close()
+    await agent.runtime.close()
+
+asyncio.run(bind_and_close())
 agent._root_lock.release()
 print(json.dumps(sorted(sys.modules)))
 """
@@ -167,6 +178,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.shutdown",  # [shutdown] enabled
     "edgelet.podconfig.http",  # [pods] http_url
     "difflib",  # a manifest with an unknown field
+    "encodings.idna",  # resolving a host name (the ops server binds its IP address itself)
 ]
 
 
@@ -174,7 +186,7 @@ def test_a_standalone_run_leaves_cluster_and_other_commands_modules_unloaded(tmp
     config = tmp_path / "edgelet.toml"
     config.write_text(f'node_name = "n1"\nroot_dir = "{tmp_path / "root"}"\n'
                       f'[runtime]\nendpoint = "unix://{tmp_path / "none.sock"}"\n'
-                      f'[pods]\nmanifest_dir = "{tmp_path}"\n')
+                      f'[pods]\nmanifest_dir = "{tmp_path}"\n[server]\naddress = "127.0.0.1:0"\n')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", _RUN_IMPORTS, str(config)], env=env, capture_output=True,
                           text=True, timeout=120)
