@@ -91,15 +91,21 @@ class Listener(Protocol):
     async def run(self) -> None: ...  # serves until cancelled (binds first when start() was not called)
 
 
-def bound_ip_socket(address: ListenAddress) -> socket.socket | None:
-    """A TCP socket bound to `address` when its host is an IP address, else None.
+async def start_tcp_server(client_connected: Callable, host: str, port: int, **options: Any) -> asyncio.Server:
+    """asyncio.start_server on host:port ("" is every interface), binding an IP address itself.
 
-    Binding an IP ourselves spares the event loop a resolution: uvloop encodes every host name with the
-    idna codec, whose import (stringprep, unicodedata) costs every agent about 300 KiB for one "127.0.0.1".
-    The options are the ones asyncio's create_server sets.
+    uvloop encodes every host it binds with the idna codec, whose import (stringprep, unicodedata) costs
+    the agent about 300 KiB for its whole life; a socket bound here spares that for "127.0.0.1".
     """
+    if (sock := bound_ip_socket(host, port)) is not None:
+        return await asyncio.start_server(client_connected, sock=sock, **options)
+    return await asyncio.start_server(client_connected, host or None, port, reuse_address=True, **options)
+
+
+def bound_ip_socket(host: str, port: int) -> socket.socket | None:
+    """A TCP socket bound with the options asyncio's create_server sets, when `host` is an IP address; else None."""
     try:
-        family = socket.AF_INET6 if ipaddress.ip_address(address.host).version == 6 else socket.AF_INET
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:
         return None
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -107,7 +113,7 @@ def bound_ip_socket(address: ListenAddress) -> socket.socket | None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind((address.host, address.port))
+        sock.bind((host, port))
     except OSError:
         sock.close()
         raise
@@ -213,12 +219,10 @@ class HttpServer:
                 # The endpoint lists every pod on the node: only root (and its group) may read it.
                 os.chmod(self.address.unix_path, 0o660)
             else:
-                tls = {"ssl": self._ssl, "ssl_handshake_timeout": self._request_timeout if self._ssl else None}
-                if (sock := bound_ip_socket(self.address)) is not None:
-                    self._server = await asyncio.start_server(self._accept, sock=sock, **tls)
-                else:  # a name, or every interface: the loop resolves it
-                    self._server = await asyncio.start_server(
-                        self._accept, self.address.host or None, self.address.port, reuse_address=True, **tls)
+                self._server = await start_tcp_server(
+                    self._accept, self.address.host, self.address.port, ssl=self._ssl,
+                    ssl_handshake_timeout=self._request_timeout if self._ssl else None,
+                )
         except OSError as exc:
             raise bind_error(self.address, exc) from None
         log.info("%s listening on %s", self.name, ", ".join(map(str, self.bound_addresses)))

@@ -20,6 +20,7 @@ import h11
 import orjson
 
 from edgelet.images.archive import Blob
+from edgelet.server import start_tcp_server
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ class RegistryServer:
 
     async def start(self) -> str:
         if self._server is None:
-            self._server = await asyncio.start_server(self._accept, self._host, self._port)
+            self._server = await start_tcp_server(self._accept, self._host, self._port)
             log.info("air-gap registry serving on %s", self.address)
         return self.address
 

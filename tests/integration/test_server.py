@@ -444,7 +444,7 @@ async def test_ipv6_loopback(serve):
 
 @pytest.mark.parametrize(("host", "family"), [("127.0.0.1", socket.AF_INET), ("localhost", None), ("", None)])
 def test_an_ip_address_is_bound_before_the_loop_sees_it(host, family):
-    sock = bound_ip_socket(ListenAddress(host=host, port=0))
+    sock = bound_ip_socket(host, 0)
     if family is None:  # a name or every interface: left to the loop's resolver
         assert sock is None
         return
