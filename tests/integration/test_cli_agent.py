@@ -224,3 +224,18 @@ def test_a_typo_in_a_manifest_is_one_error_naming_file_field_and_the_fix(agent):
     (line,) = [line for line in agent.log_text().splitlines() if "typo.yaml" in line]
     assert f'{path}: spec.containers[0].comand: unknown field "comand" (did you mean "command"?)' in line
     assert agent.pod("typo") is None
+
+
+def test_a_burst_of_pods_wakes_no_more_io_threads_than_the_agent_allows(agent):
+    """asyncio's default pool would grow to CPUs + 4 threads under a burst (about 200 KiB each); the agent's
+    blocking file I/O shares IO_THREADS. By name: gRPC's threads have their own, Python's are all `python`: the
+    event loop's, the logind signal reader's where a system bus answers, and the I/O pool's."""
+    from edgelet.agent import IO_THREADS
+
+    agent.start()
+    for index in range(8):
+        agent.write_manifest(f"io-{index}", busybox_pod(f"io-{index}", "exec sleep 3600"))
+    wait_for(lambda: sum(is_running(agent.pod(f"io-{index}")) for index in range(8)) == 8, 60, what="8 pods running")
+    task_dir = f"/proc/{agent.proc.pid}/task"
+    names = [open(os.path.join(task_dir, task, "comm")).read().strip() for task in os.listdir(task_dir)]
+    assert names.count("python") <= 2 + IO_THREADS, names
