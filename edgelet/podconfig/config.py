@@ -68,7 +68,15 @@ def semantic_view(pod: Pod) -> tuple[Any, ...]:
 
 
 def _annotated(pod: Pod, source: str, seen: str) -> Pod:
-    """A shallow copy carrying the source and first-seen annotations; the caller's dict stays untouched."""
+    """The pod carrying the source and first-seen annotations; the caller's dict stays untouched.
+
+    A pod that already carries both (every static pod: its source wrote them) is returned as it is, so the
+    source and the merger hold one copy of it, not two; pods are never modified once accepted.
+    """
+    annotations = podutil.annotations(pod)
+    if (annotations.get(podutil.CONFIG_SOURCE_ANNOTATION) == source
+            and annotations.get(podutil.CONFIG_SEEN_ANNOTATION) == seen):
+        return pod
     meta = dict(podutil.meta(pod))
     annotations = dict(meta.get("annotations") or {})
     annotations[podutil.CONFIG_SOURCE_ANNOTATION] = source

@@ -9,6 +9,7 @@ import copy
 import datetime
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,13 +165,17 @@ def _text(data: bytes, path: str) -> str:
 
 
 def _plain(value: Any, path: str, where: str, field_path: str = "") -> Any:
-    """The JSON shape of a YAML value: string keys only, timestamps as RFC 3339 strings."""
+    """The JSON shape of a YAML value: string keys only, timestamps as RFC 3339 strings.
+
+    Keys are interned: the parser makes a new string for every key of every pod, while field names are few
+    and most already live in the interpreter (the code spells them), so every pod shares one of each.
+    """
     if isinstance(value, dict):
         result = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ConfigError(path, f"{where}{field_path}".rstrip("."), f"key {key!r} must be a string")
-            result[key] = _plain(item, path, where, f"{field_path}{key}.")
+            result[sys.intern(key)] = _plain(item, path, where, f"{field_path}{key}.")
         return result
     if isinstance(value, list):
         return [_plain(item, path, where, f"{field_path.rstrip('.')}[{index}].") for index, item in enumerate(value)]

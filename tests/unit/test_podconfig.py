@@ -8,9 +8,14 @@ import struct
 import pytest
 
 from edgelet import podutil
+from edgelet.events.model import pod_ref
+from edgelet.kuberuntime.types import PodRuntimeStatus
 from edgelet.podconfig import Op, PodConfig, PodUpdate, merge_source
 from edgelet.podconfig.file import ManifestScanner, is_manifest_name
 from edgelet.podconfig.inotify import IN_CREATE, IN_ISDIR, IN_Q_OVERFLOW, InotifyEvent, parse_events
+from edgelet.status.apisync import mirror_pod
+from edgelet.status.generate import generate_pod_status
+from edgelet.status.view import present_pods
 
 NOW = "2024-01-01T00:00:00.000000Z"
 LATER = "2024-01-02T00:00:00.000000Z"
@@ -216,6 +221,20 @@ def test_scanner_loads_good_files_and_reports_bad_ones_once(tmp_path):
     fixed = scanner.scan()
     assert fixed.recovered == [str(tmp_path / "b.yaml")]
     assert sorted(p["metadata"]["name"] for p in fixed.objects.pods) == ["a-n", "b-n"]
+
+
+def test_a_static_pod_is_held_once_and_what_reads_it_leaves_it_as_accepted(tmp_path):
+    (tmp_path / "a.yaml").write_text(POD_YAML % "a")
+    scanned = ManifestScanner(str(tmp_path), "n").scan().objects.pods
+    (accepted,) = merge_source({}, scanned, podutil.SOURCE_FILE, now=NOW).state.values()
+    assert accepted is scanned[0]  # the merger keeps the source's pod (its subtrees too), not a copy
+    as_accepted = copy.deepcopy(accepted)
+    runtime = PodRuntimeStatus(uid=podutil.uid(accepted))
+    generate_pod_status(accepted, runtime, old_status=None, now=0.0, host_ip="10.0.0.1")
+    mirror_pod(accepted, "n", "node-uid")
+    pod_ref(accepted, "c")
+    present_pods([accepted], runtime_ready=False, manifest_uids=set())
+    assert accepted == as_accepted
 
 
 def test_scanner_missing_directory_and_single_file(tmp_path):
