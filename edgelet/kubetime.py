@@ -8,11 +8,21 @@ import time
 from datetime import datetime, timezone
 
 _SECONDS = "%Y-%m-%dT%H:%M:%SZ"
+# The last second formatted and its text: the stamps of one second (every condition, event and start time
+# of a burst of pods) then share one string instead of each status and event cache holding its own.
+_last_formatted: tuple[int, str] = (-1, "")
 
 
 def format_time(seconds: float) -> str:
     """metav1.Time: `2026-01-01T00:00:00Z` (fractions are dropped, as the API does)."""
-    return time.strftime(_SECONDS, time.gmtime(int(seconds)))
+    global _last_formatted
+    whole = int(seconds)
+    last = _last_formatted  # one read: another thread may replace it meanwhile, never tear it
+    if last[0] == whole:
+        return last[1]
+    text = time.strftime(_SECONDS, time.gmtime(whole))
+    _last_formatted = (whole, text)
+    return text
 
 
 def format_micro_time(seconds: float) -> str:

@@ -23,3 +23,10 @@ def test_format(seconds, text, micro):
 def test_parse_rejects_what_is_not_a_time(text):
     with pytest.raises(ValueError):
         parse_time(text)
+
+
+def test_stamps_of_one_second_share_one_string_and_the_next_second_differs():
+    first = format_time(1_780_000_000.1)
+    assert format_time(1_780_000_000.9) is first  # statuses and events of one second hold one string
+    assert format_time(1_780_000_001) == "2026-05-28T20:26:41Z"
+    assert format_time(1_780_000_000.5) == first  # going back a second formats it again, correctly
