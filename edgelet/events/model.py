@@ -4,6 +4,7 @@ names, sources and the kubelet's event reasons.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from .. import podutil
@@ -33,7 +34,8 @@ def pod_ref(pod: podutil.Pod, container: str | None = None) -> ObjectRef:
         ref["resourceVersion"] = meta["resourceVersion"]
     if container is not None:
         init = any(c.get("name") == container for c in podutil.init_containers(pod))
-        ref["fieldPath"] = f"spec.{'initContainers' if init else 'containers'}{{{container}}}"
+        # Interned: every event of every pod's container "main" (the correlator keeps thousands) shares one.
+        ref["fieldPath"] = sys.intern(f"spec.{'initContainers' if init else 'containers'}{{{container}}}")
     return ref
 
 
