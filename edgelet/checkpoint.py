@@ -162,13 +162,16 @@ class CheckpointStore:
         log.warning("checkpoint directory %s was not a directory; moved it to %s and started empty",
                     self.directory, destination)
 
-    def _path(self, key: str) -> Path:
-        return self.directory / key_to_filename(key)
+    def _path(self, key: str) -> str:
+        # A str, not a Path: pathlib (3.11) interns every part of a path it parses, and each write's unique
+        # temp name would churn the interpreter's interned-string table until it doubles (~1 MiB).
+        return os.path.join(self.directory, key_to_filename(key))
 
     def write(self, key: str, payload: bytes) -> None:
         """Replace `key` atomically: after a crash at any point, a read returns the old or the new payload."""
-        target = self._path(key)
-        temp = self.directory / f"{_TEMP_PREFIX}{secrets.token_hex(6)}-{target.name}"
+        filename = key_to_filename(key)
+        target = os.path.join(self.directory, filename)
+        temp = os.path.join(self.directory, f"{_TEMP_PREFIX}{secrets.token_hex(6)}-{filename}")
         replace_file(target, encode(self.kind, payload), temp=temp, mode=self.mode)
 
     def read(self, key: str) -> bytes | None:
@@ -202,14 +205,14 @@ class CheckpointStore:
         for name in self._checkpoint_names():
             key = filename_to_key(name)
             if key is None:
-                self._set_aside(self.directory / name, "file name is not an encoded checkpoint key")
+                self._set_aside(os.path.join(self.directory, name), "file name is not an encoded checkpoint key")
                 continue
-            payload = self._read_path(self.directory / name)
+            payload = self._read_path(os.path.join(self.directory, name))
             if payload is not None:
                 result[key] = payload
         return result
 
-    def _read_path(self, path: Path) -> bytes | None:
+    def _read_path(self, path: str) -> bytes | None:
         try:
             with open(path, "rb") as file:
                 data = file.read()
@@ -224,10 +227,11 @@ class CheckpointStore:
             self._set_aside(path, str(problem))
             return None
 
-    def _set_aside(self, path: Path, problem: str) -> None:
+    def _set_aside(self, path: str | Path, problem: str) -> None:
         """Move a damaged file into corrupt/ with a timestamp, keeping it for a post-mortem, and warn once."""
         if self.reader:
             return  # the agent owning the store sets it aside
+        path = Path(path)
         corrupt_dir = self.directory / CORRUPT_DIR
         destination = corrupt_dir / f"{path.name}.{_stamp()}"
         try:
