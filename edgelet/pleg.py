@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -236,8 +237,8 @@ class GenericPLEG:
             exit_code=st.exit_code,
             reason=st.reason,
             message=st.message,
-            image=st.image.image,
-            image_ref=st.image_ref,
+            image=sys.intern(st.image.image),  # a handful of images among all containers: one string each
+            image_ref=sys.intern(st.image_ref),
             hash=container_hash,
             restart_count=restart_count,
             attempt=st.metadata.attempt,

@@ -102,7 +102,10 @@ class VolumeManager:
             return []
 
     def _lock(self, pod_uid: str) -> asyncio.Lock:
-        return self._locks.setdefault(pod_uid, asyncio.Lock())
+        lock = self._locks.get(pod_uid)
+        if lock is None:
+            lock = self._locks[pod_uid] = asyncio.Lock()
+        return lock
 
     # -- set up -----------------------------------------------------------------------------------
 
@@ -162,8 +165,9 @@ class VolumeManager:
             return None
 
     def _warn(self, uid: str, warnings: Iterable[str]) -> None:
-        seen = self._warned.setdefault(uid, set())
         for message in warnings:
+            # The set is made at the first warning: most pods never get one, and an empty set is 216 bytes.
+            seen = self._warned.setdefault(uid, set())
             if message not in seen:
                 seen.add(message)
                 log.warning("pod %s: %s", uid, message)
