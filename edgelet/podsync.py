@@ -82,10 +82,11 @@ class PodSyncer:
             )
         finally:  # a sync that failed half-way may have acted too
             self._acted_at[uid] = time.monotonic()
-        if result.started or result.waiting_reasons != self.waiting.get(uid) or not runtime_status.sandboxes:
+        if result.started or result.waiting_reasons != self.waiting.get(uid, {}) or not runtime_status.sandboxes:
             # What this sync just started is in no relist yet: one inspection now publishes the pod as it is
             # (the kubelet's cache refresh after SyncPod) instead of a status one relist period late, and
-            # stores it in the cache, where it also satisfies the next sync's wait.
+            # stores it in the cache, where it also satisfies the next sync's wait. A sync that changed
+            # nothing (a running pod adopted after a restart) publishes the cached status as it is.
             runtime_status = await self._pleg.inspect_now(uid)
         log_reason_changes(pod, self.waiting.get(uid) or {}, result.waiting_reasons)
         self.waiting[uid] = result.waiting_reasons

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from edgelet.kuberuntime.cache import PodCache
 from edgelet.kuberuntime.manager import SyncResult
 from edgelet.kuberuntime.types import PodRuntimeStatus, SandboxState, SandboxStatus
@@ -42,10 +44,11 @@ class Pleg:
 class RuntimeManager:
     def __init__(self):
         self.seen: list[tuple[str, str]] = []  # (call, name of the status it was given)
+        self.results: list[SyncResult] = []  # what the next syncs return (then: nothing changed)
 
     async def sync_pod(self, pod, status, **_):
         self.seen.append(("sync", status.name))
-        return SyncResult()
+        return self.results.pop(0) if self.results else SyncResult()
 
     async def kill_pod(self, pod, status, grace):
         self.seen.append(("kill", status.name))
@@ -101,7 +104,8 @@ async def test_the_next_sync_waits_for_a_status_newer_than_the_last_action():
     syncer, pleg, runtime_manager, pods = make_syncer()
     pods.set(POD)
     pleg.cache.set(relisted("relist 1"))
-    await syncer.sync_pod(POD)  # the first sync publishes at once: it inspects after acting
+    runtime_manager.results.append(SyncResult(started=["main"]))
+    await syncer.sync_pod(POD)  # it started a container: it inspects after acting, to publish at once
     await asyncio.wait_for(syncer.sync_pod(POD), 1)  # that inspection is newer than the action: no wait
     assert runtime_manager.seen == [("sync", "relist 1"), ("sync", "inspection 1")] and pleg.inspections == 1
     third = asyncio.ensure_future(syncer.sync_pod(POD))
@@ -110,3 +114,25 @@ async def test_the_next_sync_waits_for_a_status_newer_than_the_last_action():
     pleg.cache.set(relisted("relist 2"))
     await asyncio.wait_for(third, 1)
     assert runtime_manager.seen[-1] == ("sync", "relist 2") and pleg.inspections == 1
+
+
+WAITING = {"main": ("ImagePullBackOff", "Back-off pulling image")}
+
+
+@pytest.mark.parametrize(("result", "sandboxes", "inspections"), [
+    (SyncResult(), True, 0),  # a running pod adopted after a restart: the relist's status is current
+    (SyncResult(started=["main"]), True, 1),  # what it started is in no relist yet
+    (SyncResult(waiting_reasons=WAITING), True, 1),  # a new waiting reason is published at once
+    (SyncResult(), False, 1),  # no sandbox in the cache (yet)
+])
+async def test_the_first_sync_inspects_only_when_it_changed_something(result, sandboxes, inspections):
+    syncer, pleg, runtime_manager, pods = make_syncer()
+    pods.set(POD)
+    status = relisted("relist")
+    if not sandboxes:
+        status.sandboxes.clear()
+    pleg.cache.set(status)
+    runtime_manager.results.append(result)
+    await syncer.sync_pod(POD)
+    assert pleg.inspections == inspections
+    assert len(syncer._status.published) == 1
