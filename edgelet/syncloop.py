@@ -7,6 +7,7 @@ pods, admits new ones, and hands each pod's work to its worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
@@ -166,16 +167,20 @@ class SyncLoop:
         candidates = self._pleg.runtime_pod_uids() - {podutil.uid(pod) for pod in pod_config.get_pods()}
         if not candidates:
             return
-        sources = {uid: await self._runtime_pod_source(uid) for uid in sorted(candidates)}
+        sources = {uid: self._runtime_pod_source(uid) for uid in sorted(candidates)}
 
         def ready(source: str | None) -> bool:
             return source is not None and (source not in pod_config.sources() or pod_config.source(source).ready)
 
         deadline = time.monotonic() + STARTUP_SOURCES_WAIT
-        while not all(ready(source) for source in sources.values() if source is not None) \
-                and time.monotonic() < deadline:
+        while True:
+            became_ready = pod_config.source_became_ready  # taken before the check: no readiness slips past
+            remaining = deadline - time.monotonic()
+            if all(ready(source) for source in sources.values() if source is not None) or remaining <= 0:
+                break
             self.alive_at = time.monotonic()
-            await asyncio.sleep(0.05)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(became_ready.wait(), min(remaining, SYNC_TICK))
         wanted = {podutil.uid(pod) for pod in pod_config.get_pods()}
         unwanted = [uid for uid, source in sources.items() if uid not in wanted and ready(source)]
         if not unwanted:
@@ -185,16 +190,10 @@ class SyncLoop:
             self._terminate_orphan(uid, "no source wants it any more")
         await self._turning(self._workers.wait_idle())
 
-    async def _runtime_pod_source(self, uid: str) -> str | None:
+    def _runtime_pod_source(self, uid: str) -> str | None:
         """The source (file, http, api) a runtime pod came from, as its newest sandbox records it."""
         sandboxes = self._pleg.get_status(uid).sandboxes
-        if not sandboxes:
-            return None
-        try:
-            reply = await self._runtime.pod_sandbox_status(sandboxes[0].id)
-        except EdgeletError:
-            return None
-        return reply.status.annotations.get(podutil.CONFIG_SOURCE_ANNOTATION, podutil.SOURCE_API)
+        return (sandboxes[0].source or None) if sandboxes else None
 
     async def _turning(self, awaitable) -> None:
         """Awaits while telling /healthz and the watchdog that the loop is alive (start-up can take a while)."""

@@ -33,6 +33,7 @@ class SandboxStatus:
     created_at: int  # nanoseconds since the epoch, as CRI reports it
     ip: str = ""
     host_network: bool = False
+    source: str = ""  # the pod source (file, http, api) its config.source annotation names; "" when unknown
 
 
 @dataclass(slots=True)

@@ -158,6 +158,7 @@ class PodConfig:
         self._pods: dict[str, dict[str, Pod]] = {}
         self._ready: set[str] = set()
         self._ready_event = asyncio.Event()
+        self.source_became_ready = asyncio.Event()  # set, and replaced by a new one, when a source becomes ready
         self._reported: dict[str, set[tuple[str, str]]] = {}
 
     def source(self, name: str) -> SourceHandle:
@@ -190,7 +191,9 @@ class PodConfig:
     def _mark_ready(self, name: str) -> None:
         if name not in self._ready:
             log.info("pod source %s is ready", name)
-        self._ready.add(name)
+            self._ready.add(name)
+            became_ready, self.source_became_ready = self.source_became_ready, asyncio.Event()
+            became_ready.set()
         if self.all_sources_ready():
             self._ready_event.set()
 

@@ -10,6 +10,8 @@ import types
 import pytest
 
 from edgelet import pleg as pleg_module
+from edgelet import podutil
+from edgelet.errors import TemporaryError
 from edgelet.kuberuntime.types import ContainerState
 from edgelet.pleg import GenericPLEG
 
@@ -40,9 +42,10 @@ class HeldStatusReplies:
         return reply
 
 
-async def start_pod(cri, containerd) -> tuple[str, str]:
+async def start_pod(cri, containerd, *, annotations=None) -> tuple[str, str]:
     """A running pod of one container labelled with its pod's uid, as the agent labels them: (uid, id)."""
     config = sandbox_config(containerd)
+    config.annotations.update(annotations or {})
     sandbox_id = await cri.run_pod_sandbox(config)
     container = container_config(containerd)
     container.labels["io.kubernetes.pod.uid"] = config.metadata.uid
@@ -85,3 +88,73 @@ async def test_the_cache_follows_the_runtime_after_the_wall_clock_stepped_back(c
     await cri.stop_container(container_id, 0)
     await pleg.relist()
     assert pleg.cache.get(uid).latest_container("main").state == ContainerState.EXITED
+
+
+class CountedStatusCalls:
+    """The real runtime client, counting the status calls per object and the most in flight at once; the
+    ContainerStatus calls of the containers in `fail_once` fail the first time."""
+
+    def __init__(self, client, fail_once=()):
+        self._client = client
+        self.fail_once = set(fail_once)
+        self.calls: dict[str, int] = {}
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    async def _counted(self, object_id, call):
+        self.calls[object_id] = self.calls.get(object_id, 0) + 1
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.01)  # a runtime that takes its time: the relist must not wait for each reply
+            return await call
+        finally:
+            self.in_flight -= 1
+
+    async def pod_sandbox_status(self, sandbox_id):
+        return await self._counted(sandbox_id, self._client.pod_sandbox_status(sandbox_id))
+
+    async def container_status(self, container_id):
+        if container_id in self.fail_once:
+            self.fail_once.discard(container_id)
+            raise TemporaryError("runtime busy")
+        return await self._counted(container_id, self._client.container_status(container_id))
+
+
+async def test_a_relist_inspects_changed_pods_side_by_side_each_once(cri, containerd):
+    pods = [await start_pod(cri, containerd) for _ in range(4)]
+    runtime = CountedStatusCalls(cri)
+    pleg = GenericPLEG(runtime)
+    await pleg.relist()
+    for uid, container_id in pods:
+        assert pleg.get_status(uid).latest_container("main").state == ContainerState.RUNNING
+        assert runtime.calls[container_id] == 1
+    assert len(runtime.calls) == 8  # one sandbox and one container per pod, nothing asked twice
+    assert runtime.most_in_flight > 1
+
+
+async def test_a_failed_inspection_is_retried_at_the_next_relist_and_holds_back_only_its_pod(cri, containerd):
+    (broken_uid, broken_id), (good_uid, _) = [await start_pod(cri, containerd) for _ in range(2)]
+    runtime = CountedStatusCalls(cri, fail_once={broken_id})
+    pleg = GenericPLEG(runtime)
+    before = time.monotonic()
+    await pleg.relist()
+    assert pleg.cache.is_newer_than(good_uid, before)
+    assert not pleg.cache.is_newer_than(broken_uid, before)  # its worker waits for a successful inspection
+    events = await pleg.relist()  # nothing changed in the runtime, yet the broken pod is inspected again
+    assert events == []
+    assert pleg.get_status(broken_uid).latest_container("main").state == ContainerState.RUNNING
+    assert pleg.cache.is_newer_than(broken_uid, before)
+
+
+async def test_the_sandbox_status_names_the_pod_source(cri, containerd):
+    """The start-up clean-up reads each runtime pod's source from the cache, not from the runtime again."""
+    file_uid, _ = await start_pod(cri, containerd, annotations={podutil.CONFIG_SOURCE_ANNOTATION: "file"})
+    api_uid, _ = await start_pod(cri, containerd)  # no annotation: a pod of the API server, as the kubelet reads it
+    pleg = GenericPLEG(cri)
+    await pleg.relist()
+    assert pleg.get_status(file_uid).sandboxes[0].source == "file"
+    assert pleg.get_status(api_uid).sandboxes[0].source == "api"

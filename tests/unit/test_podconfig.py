@@ -155,6 +155,20 @@ async def test_readiness_needs_every_source():
     assert not config.all_sources_ready()
 
 
+async def test_each_source_becoming_ready_wakes_who_waits_for_it():
+    config = PodConfig()
+    files, api = config.source("file"), config.source("api")
+    first = config.source_became_ready
+    assert not first.is_set()
+    files.mark_ready()
+    assert first.is_set()  # one source is enough: the start-up clean-up waits for the sources it needs
+    second = config.source_became_ready
+    files.mark_ready()  # already ready: nothing new to wake anyone for
+    assert not second.is_set() and config.source_became_ready is second
+    api.mark_ready()
+    assert second.is_set()
+
+
 def test_unknown_source_is_a_programming_error():
     config = PodConfig()
     handle = config.source("file")
