@@ -19,6 +19,36 @@ MAX_DEPTH = 100
 
 def document_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[str, str] | None:
     """The first (field path, message) that puts `value` out of bounds, or None. Iterative: any depth is safe."""
+    if _within_bounds(value, max_depth):  # the common case, without spelling out a path for every field
+        return None
+    return _first_problem(value, max_depth)
+
+
+def _within_bounds(value: Any, max_depth: int) -> bool:
+    if not isinstance(value, (dict, list)):
+        return _scalar_within_bounds(value)
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            return False
+        for child in item.values() if isinstance(item, dict) else item:
+            if type(child) is str:
+                continue
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+            elif not _scalar_within_bounds(child):
+                return False
+    return True
+
+
+def _scalar_within_bounds(value: Any) -> bool:
+    if isinstance(value, int):  # bool too: 0 and 1 fit
+        return INT64_MIN <= value <= INT64_MAX
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _first_problem(value: Any, max_depth: int) -> tuple[str, str] | None:
     stack: list[tuple[Any, str, int]] = [(value, "", 1)]
     while stack:
         item, path, depth = stack.pop()

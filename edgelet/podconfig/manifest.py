@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
-import copy
 import datetime
 import json
 import re
@@ -91,7 +90,8 @@ def parse_manifest(data: bytes, path: str, node_name: str, *, source: str = podu
         where = f"document {index + 1}: " if len(documents) > 1 else ""
         if problem := document_problem(document):
             raise ConfigError(path, f"{where}{problem[0]}".rstrip(": "), problem[1])
-        document = _plain(document, path, where)
+        # _plain builds a new object: the decoded `written` stays as the user wrote it, for the error messages.
+        written, document = document, _plain(document, path, where)
         if not isinstance(document, dict):
             got = type(document).__name__
             raise ConfigError(path, where.rstrip(": "), f"expected an object with a kind, got {got}")
@@ -106,9 +106,10 @@ def parse_manifest(data: bytes, path: str, node_name: str, *, source: str = podu
                 if not isinstance(item, dict):
                     raise ConfigError(path, f"{where}items[{item_index}]", "must be an object")
                 allowed = ("Pod",) if kind == "PodList" else _OBJECT_KINDS
-                _add_object(collector, item, f"{where}items[{item_index}].", allowed=allowed)
+                _add_object(collector, item, f"{where}items[{item_index}].", allowed=allowed,
+                            written=written["items"][item_index])
         else:
-            _add_object(collector, document, where, allowed=_OBJECT_KINDS)
+            _add_object(collector, document, where, allowed=_OBJECT_KINDS, written=written)
     return ManifestObjects(tuple(collector.pods), tuple(collector.configmaps), tuple(collector.secrets))
 
 
@@ -190,7 +191,9 @@ def _plain(value: Any, path: str, where: str, field_path: str = "") -> Any:
     return value
 
 
-def _add_object(collector: _Collector, obj: dict[str, Any], where: str, *, allowed: tuple[str, ...]) -> None:
+def _add_object(collector: _Collector, obj: dict[str, Any], where: str, *, allowed: tuple[str, ...],
+                written: Any) -> None:
+    """Defaults, checks and collects `obj`; `written` is the same object as decoded, untouched by defaulting."""
     kind = obj.get("kind")
     path = collector.path
     if kind not in allowed:
@@ -201,7 +204,6 @@ def _add_object(collector: _Collector, obj: dict[str, Any], where: str, *, allow
     # Strict decoding, as kubectl validates before sending: fields we do not know are errors, not dropped.
     unknown = unknown_fields(obj, OBJECTS[kind])
     if kind == "Pod":
-        written = copy.deepcopy(obj)
         make_static(obj, collector.node_name, collector.location, source=collector.source, seen=collector.seen)
         apply_defaults(obj)
         problems = reportable(unknown, validate_pod(obj), written=written, defaulted=obj)

@@ -18,7 +18,7 @@ from edgelet.config import load_config, parse_duration
 from edgelet.errors import ConfigError, cut_long_values
 from edgelet.podconfig.apiserver import pod_problem
 from edgelet.podconfig.file import ManifestScanner
-from edgelet.podconfig.limits import MAX_DEPTH, document_problem
+from edgelet.podconfig.limits import MAX_DEPTH, _first_problem, document_problem
 from edgelet.podconfig.manifest import parse_manifest
 from edgelet.podconfig.validation import validate_pod
 from edgelet.podworkers import PodWorkers, SyncOutcome
@@ -57,6 +57,16 @@ def test_document_problem(document, problem):
         assert found is None
     else:
         assert found[0] == problem[0] and problem[1] in found[1]
+
+
+@pytest.mark.parametrize("max_depth", [1, 2, 3])
+@pytest.mark.parametrize("document", [
+    {}, [], "text", 7, 2**64, float("nan"), True, [[[]]], {"a": {"b": {}}}, {"a": [{"b": [1, {"c": 2**63}]}]},
+    {"a": "x", "b": [float("-inf"), 1]}, [{"k": 1.0}, [True, None]],
+])
+def test_document_problem_at_every_depth_limit(document, max_depth):
+    """The quick check and the walk that names the field agree on every document, at every depth limit."""
+    assert document_problem(document, max_depth=max_depth) == _first_problem(document, max_depth)
 
 
 def test_document_problem_depth_is_iterative():
