@@ -288,6 +288,7 @@ class Agent:
         loop.set_default_executor(ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="edgelet-io"))
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        self.runtime.connect()  # the connection is made while the checkpoints below are read
         os.makedirs(self.config.root_dir, mode=0o755, exist_ok=True)
         self.cpu_manager.start()  # a CPU state that does not fit this machine stops us here, kubelet-style
         self.status.load()

@@ -127,6 +127,13 @@ class RuntimeClient:
         self._observe = {op: metrics.runtime_operations_duration_seconds.labels(op).observe for op in _RPCS}
         self._count_error = {op: metrics.runtime_operations_errors.labels(op).inc for op in _RPCS}
 
+    def connect(self) -> None:
+        """Opens the channel and starts connecting in the background (call it from the loop that will use
+        the client), so that the first call does not wait for the connection; calls need not wait for it."""
+        if self._channel is None:
+            self._connect()
+        self._channel.get_state(try_to_connect=True)
+
     def _connect(self) -> None:
         channel = aio.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
         for operation, (path, request_type, response_type) in _RPCS.items():

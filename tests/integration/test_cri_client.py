@@ -248,6 +248,19 @@ async def test_unreachable_endpoint_raises_runtime_unavailable_at_once(tmp_path)
     assert endpoint in str(caught.value)
 
 
+async def test_a_client_connected_ahead_answers_and_an_unreachable_one_still_fails_fast(tmp_path, containerd):
+    async with RuntimeClient(containerd.endpoint) as client:
+        client.connect()
+        client.connect()  # again: the same channel
+        assert (await client.version()).runtime_name == "containerd"
+    endpoint = f"unix://{tmp_path}/no-such.sock"
+    async with RuntimeClient(endpoint, timeout=3600.0) as client:
+        client.connect()  # no error here: the connection is tried in the background
+        await asyncio.sleep(0.2)
+        with pytest.raises(RuntimeUnavailable):
+            await asyncio.wait_for(client.version(), 30)
+
+
 async def test_raw_cri_pod_start_time(cri, containerd, record_property):
     """Measures RunPodSandbox + CreateContainer + StartContainer (host network): the floor for an agent."""
     durations = []
