@@ -145,8 +145,7 @@ class SyncLoop:
                 await asyncio.wait_for(self._pleg.wait_first_relist(), timeout=SYNC_TICK)
             except asyncio.TimeoutError:
                 continue
-        await self._runtime_state.check()
-        version = await self._runtime_state.version()
+        _, version = await asyncio.gather(self._runtime_state.check(), self._runtime_state.version())
         log.info("container runtime ready: %s", version)
         adopted = sum(1 for uid in self._pleg.runtime_pod_uids()
                       if self._pleg.get_status(uid).running_containers())
