@@ -43,6 +43,21 @@ class PodStatusEntry:
 Listener = Callable[[Pod, int], None]
 
 
+def same_metadata(stored: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether two copies of a pod's metadata agree, but for `config.seen`: that is when this run of the agent
+    first saw the pod, new at every start, and rewriting every checkpoint for it would wear the flash."""
+    if stored == new:
+        return True
+    before, after = stored.get("annotations") or {}, new.get("annotations") or {}
+    if before.get(podutil.CONFIG_SEEN_ANNOTATION) == after.get(podutil.CONFIG_SEEN_ANNOTATION):
+        return False
+    return ({**stored, "annotations": _without_seen(before)} == {**new, "annotations": _without_seen(after)})
+
+
+def _without_seen(annotations: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in annotations.items() if key != podutil.CONFIG_SEEN_ANNOTATION}
+
+
 def _stored_pod(pod: Pod, status: dict[str, Any]) -> Pod:
     return {
         "apiVersion": "v1",
@@ -87,7 +102,7 @@ class StatusManager:
         uid = podutil.uid(pod)
         digest = core.status_hash(status)
         entry = self._entries.get(uid)
-        same_pod = entry is not None and entry.pod.get("metadata") == pod.get("metadata")
+        same_pod = entry is not None and same_metadata(entry.pod.get("metadata") or {}, pod.get("metadata") or {})
         if entry is not None and entry.status_hash == digest and same_pod:
             return False
         version = entry.version + 1 if entry is not None else 1

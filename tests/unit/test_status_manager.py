@@ -35,6 +35,19 @@ def test_changed_metadata_is_written_even_with_the_same_status(tmp_path):
     assert manager.set_pod_status(pod(labels={"a": "b"}), RUNNING) is True
 
 
+def test_a_restart_seeing_the_pod_anew_writes_nothing(tmp_path):
+    """config.seen is new at every start of the agent; it alone is no reason to rewrite a checkpoint."""
+    manager = StatusManager(str(tmp_path))
+    seen = "kubernetes.io/config.seen"
+    manager.set_pod_status(pod(annotations={seen: "2026-01-01T00:00:00.000000Z", "a": "1"}), RUNNING)
+    manager.flush()
+    restarted = StatusManager(str(tmp_path))
+    restarted.load()
+    assert restarted.set_pod_status(pod(annotations={seen: "2026-01-02T00:00:00.000000Z", "a": "1"}), RUNNING) is False
+    assert restarted.set_pod_status(pod(annotations={seen: "2026-01-02T00:00:00.000000Z", "a": "2"}), RUNNING) is True
+    assert restarted.set_pod_status(pod(annotations={"a": "2"}), RUNNING) is False
+
+
 def test_listeners_hear_each_change_with_its_version(tmp_path):
     manager = StatusManager(str(tmp_path))
     heard = []
