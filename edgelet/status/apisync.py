@@ -5,7 +5,7 @@ Like the kubelet's status manager, a status change marks its pod dirty, and a fu
 seconds marks only pods whose last written status is not their current one or whose API copy (as the pod
 watch last saw it) differs from it; both are compared in normal form (edgelet/status/apidiff.py), so an
 idle node sends nothing. Each PATCH is a two-way strategic merge diff against the status the API last
-returned, with `metadata.uid` as a precondition. An unreachable API server leaves pods dirty; they are
+returned (for a pod's first write, the watch's copy of it), with `metadata.uid` as a precondition. An unreachable API server leaves pods dirty; they are
 re-sent with jittered backoff once it answers again. A request the server forbids (403) is reported once
 per object and never holds up the others; refused mirror pods are retried with backoff.
 """
@@ -309,6 +309,8 @@ class StatusSyncer:
         path = pod_path(namespace, name)
         try:
             base = self._api_status.get(target_uid)
+            if base is None and uid not in self._written:
+                base = self._watched_base(entry.pod, target_uid)
             if base is None:
                 current = await self.client.get(path)
                 if podutil.uid(current) != target_uid:
@@ -334,6 +336,16 @@ class StatusSyncer:
             # The server refuses this status (403, 422...): sending it again cannot help; the next change may.
             self._report_refusal(self._status_refusals, key, "its status", e)
         self._written[uid] = (target_uid, status_hash)
+
+    def _watched_base(self, pod: Pod, target_uid: str) -> tuple[str, dict[str, Any]] | None:
+        """The first status this process writes for a pod is diffed against the copy the watch delivered (a
+        new pod arrived with it moments ago; after a restart it is the listed state), not read again: one
+        round trip less per pod start. A copy that later turns out stale is caught at resync, where a
+        differing watch copy makes the status be read and corrected."""
+        api_copy = self._api_copy(pod)
+        if api_copy is None or podutil.uid(api_copy) != target_uid:
+            return None
+        return self._remember(api_copy)
 
     def _learn_unknown_fields(self, sent: dict[str, Any], returned: dict[str, Any] | None) -> None:
         """Status fields the server dropped from our patch are unknown to its version (hostIPs before 1.28):

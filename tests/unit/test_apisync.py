@@ -647,7 +647,7 @@ async def test_a_watch_copy_with_stale_metadata_but_our_status_is_no_reason_to_r
     assert world.api.calls[calls:] == []
 
 
-async def test_after_a_restart_statuses_the_api_holds_are_read_once_and_not_written(world):
+async def test_after_a_restart_statuses_the_api_holds_are_compared_with_the_watch_and_not_written(world):
     pods = [world.api.add(f"p{i}") for i in range(5)]
     for pod in pods:
         world.statuses.set(pod, FULL_STATUS)
@@ -661,8 +661,41 @@ async def test_after_a_restart_statuses_the_api_holds_are_read_once_and_not_writ
         restarted.syncer.mark_resync()
         await restarted.sync()
     methods = [method for method, _ in world.api.calls[calls:]]
-    # One read each; a single PATCH teaches the new process that this server drops hostIPs.
-    assert methods.count("GET") == 5 and methods.count("PATCH") == 1 and len(methods) == 6
+    # Nothing read (the watch's copies are the base); a single PATCH teaches the new process that this server
+    # drops hostIPs.
+    assert methods == ["PATCH"]
+
+
+async def test_after_a_restart_before_the_watch_has_listed_statuses_are_read_once(world):
+    pods = [world.api.add(f"p{i}") for i in range(3)]
+    restarted = World()
+    restarted.api = restarted.syncer.client = world.api
+    restarted.syncer._api_pod = lambda uid: None
+    for pod in pods:
+        restarted.statuses.set(pod, {"phase": "Pending"})
+    for _ in range(3):
+        restarted.syncer.mark_resync()
+        await restarted.sync()
+    assert [method for method, _ in world.api.calls] == ["GET"] * 3
+
+
+async def test_a_new_pods_first_status_is_diffed_against_the_watch_copy_without_a_read(world):
+    pod = world.api.add("web", status={"phase": "Pending", "qosClass": "BestEffort"})
+    world.statuses.set(pod, {**STATUS, "qosClass": "BestEffort"})
+    await world.sync()
+    assert world.api.calls == [("PATCH", "/api/v1/namespaces/default/pods/web/status")]
+    assert "qosClass" not in world.api.patches[0]  # the diff is against what the watch showed
+    assert world.api.pods[("default", "web")]["status"]["phase"] == "Running"
+
+
+async def test_a_pod_replaced_under_the_same_name_is_read_not_taken_from_the_watch(world):
+    old = world.api.add("web")
+    world.statuses.set(old, STATUS)
+    world.api.pods.clear()
+    world.api.add("web")
+    await world.sync()
+    assert [method for method, _ in world.api.calls] == ["GET"]
+    assert world.api.writes() == 0
 
 
 async def test_readiness_and_restarts_are_sent_as_whole_container_status_lists(world):
