@@ -77,6 +77,7 @@ class Fleet:
         self.started = 0
         self.loop_lag_max = 0.0  # the worst lateness of the event loop since the last summary line
         self.gc_pause_max = 0.0  # the longest garbage collection since the last summary line
+        self.gc_total = 0.0  # seconds spent in garbage collection since the start
         self._gc_started = 0.0
         self._began = time.monotonic()
 
@@ -122,7 +123,7 @@ class Fleet:
             f"pod_status_writes={sum(n.syncer.api_writes for n in nodes)} "
             f"pods_running={sum(len(n.runtime.pods) for n in nodes)} "
             f"pod_starts={sum(n.runtime.starts for n in nodes)} loop_lag_max_s={self.loop_lag_max:.2f} "
-            f"gc_pause_max_s={self.gc_pause_max:.2f} "
+            f"gc_pause_max_s={self.gc_pause_max:.2f} gc_total_s={self.gc_total:.1f} "
             f"crashed_tasks={crashed}"
         )
 
@@ -136,7 +137,9 @@ class Fleet:
         if phase == "start":
             self._gc_started = time.perf_counter()
         else:
-            self.gc_pause_max = max(self.gc_pause_max, time.perf_counter() - self._gc_started)
+            pause = time.perf_counter() - self._gc_started
+            self.gc_pause_max = max(self.gc_pause_max, pause)
+            self.gc_total += pause
 
     async def _probe_loop_lag(self) -> None:
         loop = asyncio.get_running_loop()
