@@ -133,6 +133,26 @@ def reconnects(requests: Iterable[Request], since: float) -> tuple[dict[str, flo
     return leases, lists
 
 
+def pod_start_phases(requests: Iterable[Request], created: dict[str, float],
+                     running: dict[str, float]) -> dict[str, list[float]]:
+    """Where each pod's start went, per pod that reached Running: created -> the node's first request about
+    it (the watch delivering it, the node taking it up), -> the node's status PATCH received (the node's
+    status path), -> Running seen by our watch (the write and its watch event)."""
+    first: dict[str, float] = {}
+    patched: dict[str, float] = {}
+    for r in requests:
+        if r.user == SIMULATOR_USER and r.resource == "pods" and r.name in created:
+            first[r.name] = min(first.get(r.name, r.at), r.at)
+            if r.subresource == "status" and r.verb == "patch":
+                patched[r.name] = min(patched.get(r.name, r.at), r.at)
+    phases: dict[str, list[float]] = {"to the node": [], "node status write": [], "to the watch": []}
+    for name in created.keys() & running.keys() & patched.keys():
+        phases["to the node"].append(first[name] - created[name])
+        phases["node status write"].append(patched[name] - first[name])
+        phases["to the watch"].append(running[name] - patched[name])
+    return phases
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile; nan for no values."""
     if not values:
@@ -160,6 +180,13 @@ def proc_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (all cores, everything but idle and iowait)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -198,6 +225,8 @@ class Run:
         self.simulator: subprocess.Popen | None = None
         self.admin: ApiClient | None = None
         self.rss_samples: list[float] = []
+        self.busy_samples: list[tuple[float, float]] = []  # (time, machine busy CPU seconds)
+        self.not_ready_after_outage = ""
 
     def script(self, *args: str) -> str:
         result = subprocess.run(["bash", str(CONTROL_PLANE), *args], capture_output=True, text=True, timeout=1800)
@@ -219,7 +248,7 @@ class Run:
 
     async def measure(self) -> None:
         self.admin = ApiClient.from_kubeconfig(str(self.cp / "admin.kubeconfig"), timeout=30.0)
-        sampler = asyncio.create_task(self._sample_rss())
+        sampler = asyncio.create_task(self._sample())
         try:
             await self._wait_ready()
             await asyncio.sleep(self.args.settle)
@@ -230,19 +259,46 @@ class Run:
             sampler.cancel()
             await self.admin.aclose()
 
-    async def _sample_rss(self) -> None:
+    async def _sample(self) -> None:
+        """The simulator's RSS and the machine's busy CPU seconds, every second."""
         while True:
             with contextlib.suppress(OSError):
                 self.rss_samples.append(proc_rss_mb(self.simulator.pid))
-            await asyncio.sleep(2.0)
+            self.busy_samples.append((time.time(), machine_busy_seconds()))
+            await asyncio.sleep(1.0)
 
-    def _control_plane_cpu(self) -> dict[str, float]:
-        """CPU seconds so far of etcd, the apiserver and the controller-manager."""
-        used = {}
+    def _saturated_seconds(self, since: float, until: float) -> tuple[int, int]:
+        """(seconds in which every core was at least 95 % busy, seconds sampled) between since and until."""
+        samples = [sample for sample in self.busy_samples if since <= sample[0] <= until]
+        cores = os.cpu_count() or 1
+        saturated = sum(1 for (t0, b0), (t1, b1) in zip(samples, samples[1:]) if b1 - b0 >= 0.95 * cores * (t1 - t0))
+        return saturated, max(0, len(samples) - 1)
+
+    def _cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds so far of the simulator, etcd, the apiserver, the controller-manager and the machine."""
+        used = {"at": time.time()}
+        with contextlib.suppress(OSError):
+            used["simulator"] = proc_cpu_seconds(self.simulator.pid)
         for name in ("etcd", "apiserver", "controller-manager"):
             with contextlib.suppress(OSError, ValueError):
                 used[name] = proc_cpu_seconds(int((self.cp / f"{name}.pid").read_text()))
+        used["machine"] = machine_busy_seconds()
         return used
+
+    def _note_cpu(self, phase: str, before: dict[str, float]) -> None:
+        """Who used the machine's cores in a phase: on a shared machine the rest is other work."""
+        after = self._cpu_seconds()
+        seconds = after["at"] - before["at"]
+        # A process started again in the phase (the apiserver after the outage) counts from zero.
+        shares = {name: 100 * (used if (used := after[name] - before.get(name, 0.0)) >= 0 else after[name]) / seconds
+                  for name in after if name != "at"}
+        machine = shares.pop("machine")
+        saturated, sampled = self._saturated_seconds(before["at"], after["at"])
+        self.figures.notes.append(
+            f"{phase} CPU (% of one core): " + ", ".join(f"{name} {pct:.0f}" for name, pct in shares.items())
+            + f"; whole machine {machine:.0f} of {100 * (os.cpu_count() or 1)}, of which other work "
+            f"{max(0.0, machine - sum(shares.values())):.0f}; every core busy in {saturated} of {sampled}s; "
+            f"load average {os.getloadavg()[0]:.1f}")
 
     def _check_simulator(self) -> None:
         if self.simulator.poll() is not None:
@@ -275,14 +331,11 @@ class Run:
         say(f"steady state for {self.args.steady:.0f}s")
         rss_from = len(self.rss_samples)
         since, cpu_before = time.time(), proc_cpu_seconds(pid)
-        plane_before = self._control_plane_cpu()
+        cpu = self._cpu_seconds()
         await asyncio.sleep(self.args.steady)
         self._check_simulator()
         until, cpu_after = time.time(), proc_cpu_seconds(pid)
-        plane = {name: 100 * (seconds - plane_before.get(name, 0.0)) / (until - since)
-                 for name, seconds in self._control_plane_cpu().items()}
-        self.figures.notes.append("steady-state CPU (% of one core): " + ", ".join(
-            f"{name} {pct:.0f}" for name, pct in plane.items()) + f"; load average {os.getloadavg()[0]:.1f}")
+        self._note_cpu("steady-state", cpu)
         requests = self.audit.read()
         figures = self.figures
         figures.rss_mb = max(self.rss_samples[rss_from:] or [proc_rss_mb(pid)])
@@ -302,6 +355,7 @@ class Run:
         running: dict[str, float] = {}
         watcher = asyncio.create_task(self._watch_running(path, listed["metadata"]["resourceVersion"], running))
         say(f"creating {len(names)} pods at {self.args.pod_rate:g}/s")
+        cpu = self._cpu_seconds()
         began = time.monotonic()
         for index, node in enumerate(names):
             delay = began + index / self.args.pod_rate - time.monotonic()
@@ -314,12 +368,16 @@ class Run:
         while len(running) < len(created) and time.monotonic() < deadline:
             await asyncio.sleep(1.0)
         watcher.cancel()
+        self._note_cpu("pod-start", cpu)
         latencies = [running[name] - created[name] for name in created if name in running]
         if len(latencies) < len(created):
             self.figures.notes.append(f"{len(created) - len(latencies)} pods not Running within 120 s")
         self.figures.pod_start_p50_s = percentile(latencies, 0.50)
         self.figures.pod_start_p99_s = percentile(latencies, 0.99)
         requests = self.audit.read()
+        phases = pod_start_phases(requests, created, running)
+        self.figures.notes.append("pod start split p50/p99: " + ", ".join(
+            f"{phase} {percentile(values, .5):.2f}/{percentile(values, .99):.2f}s" for phase, values in phases.items()))
         not_ready = marked_not_ready(requests, self.steady_until, time.time())
         if not_ready:
             self.figures.notes.append(f"{len(not_ready)} nodes marked NotReady while pods started")
@@ -341,6 +399,7 @@ class Run:
     async def _outage(self) -> None:
         say(f"stopping the apiserver for {self.args.outage:.0f}s")
         stopped = time.time()
+        cpu = self._cpu_seconds()
         await asyncio.to_thread(self.script, "stop-apiserver", str(self.cp))
         await asyncio.sleep(max(0.0, stopped + self.args.outage - time.time()))
         starting = time.time()
@@ -354,10 +413,9 @@ class Run:
             if (len(leases) >= self.args.nodes and len(lists) >= self.args.nodes) or time.monotonic() > deadline:
                 break
         self._check_simulator()
-        with contextlib.suppress(ApiError):
-            ready = await self._ready_nodes()
-            self.figures.notes.append(f"{ready} of {self.args.nodes} nodes Ready "
-                                      f"{time.time() - starting:.0f}s after the apiserver was started again")
+        self._note_cpu("reconnect", cpu)
+        await self._wait_ready_again(starting, time.monotonic() + self.args.reconnect_wait)
+        requests = self.audit.read()
         up = first_served(requests, starting) or starting
         back = {node: max(leases[node], lists[node]) - up for node in leases.keys() & lists.keys()}
         figures = self.figures
@@ -371,6 +429,20 @@ class Run:
             f"after the outage: Lease p10/p50/p90 {percentile(lease_back, .1):.1f}/{percentile(lease_back, .5):.1f}/"
             f"{percentile(lease_back, .9):.1f}s, lease renewals peak {peak_per_second(leases.values())}/s, "
             f"{len(marked_not_ready(requests, stopped, time.time()))} nodes marked NotReady around the outage")
+
+    async def _wait_ready_again(self, starting: float, deadline: float) -> None:
+        """Every node should be Ready again soon after its Lease is renewed, although the node-lifecycle
+        controller marked it Unknown while the apiserver was away: counts those still not Ready at the deadline."""
+        ready = -1
+        while True:
+            with contextlib.suppress(ApiError):
+                ready = await self._ready_nodes()
+            if ready >= self.args.nodes or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(2.0)
+        waited = f"{time.time() - starting:.0f}s after the apiserver was started again"
+        self.not_ready_after_outage = (f"not_ready_after_outage={self.args.nodes - ready} of {self.args.nodes}, {waited}"
+                                       if ready >= 0 else f"not_ready_after_outage unknown: no node list {waited}")
 
     def stop(self) -> None:
         if self.simulator is not None and self.simulator.poll() is None:
@@ -421,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     for note in run.figures.notes:
         say(note)
+    if run.not_ready_after_outage:
+        say(run.not_ready_after_outage)
     print(run.figures.line(), flush=True)
     return status
 

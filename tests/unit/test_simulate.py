@@ -17,6 +17,7 @@ from bench.fleet import (
     parse_audit_line,
     peak_per_second,
     percentile,
+    pod_start_phases,
     reconnects,
 )
 from edgelet.kuberuntime.types import ContainerState, SandboxState
@@ -156,6 +157,23 @@ def test_reconnects_take_each_nodes_first_successful_lease_update_and_pod_relist
     leases, lists = reconnects(log, since)
     assert leases == {"n1": since + 1}
     assert lists == {"n1": since + 3}
+
+
+def test_pod_start_phases_split_each_start_at_the_nodes_first_request_and_its_status_patch():
+    log = requests(
+        audit_line("create", "01.0", user="admin", resource="pods", name="p1"),
+        audit_line("get", "03.0", resource="pods", name="p1"),
+        audit_line("patch", "04.5", resource="pods", subresource="status", name="p1"),
+        audit_line("patch", "09.0", resource="pods", subresource="status", name="p1"),  # a later update
+        audit_line("patch", "02.0", resource="pods", subresource="status", name="p2"),  # no GET first
+        audit_line("get", "02.0", resource="pods", name="p3"))  # never patched: not counted
+    base = log[0].at
+    created = {"p1": base, "p2": base, "p3": base}
+    running = {"p1": base + 4.0, "p2": base + 1.5, "p3": base + 9}
+    phases = pod_start_phases(log, created, running)
+    assert sorted(phases["to the node"]) == [1.0, 2.0]
+    assert sorted(phases["node status write"]) == [0.0, 1.5]
+    assert sorted(phases["to the watch"]) == [0.5, 0.5]
 
 
 @pytest.mark.parametrize("values, fraction, expected", [
