@@ -1,4 +1,5 @@
-"""The node Lease heartbeat: `kube-node-lease/<node>` renewed every `renew_interval`, as the kubelet does.
+"""The node Lease heartbeat: `kube-node-lease/<node>` renewed every `renew_interval`, as the kubelet does,
+on the node's own schedule (a late renewal does not move the next one).
 
 A conflicting update re-reads the Lease and retries; an unreachable API server is retried with
 jittered backoff (capped at the renew interval) so the heartbeat resumes as soon as it returns. The
@@ -25,6 +26,18 @@ LEASE_NAMESPACE = "kube-node-lease"
 _MAX_UPDATE_RETRIES = 5
 # The kubelet's renew loop jitters each period by up to 4 %.
 _RENEW_JITTER = 0.04
+
+
+def next_renewal(previous_due: float | None, now: float, interval: float) -> float:
+    """When the next renewal is due (monotonic seconds): `interval` after the previous one was due, not after
+    it finished, skipping the slots a stall or an outage let pass. The kubelet counts from when a renewal
+    finished, so every apiserver stall leaves the renewals it held up finishing together and renewing
+    together from then on; counted from its own schedule, each node keeps the phase it started with and a
+    fleet's heartbeats stay spread (after an outage too, from the second renewal on)."""
+    due = (now if previous_due is None else previous_due) + interval
+    if due <= now:
+        due += (int((now - due) // interval) + 1) * interval
+    return due
 
 
 def renewed_lease(base: dict[str, Any] | None, node_name: str, duration: int, now: float, node_uid: str) -> dict[str, Any]:
@@ -93,6 +106,7 @@ class LeaseController:
     async def run(self) -> None:
         retry = Retrier("renewing the node lease", initial=self._backoff_initial,
                         maximum=min(self._backoff_max, self.renew_interval), rng=self._rng, logger=log)
+        due: float | None = None
         while True:
             previous = self.last_renew
             try:
@@ -103,7 +117,9 @@ class LeaseController:
             lapsed = previous and self.last_renew - previous > self.duration
             if (retry.succeeded() or lapsed) and self._on_lapse_ended is not None:
                 self._on_lapse_ended()
-            await self._sleep(self.renew_interval * (1 + self._rng.uniform(0, _RENEW_JITTER)))
+            period = self.renew_interval * (1 + self._rng.uniform(0, _RENEW_JITTER))
+            due = next_renewal(due, time.monotonic(), period)
+            await self._sleep(min(due - time.monotonic(), period))
 
     async def renew(self) -> None:
         """One renewal: create the Lease if missing, else PUT it with its resourceVersion; a

@@ -10,7 +10,7 @@ import pytest
 
 from edgelet.nodestatus.facts import goarch
 from edgelet.kubetime import format_micro_time, format_time
-from edgelet.nodestatus.lease import renewed_lease
+from edgelet.nodestatus.lease import next_renewal, renewed_lease
 from edgelet.nodestatus.setters import (
     KUBELET_VERSION,
     NodeInfo,
@@ -210,6 +210,17 @@ def test_initial_node_and_missing_labels() -> None:
 @pytest.mark.parametrize("machine, arch", [("x86_64", "amd64"), ("aarch64", "arm64"), ("armv7l", "arm"), ("riscv64", "riscv64")])
 def test_goarch(machine: str, arch: str) -> None:
     assert goarch(machine) == arch
+
+
+@pytest.mark.parametrize("previous_due, now, expected", [
+    (None, 100.0, 110.0),  # the first renewal sets the phase
+    (110.0, 110.2, 120.0),  # on time
+    (110.0, 113.0, 120.0),  # held up 3 s (a stall): the next one keeps the phase, 7 s later
+    (110.0, 135.0, 140.0),  # held up past two slots (an outage): the next free slot of the same phase
+    (110.0, 130.0, 140.0),  # exactly on a later slot: that slot is taken by this renewal
+])
+def test_lease_renewals_keep_their_phase_through_stalls_and_outages(previous_due, now, expected) -> None:
+    assert next_renewal(previous_due, now, 10.0) == expected
 
 
 def test_lease_body() -> None:
