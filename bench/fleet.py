@@ -153,6 +153,21 @@ def pod_start_phases(requests: Iterable[Request], created: dict[str, float],
     return phases
 
 
+def lease_bunching(requests: Iterable[Request], since: float, until: float, period: int = 10) -> float:
+    """How bunched the nodes' Lease renewals are: the mean share of a `period`-second cycle's renewals that
+    fall in its densest half (about 0.5 when spread evenly, 1.0 when all come within half the period)."""
+    counts = Counter(int(r.at - since) for r in requests if r.user == SIMULATOR_USER and r.resource == "leases"
+                     and r.verb == "update" and since <= r.at < until)
+    half = period // 2
+    shares = []
+    for start in range(0, int(until - since) - period + 1, period):
+        cycle = [counts.get(start + offset, 0) for offset in range(period)]
+        if sum(cycle):
+            densest = max(sum(cycle[(first + i) % period] for i in range(half)) for first in range(period))
+            shares.append(densest / sum(cycle))
+    return sum(shares) / len(shares) if shares else math.nan
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile; nan for no values."""
     if not values:
@@ -341,6 +356,9 @@ class Run:
         figures.rss_mb = max(self.rss_samples[rss_from:] or [proc_rss_mb(pid)])
         figures.cpu_pct = 100 * (cpu_after - cpu_before) / (until - since)
         figures.api_writes_per_s = node_writes(requests, since, until) / (until - since)
+        figures.notes.append(f"steady-state Lease renewals in the densest half of each 10 s: "
+                             f"{lease_bunching(requests, since, since + 60):.2f} in the first minute, "
+                             f"{lease_bunching(requests, until - 60, until):.2f} in the last (0.5 is even)")
         not_ready = marked_not_ready(requests, self.ready_at, until)
         figures.notready_steady = len(not_ready)
         if not_ready:

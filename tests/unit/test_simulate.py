@@ -12,6 +12,7 @@ import pytest
 from bench.fleet import (
     CONTROLLER_USER,
     SIMULATOR_USER,
+    lease_bunching,
     marked_not_ready,
     node_writes,
     parse_audit_line,
@@ -174,6 +175,16 @@ def test_pod_start_phases_split_each_start_at_the_nodes_first_request_and_its_st
     assert sorted(phases["to the node"]) == [1.0, 2.0]
     assert sorted(phases["node status write"]) == [0.0, 1.5]
     assert sorted(phases["to the watch"]) == [0.5, 0.5]
+
+
+def test_lease_bunching_is_a_half_when_even_and_one_when_all_renew_in_half_the_period():
+    even = requests(*(audit_line("update", f"{second:02d}.5", name=f"n{second}") for second in range(20)))
+    bunched = requests(*(audit_line("update", f"{cycle * 10 + 2 + second % 3:02d}.5", name=f"n{second}")
+                         for cycle in range(2) for second in range(10)))
+    since = even[0].at - 0.5
+    assert lease_bunching(even, since, since + 20) == 0.5
+    assert lease_bunching(bunched, since, since + 20) == 1.0
+    assert math.isnan(lease_bunching([], since, since + 20))
 
 
 @pytest.mark.parametrize("values, fraction, expected", [
