@@ -28,13 +28,16 @@ _MAX_UPDATE_RETRIES = 5
 _RENEW_JITTER = 0.04
 
 
-def next_renewal(previous_due: float | None, now: float, interval: float) -> float:
-    """When the next renewal is due (monotonic seconds): `interval` after the previous one was due, not after
-    it finished, skipping the slots a stall or an outage let pass. The kubelet counts from when a renewal
-    finished, so every apiserver stall leaves the renewals it held up finishing together and renewing
-    together from then on; counted from its own schedule, each node keeps the phase it started with and a
+def next_renewal(previous_due: float | None, now: float, interval: float, phase: float) -> float:
+    """When the next renewal is due (monotonic seconds): after the first, `phase` (0..1) of an interval
+    later; then `interval` after the previous one was due, not after it finished, skipping the slots a
+    stall or an outage let pass. The kubelet counts from when a renewal finished, so every apiserver stall
+    leaves the renewals it held up finishing together and renewing together from then on, and nodes
+    started together renew together. Here each node keeps a phase of its own, drawn at random, so a
     fleet's heartbeats stay spread (after an outage too, from the second renewal on)."""
-    due = (now if previous_due is None else previous_due) + interval
+    if previous_due is None:
+        return now + phase * interval
+    due = previous_due + interval
     if due <= now:
         due += (int((now - due) // interval) + 1) * interval
     return due
@@ -118,7 +121,7 @@ class LeaseController:
             if (retry.succeeded() or lapsed) and self._on_lapse_ended is not None:
                 self._on_lapse_ended()
             period = self.renew_interval * (1 + self._rng.uniform(0, _RENEW_JITTER))
-            due = next_renewal(due, time.monotonic(), period)
+            due = next_renewal(due, time.monotonic(), period, self._rng.random())
             await self._sleep(min(due - time.monotonic(), period))
 
     async def renew(self) -> None:

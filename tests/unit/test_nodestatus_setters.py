@@ -213,14 +213,14 @@ def test_goarch(machine: str, arch: str) -> None:
 
 
 @pytest.mark.parametrize("previous_due, now, expected", [
-    (None, 100.0, 110.0),  # the first renewal sets the phase
+    (None, 100.0, 103.0),  # the first renewal: the node's phase, a random part of the interval later
     (110.0, 110.2, 120.0),  # on time
     (110.0, 113.0, 120.0),  # held up 3 s (a stall): the next one keeps the phase, 7 s later
     (110.0, 135.0, 140.0),  # held up past two slots (an outage): the next free slot of the same phase
     (110.0, 130.0, 140.0),  # exactly on a later slot: that slot is taken by this renewal
 ])
 def test_lease_renewals_keep_their_phase_through_stalls_and_outages(previous_due, now, expected) -> None:
-    assert next_renewal(previous_due, now, 10.0) == expected
+    assert next_renewal(previous_due, now, 10.0, 0.3) == expected
 
 
 def test_lease_body() -> None:
