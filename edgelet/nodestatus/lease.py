@@ -1,5 +1,5 @@
 """The node Lease heartbeat: `kube-node-lease/<node>` renewed every `renew_interval`, as the kubelet does,
-on the node's own schedule (a late renewal does not move the next one).
+on a schedule of its own (a random phase, which a late renewal does not move).
 
 A conflicting update re-reads the Lease and retries; an unreachable API server is retried with
 jittered backoff (capped at the renew interval) so the heartbeat resumes as soon as it returns. The
