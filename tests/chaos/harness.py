@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 import urllib.error
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import grpc
 
+from edgelet import checkpoint
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri import runtime_v1_pb2_grpc as pb_grpc
 from edgelet.kuberuntime import labels
@@ -251,3 +253,19 @@ def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     rank = max(1, -(-int(fraction * 100) * len(ordered) // 100))
     return ordered[rank - 1]
+
+
+def checkpoint_kind(data: bytes) -> str | None:
+    """The kind a checkpoint's header names, or None when the bytes do not start like a checkpoint."""
+    header = re.match(rb"EDGELET-CHECKPOINT 1 ([a-z0-9.-]+) ", data)
+    return header.group(1).decode() if header else None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """What is wrong with a checkpoint file, read as the kind its header names; None when it is intact."""
+    data = path.read_bytes()
+    try:
+        checkpoint.decode(data, checkpoint_kind(data) or "?")
+    except checkpoint.CorruptCheckpoint as problem:
+        return str(problem)
+    return None

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from edgelet import checkpoint
-from tests.chaos.harness import ChaosAgent, Runtime
+from tests.chaos.harness import ChaosAgent, Runtime, checkpoint_kind, checkpoint_problem
 from tests.integration.agent_harness import busybox_pod, wait_for
 from tests.integration.test_cluster import CLUSTER_TOML, api_pod, running_in_api
 from tests.kubeapi_double import ApiServerDouble
@@ -58,8 +58,8 @@ def damage(path: Path, mode: str, rng: random.Random) -> None:
         path.write_bytes(b"")
     elif mode == "delete":
         path.unlink()
-    elif path.suffix == checkpoint.SUFFIX and (header := re.match(rb"EDGELET-CHECKPOINT 1 ([a-z0-9.-]+) ", data)):
-        path.write_bytes(checkpoint.encode(header.group(1).decode(), rng.choice(WRONG_PAYLOADS)))
+    elif path.suffix == checkpoint.SUFFIX and (kind := checkpoint_kind(data)):
+        path.write_bytes(checkpoint.encode(kind, rng.choice(WRONG_PAYLOADS)))
     else:
         path.write_bytes(b"# not what the agent wrote\n0.0.0.0 wrong\n")
 
@@ -70,11 +70,7 @@ def intact_checkpoints(root: Path) -> list[str]:
     for path in root.rglob(f"*{checkpoint.SUFFIX}"):
         if f"/{checkpoint.CORRUPT_DIR}/" in str(path):
             continue
-        data = path.read_bytes()
-        header = re.match(rb"EDGELET-CHECKPOINT 1 ([a-z0-9.-]+) ", data)
-        try:
-            checkpoint.decode(data, header.group(1).decode() if header else "?")
-        except checkpoint.CorruptCheckpoint as problem:
+        if problem := checkpoint_problem(path):
             bad.append(f"{path.relative_to(root)}: {problem}")
     return bad
 

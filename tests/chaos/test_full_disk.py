@@ -8,7 +8,6 @@ the statuses on disk are current again) and nothing under root_dir is left half-
 from __future__ import annotations
 
 import errno
-import re
 import subprocess
 import time
 
@@ -16,7 +15,7 @@ import pytest
 
 from edgelet import checkpoint
 from edgelet.podconfig.manifest import load_manifest_file
-from tests.chaos.harness import ChaosAgent
+from tests.chaos.harness import ChaosAgent, checkpoint_problem
 from tests.integration.agent_harness import busybox_pod, unmount_under, wait_for
 
 TMPFS_SIZE = "16m"
@@ -47,11 +46,7 @@ def half_written(root) -> list[str]:
         if path.name.startswith(".tmp-"):
             problems.append(f"temp file left: {path.relative_to(root)}")
         elif path.suffix == checkpoint.SUFFIX:
-            data = path.read_bytes()
-            header = re.match(rb"EDGELET-CHECKPOINT 1 ([a-z0-9.-]+) ", data)
-            try:
-                checkpoint.decode(data, header.group(1).decode() if header else "?")
-            except checkpoint.CorruptCheckpoint as problem:
+            if problem := checkpoint_problem(path):
                 problems.append(f"{path.relative_to(root)}: {problem}")
         elif path.name == "etc-hosts" and b"localhost" not in path.read_bytes():
             problems.append(f"{path.relative_to(root)} is incomplete")
