@@ -20,6 +20,7 @@ import orjson
 from edgelet.containerlogs import LogsError, container_log_files, find_pod_dir
 from edgelet.cri import NotFound, RuntimeCallError
 from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edgelet.server import HealthCheck, HttpServer, Reply, error_reply, healthz_reply, run_health_checks
 
 from .auth import Attributes, Authenticator, Authorizer, forbidden_message
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 
 _JSON = "application/json"
 _TEXT = "text/plain; charset=utf-8"
-_PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 # A client that stops reading a log stream is dropped after this long rather than held forever.
 _WRITE_TIMEOUT = 60.0
 
@@ -138,7 +138,7 @@ class KubeletApiServer(HttpServer):
         if endpoint == "stats/summary":
             return Reply(200, orjson.dumps(await self._node.summary()), _JSON)
         if endpoint == "metrics/resource":
-            return Reply(200, resource_metrics(await self._node.summary()).encode(), _PROMETHEUS)
+            return Reply(200, resource_metrics(await self._node.summary()).encode(), METRICS_CONTENT_TYPE)
         if endpoint == "run":
             if method not in ("POST", "GET"):
                 return error_reply(405, "method not allowed")

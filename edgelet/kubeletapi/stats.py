@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from edgelet.cri import RuntimeCallError
+from edgelet.metrics import escape_label_value
 from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
 from edgelet.kuberuntime import labels
 
@@ -214,13 +215,13 @@ def resource_metrics(summary: Mapping[str, Any]) -> str:
     pods_cpu, pods_mem, containers_cpu, containers_mem, starts = [], [], [], [], []
     for pod in summary.get("pods", []):
         ref = pod["podRef"]
-        pod_labels = f'namespace="{_escape(ref["namespace"])}",pod="{_escape(ref["name"])}"'
+        pod_labels = f'namespace="{escape_label_value(ref["namespace"])}",pod="{escape_label_value(ref["name"])}"'
         if "usageCoreNanoSeconds" in pod.get("cpu", {}):
             pods_cpu.append((f"{{{pod_labels}}}", pod["cpu"]["usageCoreNanoSeconds"] / 1e9))
         if "workingSetBytes" in pod.get("memory", {}):
             pods_mem.append((f"{{{pod_labels}}}", pod["memory"]["workingSetBytes"]))
         for container in pod.get("containers", []):
-            container_labels = f'{{container="{_escape(container["name"])}",{pod_labels}}}'
+            container_labels = f'{{container="{escape_label_value(container["name"])}",{pod_labels}}}'
             if "usageCoreNanoSeconds" in container.get("cpu", {}):
                 containers_cpu.append((container_labels, container["cpu"]["usageCoreNanoSeconds"] / 1e9))
             if "workingSetBytes" in container.get("memory", {}):
@@ -239,10 +240,6 @@ def resource_metrics(summary: Mapping[str, Any]) -> str:
     family("scrape_error", "gauge", "1 if there was an error while getting container metrics, 0 otherwise",
            [("", summary.get("scrapeError", 0))])
     return "\n".join(out) + "\n"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 # -- gathering (I/O) -----------------------------------------------------------------------------
