@@ -33,10 +33,6 @@ class Retrier:
         self._credentials_reported = False
         self.failures = 0  # in the current streak
 
-    @property
-    def failing(self) -> bool:
-        return self.failures > 0
-
     def failed(self, error: BaseException | str, consequence: str = "", *, level: int | None = None) -> float:
         """Counts a failure and returns how long to wait; `consequence` tells what the failure means meanwhile
         ("keeping 3 known pods"); `level`, when given, is that of this streak's first line instead of the loop's."""
