@@ -60,12 +60,9 @@ def _first_problem(value: Any, max_depth: int) -> tuple[str, str] | None:
             else:
                 children = [(child, f"{path}[{index}]") for index, child in enumerate(item)]
             stack.extend((child, child_path, depth + 1) for child, child_path in reversed(children))
-        elif isinstance(item, bool):
-            continue
-        elif isinstance(item, int):
-            if not INT64_MIN <= item <= INT64_MAX:
+        elif not _scalar_within_bounds(item):
+            if isinstance(item, int):
                 return path, f"integer out of range: {describe_int(item)} does not fit in 64 bits"
-        elif isinstance(item, float) and not math.isfinite(item):
             return path, f"number out of range: {item}"
     return None
 

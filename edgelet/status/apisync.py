@@ -5,9 +5,10 @@ Like the kubelet's status manager, a status change marks its pod dirty, and a fu
 seconds marks only pods whose last written status is not their current one or whose API copy (as the pod
 watch last saw it) differs from it; both are compared in normal form (edgelet/status/apidiff.py), so an
 idle node sends nothing. Each PATCH is a two-way strategic merge diff against the status the API last
-returned (for a pod's first write, the watch's copy of it), with `metadata.uid` as a precondition. An unreachable API server leaves pods dirty; they are
-re-sent with jittered backoff once it answers again. A request the server forbids (403) is reported once
-per object and never holds up the others; refused mirror pods are retried with backoff.
+returned (for a pod's first write, the watch's copy of it), with `metadata.uid` as a precondition. An
+unreachable API server leaves pods dirty; they are re-sent with jittered backoff once it answers again. A
+request the server forbids (403) is reported once per object and never holds up the others; refused mirror
+pods are retried with backoff.
 """
 
 from __future__ import annotations

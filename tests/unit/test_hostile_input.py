@@ -21,7 +21,7 @@ from edgelet.podconfig.file import ManifestScanner
 from edgelet.podconfig.limits import MAX_DEPTH, _first_problem, document_problem
 from edgelet.podconfig.manifest import parse_manifest
 from edgelet.podconfig.validation import validate_pod
-from edgelet.podworkers import PodWorkers, SyncOutcome
+from edgelet.podworkers import PodWorkers
 from edgelet.status.manager import StatusManager, read_pod_list
 from edgelet.tasks import TaskGroup
 
