@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import procstat
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
 from edgelet.kuberuntime import labels
@@ -39,7 +40,6 @@ NODE_NAME = "benchnode"
 RAW_NAMESPACE = "bench-raw"
 # runtime.v1.NamespaceMode
 _POD, _CONTAINER, _NODE = 0, 1, 2
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # How often the benchmark asks the runtime whether the agent's containers run yet. The figures come
 # from the runtime's started_at, so this only sets when the benchmark moves on; polling faster would
 # load containerd while the agent's pod starts (and not while the raw floor's do).
@@ -335,17 +335,13 @@ class AgentProcess:
 
     def rss_mb(self) -> float:
         """VmRSS from /proc/<pid>/status, in MiB."""
-        with open(f"/proc/{self.pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        raise RuntimeError(f"no VmRSS for pid {self.pid}")
+        if (rss := procstat.rss_mb(self.pid)) is None:
+            raise RuntimeError(f"no VmRSS for pid {self.pid}")
+        return rss
 
     def cpu_seconds(self) -> float:
-        """utime + stime of every thread of the agent so far (/proc/<pid>/stat fields 14 and 15)."""
-        with open(f"/proc/{self.pid}/stat") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        """utime + stime of every thread of the agent so far."""
+        return procstat.cpu_seconds(self.pid)
 
 
 # -- the agent's own metrics ----------------------------------------------------------------------

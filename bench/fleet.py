@@ -31,6 +31,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import procstat  # noqa: E402
 from edgelet.kubeapi.client import ApiClient  # noqa: E402
 from edgelet.kubeapi.errors import ApiError  # noqa: E402
 from edgelet.simulate.fleet import FleetOptions, node_names  # noqa: E402
@@ -183,25 +184,9 @@ def peak_per_second(instants: Iterable[float]) -> int:
 # -- the simulator process ----------------------------------------------------------------------------------
 
 
-def proc_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return math.nan
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine spent busy (all cores, everything but idle and iowait)."""
-    with open("/proc/stat") as stat:
-        ticks = [int(value) for value in stat.readline().split()[1:]]
-    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+def _rss_or_nan(pid: int) -> float:
+    rss = procstat.rss_mb(pid)
+    return math.nan if rss is None else rss
 
 
 @dataclass
@@ -278,8 +263,8 @@ class Run:
         """The simulator's RSS and the machine's busy CPU seconds, every second."""
         while True:
             with contextlib.suppress(OSError):
-                self.rss_samples.append(proc_rss_mb(self.simulator.pid))
-            self.busy_samples.append((time.time(), machine_busy_seconds()))
+                self.rss_samples.append(_rss_or_nan(self.simulator.pid))
+            self.busy_samples.append((time.time(), procstat.machine_busy_seconds()))
             await asyncio.sleep(1.0)
 
     def _saturated_seconds(self, since: float, until: float) -> tuple[int, int]:
@@ -293,11 +278,11 @@ class Run:
         """CPU seconds so far of the simulator, etcd, the apiserver, the controller-manager and the machine."""
         used = {"at": time.time()}
         with contextlib.suppress(OSError):
-            used["simulator"] = proc_cpu_seconds(self.simulator.pid)
+            used["simulator"] = procstat.cpu_seconds(self.simulator.pid)
         for name in ("etcd", "apiserver", "controller-manager"):
             with contextlib.suppress(OSError, ValueError):
-                used[name] = proc_cpu_seconds(int((self.cp / f"{name}.pid").read_text()))
-        used["machine"] = machine_busy_seconds()
+                used[name] = procstat.cpu_seconds(int((self.cp / f"{name}.pid").read_text()))
+        used["machine"] = procstat.machine_busy_seconds()
         return used
 
     def _note_cpu(self, phase: str, before: dict[str, float]) -> None:
@@ -345,15 +330,15 @@ class Run:
         pid = self.simulator.pid
         say(f"steady state for {self.args.steady:.0f}s")
         rss_from = len(self.rss_samples)
-        since, cpu_before = time.time(), proc_cpu_seconds(pid)
+        since, cpu_before = time.time(), procstat.cpu_seconds(pid)
         cpu = self._cpu_seconds()
         await asyncio.sleep(self.args.steady)
         self._check_simulator()
-        until, cpu_after = time.time(), proc_cpu_seconds(pid)
+        until, cpu_after = time.time(), procstat.cpu_seconds(pid)
         self._note_cpu("steady-state", cpu)
         requests = self.audit.read()
         figures = self.figures
-        figures.rss_mb = max(self.rss_samples[rss_from:] or [proc_rss_mb(pid)])
+        figures.rss_mb = max(self.rss_samples[rss_from:] or [_rss_or_nan(pid)])
         figures.cpu_pct = 100 * (cpu_after - cpu_before) / (until - since)
         figures.api_writes_per_s = node_writes(requests, since, until) / (until - since)
         figures.notes.append(f"steady-state Lease renewals in the densest half of each 10 s: "

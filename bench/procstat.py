@@ -1,0 +1,30 @@
+"""What /proc tells the benchmarks: a process's resident memory and CPU time, and how busy the machine was."""
+
+from __future__ import annotations
+
+import os
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float | None:
+    """VmRSS from /proc/<pid>/status, in MiB; None when the process has none (a zombie)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of every thread of the process so far (/proc/<pid>/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (all cores, everything but idle and iowait)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / _CLOCK_TICKS
