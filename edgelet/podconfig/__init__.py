@@ -1,18 +1,5 @@
 """Pod sources (manifest files, an HTTP URL, the API server) merged into one stream of pod updates.
 
-The sources live in submodules (`file`, `http`) so that importing the merger does not import httpx.
+The merger is `podconfig.config`, the sources are `file` and `http`. Nothing is imported here: the config
+module reads `podconfig.limits`, and reading a config must not import asyncio (see edgelet.notls).
 """
-
-from edgelet.podconfig.config import Op, PodConfig, PodUpdate, SourceHandle, merge_source
-from edgelet.podconfig.manifest import ManifestObjects, load_manifest_file, parse_manifest
-
-__all__ = [
-    "ManifestObjects",
-    "Op",
-    "PodConfig",
-    "PodUpdate",
-    "SourceHandle",
-    "load_manifest_file",
-    "merge_source",
-    "parse_manifest",
-]

@@ -10,7 +10,7 @@ import shutil
 import time
 
 from edgelet import podutil
-from edgelet.podconfig import Op, PodConfig
+from edgelet.podconfig.config import Op, PodConfig
 from edgelet.podconfig.file import FileSource
 
 NODE = "node1"

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from edgelet import podutil
-from edgelet.podconfig import Op, PodConfig
+from edgelet.podconfig.config import Op, PodConfig
 from edgelet.podconfig.http import HTTPSource
 
 NODE = "node1"

@@ -144,17 +144,15 @@ def test_the_agent_never_loads_the_simulators_hollow_runtime(module):
     assert sorted(m for m in reachable(graph, module) if m.startswith("edgelet.simulate")) == []
 
 
-# What `edgelet run` loads for a standalone node (no [cluster]): cmd_run's steps up to binding the listeners.
+# What `edgelet run` loads for a standalone node (no [cluster]): cmd_run's steps up to binding the listeners
+# (a module set to None, as notls sets `_hashlib`, is one the import system will refuse, so not loaded).
 _RUN_IMPORTS = """
 import json, sys
 from edgelet import cli
 args = cli.build_parser().parse_args(["run", "--config", sys.argv[1]])
-config = cli.load_checked_config(args.config)
-import asyncio, uvloop
-from edgelet.agent import Agent
+agent = cli._build_agent(args)
+import asyncio
 from edgelet.server import bind_all
-uvloop.install()
-agent = Agent(config)
 
 async def bind_and_close():
     listeners = agent.listeners()
@@ -165,7 +163,7 @@ async def bind_and_close():
 
 asyncio.run(bind_and_close())
 agent._root_lock.release()
-print(json.dumps(sorted(sys.modules)))
+print(json.dumps(sorted(name for name, module in sys.modules.items() if module is not None)))
 """
 
 # Loaded only by the command that needs them, in cluster mode, or under a setting that is not the default.
@@ -179,6 +177,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.podconfig.http",  # [pods] http_url
     "difflib",  # a manifest with an unknown field
     "encodings.idna",  # resolving a host name (the ops server binds its IP address itself)
+    "_ssl", "_hashlib",  # OpenSSL: only a config with [cluster] or [pods] http_url speaks TLS (edgelet.notls)
 ]
 
 

@@ -10,7 +10,7 @@ import pytest
 from edgelet import podutil
 from edgelet.events.model import pod_ref
 from edgelet.kuberuntime.types import PodRuntimeStatus
-from edgelet.podconfig import Op, PodConfig, PodUpdate, merge_source
+from edgelet.podconfig.config import Op, PodConfig, PodUpdate, merge_source
 from edgelet.podconfig.file import ManifestScanner, is_manifest_name
 from edgelet.podconfig.inotify import IN_CREATE, IN_ISDIR, IN_Q_OVERFLOW, InotifyEvent, parse_events
 from edgelet.status.apisync import mirror_pod
