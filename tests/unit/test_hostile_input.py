@@ -11,6 +11,9 @@ import socket
 import tracemalloc
 
 import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from edgelet import podutil
 from edgelet.checkpoint import CheckpointStore
@@ -19,7 +22,7 @@ from edgelet.errors import ConfigError, cut_long_values
 from edgelet.podconfig.apiserver import pod_problem
 from edgelet.podconfig.file import ManifestScanner
 from edgelet.podconfig.limits import MAX_DEPTH, _first_problem, document_problem
-from edgelet.podconfig.manifest import parse_manifest
+from edgelet.podconfig.manifest import _check_yaml_events, _may_alias_or_nest_deep, parse_manifest
 from edgelet.podconfig.validation import validate_pod
 from edgelet.podworkers import PodWorkers
 from edgelet.status.manager import StatusManager, read_pod_list
@@ -142,6 +145,42 @@ def test_deep_nesting_is_one_clear_error(text):
     with pytest.raises(ConfigError, match=f"nested more than {MAX_DEPTH} levels deep") as caught:
         parse(text, "/m/deep.yaml")
     assert caught.value.path == "/m/deep.yaml"
+
+
+@pytest.mark.parametrize(("text", "walked"), [
+    (pod_yaml("plain"), False),  # the common manifest skips the event walk
+    (pod_yaml("plain") + "  annotations: {a: 'x && y'}\n", True),  # an '&' anywhere: walked
+    ("a: *b\n", True),
+    ("[" * 100 + "]" * 100, False),  # nested exactly MAX_DEPTH deep: allowed either way
+    ("[" * 101 + "]" * 101, True),
+    ("- " * 101 + "x\n", True),  # compact block sequences open a level per '-'
+    ("? " * 101 + "x\n", True),
+])
+def test_the_event_walk_is_skipped_only_where_it_cannot_refuse(text, walked):
+    assert _may_alias_or_nest_deep(text) is walked
+
+
+_nested = st.recursive(
+    st.one_of(st.integers(), st.text(max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=12,
+)
+
+
+@given(_nested, st.booleans())
+def test_a_skipped_walk_would_have_found_nothing(document, flow):
+    """With a bound of 3, any document the character count lets through is at most 3 deep."""
+    text = yaml.safe_dump(document, default_flow_style=flow)
+    if not _may_alias_or_nest_deep(text, max_depth=3):
+        depth = deepest = 0
+        for event in yaml.parse(text):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                deepest = max(deepest, depth)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        assert deepest <= 3
+    _check_yaml_events(text, "/m/x.yaml")  # no anchors in a dump of plain data, and shallow
 
 
 def test_a_bomb_costs_its_own_file_only(tmp_path):
