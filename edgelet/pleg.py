@@ -39,8 +39,10 @@ EVENT_NAMES = {
 
 NAMESPACE_MODE_NODE = 2  # runtime.v1.NamespaceMode.NODE
 # Pods inspected at once by a relist: enough to overlap the round trips of a node's worth of changed pods
-# (the first relist after a restart), few enough that the runtime is not flooded.
-INSPECT_PARALLELISM = 16
+# (the first relist after a restart), few enough that the runtime is not flooded. More calls in flight also
+# cost less each (gRPC completes them in batches): at 110 pods, 64 took the client's CPU for the 220 status
+# calls from 17 ms (16 at once) to 13.
+INSPECT_PARALLELISM = 64
 
 
 @dataclass(frozen=True, slots=True)
