@@ -386,6 +386,7 @@ class Agent:
                 check_frequency=pods.file_check_frequency,
                 on_objects=self._on_local_objects,
                 incumbent_uids=self.status.known_uids,
+                parsed_dir=os.path.join(self.config.state_dir, "manifests"),
             )
             self._tasks.start("source:file", source.run())
         if pods.http_url:
