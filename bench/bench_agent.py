@@ -420,12 +420,10 @@ def calls_per_pod_start(before: Scrape, after: Scrape, pods: int) -> dict[str, f
 
 class WriteCounter:
     """Counts checkpoint writes into a directory with inotify: each write is a rename onto its file
-    (temp file + rename), each removal an unlink; temp files (dot-names) are not counted, nor the names in
-    `ignore`. Note that inotify folds identical events queued back to back: poll often to count rewrites
-    of one file."""
+    (temp file + rename), each removal an unlink; temp files (dot-names) are not counted. Note that inotify
+    folds identical events queued back to back: poll often to count rewrites of one file."""
 
-    def __init__(self, directory: Path, *, ignore: frozenset[str] = frozenset()):
-        self._ignore = ignore
+    def __init__(self, directory: Path):
         self._inotify = inotify.Inotify()
         self._inotify.add_watch(str(directory), inotify.IN_MOVED_TO | inotify.IN_DELETE | inotify.IN_ONLYDIR)
         self.total = 0
@@ -438,7 +436,7 @@ class WriteCounter:
         for event in self._inotify.read():
             if event.mask & inotify.IN_Q_OVERFLOW:
                 self.overflowed = True
-            elif event.name and not event.name.startswith(".") and event.name not in self._ignore:
+            elif event.name and not event.name.startswith("."):
                 self.names[event.name] += 1
                 new += 1
         self.total += new

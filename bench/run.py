@@ -32,7 +32,6 @@ from bench import bench_kubelet_api  # noqa: E402
 from edgelet import core  # noqa: E402
 from edgelet.cri.client import RuntimeClient  # noqa: E402
 from edgelet.errors import EdgeletError  # noqa: E402
-from edgelet.status.view import RECORD_NAME  # noqa: E402
 from tests.integration.agent_harness import unmount_under  # noqa: E402
 
 REPO = agent_bench.REPO
@@ -270,9 +269,9 @@ async def bench_burst(rt: Runtimes, workdir: Path, results: Results, opts: argpa
     try:
         await agent.wait_ready()
         await asyncio.sleep(STARTUP_SETTLE)
-        # The agent's heartbeat record lives beside the pods' checkpoints and is rewritten every few seconds by
-        # design (status/view.py); what is counted is pod statuses written again for nothing.
-        counter = agent_bench.WriteCounter(agent.status_dir, ignore=frozenset({RECORD_NAME}))
+        # Every file of the directory counts: the pods' checkpoints and the agent's own record (status/view.py),
+        # which is written when something changes and, like them, never while nothing does.
+        counter = agent_bench.WriteCounter(agent.status_dir)
         await agent_burst_round(rt, agent, results, count)
         await measure_idle(agent, counter, results, opts)
         counter.close()

@@ -76,12 +76,15 @@ def _watch(fetch: Callable[[], tuple[list[Pod], str]], printer: Printer, shown: 
 def load_view(config) -> tuple[list[Pod], str]:
     """The pods as `present_pods` shows them, and a note when the agent is not running (empty when it is)."""
     from .status.manager import read_pod_list, status_dir
-    from .status.view import agent_state, pid_alive, present_pods, read_agent_record
+    from .status.view import agent_state, ask_ops_endpoint, pid_alive, present_pods, read_agent_record
 
     directory = status_dir(config)
     pods = read_pod_list(directory)["items"]
     record = read_agent_record(directory)
-    state = agent_state(record, now=time.time(), alive=record is not None and pid_alive(record.pid))
+    alive = record is not None and record.stopped_at is None and pid_alive(record.pid)
+    # A hung agent still has its PID: whether it answers tells. Without an ops endpoint there is no asking.
+    responding = ask_ops_endpoint(*config.server.host_port) if alive and config.server.host_port else ""
+    state = agent_state(record, now=time.time(), alive=alive, responding=responding)
     if state.running:
         assert record is not None
         return present_pods(pods, runtime_ready=record.runtime_ready, runtime_message=record.runtime_message), ""

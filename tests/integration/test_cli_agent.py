@@ -183,7 +183,7 @@ def test_pods_say_when_the_agent_is_not_running_and_a_removed_manifest_is_not_ru
     assert agent.cli("pods").stderr == ""
     agent.kill9()
     crashed = agent.cli("pods")
-    assert "the agent is not running: it ended without stopping (last heartbeat" in crashed.stderr
+    assert "the agent is not running: it ended without stopping (pid " in crashed.stderr
     agent.start()
     wait_for(lambda: "adopted 1 pod with running containers from the runtime" in agent.log_text(), 30,
              what="the adoption line")
@@ -215,6 +215,35 @@ def test_pods_of_a_gone_runtime_are_unknown_in_pods_and_the_ops_endpoint(tmp_pat
     finally:
         agent.close()
         proxy.down()
+
+
+def test_pods_say_when_the_agent_hangs_and_it_writes_nothing_while_idle(tmp_path, containerd):
+    """The agent's record is written when something changes, never on a timer (flash wear); a hung agent is
+    told by its ops endpoint not answering."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        ops = f"127.0.0.1:{probe.getsockname()[1]}"
+    agent = AgentProcess(tmp_path, f"unix://{containerd.socket}", server_address=ops)
+    agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
+    try:
+        agent.start()
+        wait_for(lambda: is_running(agent.pod("steady")), 60, what="steady Running")
+        record = agent.root_dir / "state" / "pods" / "agent.json"
+        written = record.stat()
+        time.sleep(6)  # longer than the 5 s the record was once rewritten at
+        assert (record.stat().st_ino, record.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+        assert agent.cli("pods").stderr == ""
+        agent.proc.send_signal(signal.SIGSTOP)
+        try:
+            hung = agent.cli("pods")
+        finally:
+            agent.proc.send_signal(signal.SIGCONT)
+        assert hung.returncode == 0
+        assert hung.stderr.startswith(f"edgelet: the agent (pid {agent.proc.pid}) is not responding: its ops "
+                                      f"endpoint {ops} did not answer /healthz within 2s;")
+        assert agent.cli("pods").stderr == ""
+    finally:
+        agent.close()
 
 
 def test_a_typo_in_a_manifest_is_one_error_naming_file_field_and_the_fix(agent):

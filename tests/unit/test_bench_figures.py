@@ -71,15 +71,15 @@ def test_agent_runs_at_the_bundles_optimization_level():
     assert "optimize=OPTIMIZE" in spec and '[("O", None, "OPTION")] * OPTIMIZE' in spec
 
 
-def test_write_counter_counts_renames_onto_checkpoints_but_not_the_ignored_or_temporary(tmp_path):
+def test_write_counter_counts_renames_onto_files_but_not_temporary_ones(tmp_path):
     from bench.bench_agent import WriteCounter
 
-    counter = WriteCounter(tmp_path, ignore=frozenset({"agent.json"}))
+    counter = WriteCounter(tmp_path)
     try:
         for name in ("a.ckpt", "agent.json", "a.ckpt", ".tmp"):
             (tmp_path / "staged").write_text("x")
             (tmp_path / "staged").rename(tmp_path / name)
             counter.poll()  # inotify folds identical events left unread: read between writes
-        assert counter.total == 2 and counter.names == {"a.ckpt": 2}
+        assert counter.total == 3 and counter.names == {"a.ckpt": 2, "agent.json": 1}
     finally:
         counter.close()

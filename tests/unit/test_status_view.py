@@ -1,14 +1,17 @@
-"""What `edgelet pods` and /pods may claim: the agent's heartbeat record, and pods adjusted for a down runtime
-or a manifest removed while the agent was away."""
+"""What `edgelet pods` and /pods may claim: the agent's record and whether it answers, and pods adjusted for a
+down runtime or a manifest removed while the agent was away."""
 
 from __future__ import annotations
+
+import socket
+import threading
 
 import pytest
 
 from edgelet.status.view import (
-    STALE_AFTER,
     AgentRecord,
     agent_state,
+    ask_ops_endpoint,
     present_pods,
     read_agent_record,
     write_agent_record,
@@ -27,18 +30,20 @@ def test_record_round_trips_and_unreadable_is_none(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("record", "alive", "running", "fragment"),
+    ("record", "alive", "responding", "running", "fragment"),
     [
-        (AgentRecord(1, NOW - 60, NOW - 1), True, True, ""),
-        (None, False, False, "has not run"),
-        (AgentRecord(1, NOW - 60, NOW - 30, stopped_at=NOW - 30), False, False,
+        (AgentRecord(1, NOW - 60, NOW - 60), True, "", True, ""),
+        (None, False, "", False, "has not run"),
+        (AgentRecord(1, NOW - 60, NOW - 30, stopped_at=NOW - 30), False, "", False,
          "it stopped at 2027-01-15T07:59:30Z, 30s ago"),
-        (AgentRecord(1, NOW - 60, NOW - 7), False, False, "ended without stopping (last heartbeat"),
-        (AgentRecord(1, NOW - 600, NOW - STALE_AFTER - 1), True, False, "(pid 1) is not responding"),
+        (AgentRecord(7, NOW - 60, NOW - 60), False, "", False,
+         "ended without stopping (pid 7, started 2027-01-15T07:59:00Z, 60s ago)"),
+        (AgentRecord(1, NOW - 600, NOW - 600), True, "its ops endpoint 127.0.0.1:10248 did not answer", False,
+         "(pid 1) is not responding: its ops endpoint 127.0.0.1:10248 did not answer"),
     ],
 )
-def test_agent_state(record, alive, running, fragment):
-    state = agent_state(record, now=NOW, alive=alive)
+def test_agent_state(record, alive, responding, running, fragment):
+    state = agent_state(record, now=NOW, alive=alive, responding=responding)
     assert state.running is running
     assert fragment in state.message
 
@@ -69,6 +74,69 @@ def test_a_file_pod_whose_manifest_is_gone_is_terminating():
     shown = {p["metadata"]["uid"]: p for p in present_pods(pods, manifest_uids={"kept"}, manifests_changed_at=NOW)}
     assert shown["gone"]["metadata"]["deletionTimestamp"] == "2027-01-15T08:00:00Z"
     assert all("deletionTimestamp" not in shown[uid]["metadata"] for uid in ("kept", "api", "http"))
+
+
+def _listener(answer: bytes | None):
+    """A loopback listener that answers every connection with `answer`, or never (None: a hung agent)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if answer is not None:
+                conn.recv(1024)
+                conn.sendall(answer)
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", ""),
+    (b"HTTP/1.1 500 Internal Server Error\r\n\r\n", ""),  # unhealthy, but it answers: not hung
+    (None, "did not answer /healthz within"),
+    (b"SSH-2.0-OpenSSH\r\n", "gave no HTTP answer"),
+])
+def test_asking_the_ops_endpoint(answer, problem):
+    server = _listener(answer)
+    try:
+        found = ask_ops_endpoint("0.0.0.0", server.getsockname()[1], timeout=0.3)  # a wildcard is asked on loopback
+    finally:
+        server.close()
+    assert (problem in found) if problem else found == ""
+
+
+def test_asking_an_ops_endpoint_nobody_listens_on():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert "cannot be reached: Connection refused" in ask_ops_endpoint("127.0.0.1", port, timeout=0.3)
+
+
+async def test_heartbeat_writes_only_when_something_changed(tmp_path):
+    import asyncio
+
+    from edgelet.status.view import Heartbeat
+
+    heartbeat = Heartbeat(str(tmp_path), runtime_health=lambda: (True, "ok"))
+    task = asyncio.create_task(heartbeat.run())
+    try:
+        for _ in range(100):
+            if (tmp_path / "agent.json").exists():
+                break
+            await asyncio.sleep(0.01)
+        written = (tmp_path / "agent.json").stat()
+        heartbeat.beat_now()  # asked, but the runtime's health is what the record says: flash is not worn for it
+        await asyncio.sleep(0.1)
+        assert (tmp_path / "agent.json").stat().st_ino == written.st_ino
+    finally:
+        task.cancel()
 
 
 async def test_heartbeat_writes_at_once_on_a_runtime_change_and_records_the_stop(tmp_path):
