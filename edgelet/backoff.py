@@ -1,4 +1,4 @@
-"""Retry delays: per-key exponential backoff like the kubelet's flowcontrol.Backoff, and full-jitter schedules."""
+"""Retry delays: per-key exponential backoff like the kubelet's flowcontrol.Backoff, and jittered reconnect schedules."""
 
 from __future__ import annotations
 
@@ -82,22 +82,36 @@ class Backoff:
 
 
 class JitteredBackoff:
-    """Reconnect delays with full jitter: the n-th failure of a streak waits uniform in
-    [0, min(maximum, initial * 2**n)], so a fleet that lost its API server together does not return together."""
+    """Reconnect delays that double from `initial` to `maximum`, jittered so that a fleet that lost its API server
+    together does not return together. Two spreads, per loop:
 
-    def __init__(self, initial: float = 0.8, maximum: float = 30.0, *, rng: random.Random | None = None):
+    - "full" (the default): the n-th failure of a streak waits uniform in [0, min(maximum, initial * 2**n)].
+      For loops that must be back within their own period (the Lease, the node status).
+    - "reflector": uniform in [d, 2d] with d that doubling step, as client-go's reflector waits (jitter factor
+      1.0) before it lists and watches again. At the cap a node retries every 45 s on average instead of 15, so
+      an API server that comes back after an outage meets a third of the requests (the watches of the pod
+      source and of ConfigMaps and Secrets).
+    """
+
+    SPREADS = ("full", "reflector")
+
+    def __init__(self, initial: float = 0.8, maximum: float = 30.0, *, rng: random.Random | None = None,
+                 spread: str = "full"):
         if initial <= 0 or maximum < initial:
             raise ValueError(f"need 0 < initial <= maximum, got initial={initial} maximum={maximum}")
+        if spread not in self.SPREADS:
+            raise ValueError(f"spread must be one of {self.SPREADS}, got {spread!r}")
         self.initial = initial
         self.maximum = maximum
-        self.ceiling = 0.0  # the bound of the last delay; 0 before the first failure of a streak
+        self.ceiling = 0.0  # the doubling step of the last delay; 0 before the first failure of a streak
         self._uniform = (rng or random.Random()).uniform
+        self._from = 1.0 if spread == "reflector" else 0.0  # the low end of a delay, in steps
 
     def next(self, *, at_least: float = 0.0) -> float:
-        """The delay after one more failure; `at_least` lifts the ceiling (never beyond `maximum`)."""
+        """The delay after one more failure; `at_least` lifts the step (never beyond `maximum`)."""
         ceiling = self.ceiling * 2 if self.ceiling else self.initial
         self.ceiling = min(max(ceiling, at_least), self.maximum)
-        return self._uniform(0.0, self.ceiling)
+        return self._uniform(self._from * self.ceiling, (1.0 + self._from) * self.ceiling)
 
     def reset(self) -> None:
         """A success: the next failure starts again at `initial`."""

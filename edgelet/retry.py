@@ -1,5 +1,5 @@
-"""The one retry helper of the loops that talk to the API server: full-jitter backoff, the first failure of a
-streak logged once, the recovery logged once."""
+"""The one retry helper of the loops that talk to the API server: jittered backoff (full jitter, or the
+reflector's for the watches), the first failure of a streak logged once, the recovery logged once."""
 
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ class Retrier:
     streak. `what` names the loop in the log lines ("API pod source", "renewing the node lease")."""
 
     def __init__(self, what: str, *, initial: float = 0.8, maximum: float = 30.0, rng: random.Random | None = None,
-                 logger: logging.Logger = log, level: int = logging.WARNING):
+                 logger: logging.Logger = log, level: int = logging.WARNING, spread: str = "full"):
         self.what = what
         # Loops cap the delay by their own period (the Lease's renew interval), which may be below `initial`.
-        self._backoff = JitteredBackoff(initial, max(maximum, initial), rng=rng)
+        # `spread`: see JitteredBackoff ("reflector" for the watches, as client-go's reflector retries).
+        self._backoff = JitteredBackoff(initial, max(maximum, initial), rng=rng, spread=spread)
         self._log = logger
         self._level = level  # of the streak's first line: events are best effort and say it at INFO
         self._credentials_reported = False

@@ -188,7 +188,7 @@ class ObjectSyncer:
     async def run(self) -> None:
         next_refresh = self._clock() + self.refresh
         retry = Retrier("ConfigMap/Secret sync", initial=self._backoff_initial, maximum=self._backoff_max,
-                        rng=self._rng, logger=log)
+                        rng=self._rng, logger=log, spread="reflector")
         while True:
             full = self._clock() >= next_refresh
             try:

@@ -2,7 +2,8 @@
 
 Like the kubelet's reflector: list with `fieldSelector=spec.nodeName=<node>`, watch from the list's
 resourceVersion with bookmarks, list again on 410 Gone, resume the watch after a broken stream, and
-reconnect with full-jitter backoff (0.8 s doubling to 30 s) so a fleet does not return in a storm.
+reconnect as the reflector does (0.8 s doubling to 30 s, each wait jittered up to twice that) so a fleet does
+not return in a storm.
 Pods already known are kept while the API server is unreachable.
 """
 
@@ -114,7 +115,7 @@ class ApiServerSource:
         self._pods: dict[str, Pod] = {}
         self._flush_timer: asyncio.TimerHandle | None = None
         self._retry = Retrier("API pod source", initial=backoff_initial, maximum=backoff_max, rng=self._rng,
-                              logger=log)
+                              logger=log, spread="reflector")
 
     @property
     def pods(self) -> list[Pod]:

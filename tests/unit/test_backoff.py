@@ -128,6 +128,22 @@ def test_jittered_delays_are_reproducible_with_a_seeded_rng():
     assert jittered_delays(20, random.Random(3)) == jittered_delays(20, random.Random(3))
 
 
+def test_reflector_delays_wait_at_least_each_step_and_at_most_twice_it():
+    """client-go's reflector: wait.Jitter(d, 1.0), d doubling from 0.8 s to 30 s."""
+    backoff = JitteredBackoff(0.8, 30.0, rng=random.Random(5), spread="reflector")
+    delays = [backoff.next() for _ in range(1000)]
+    steps = [min(30, 0.8 * 2**n) for n in range(1000)]
+    assert all(step <= delay <= 2 * step for delay, step in zip(delays, steps, strict=True))
+    capped = delays[10:]
+    assert min(capped) < 33 and max(capped) > 57
+    assert 42 < sum(capped) / len(capped) < 48  # a third of full jitter's request rate at the cap
+
+
+def test_an_unknown_spread_is_refused():
+    with pytest.raises(ValueError, match="spread"):
+        JitteredBackoff(1.0, 30.0, spread="half")
+
+
 def test_reset_starts_the_streak_over():
     backoff = JitteredBackoff(1.0, 30.0, rng=random.Random(2))
     for _ in range(6):
