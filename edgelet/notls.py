@@ -3,7 +3,7 @@
 Loading OpenSSL costs a standalone agent about 4.5 of its 48 MiB: libcrypto's pages, and the ssl module's
 enums. asyncio and uvloop import `ssl` whether or not anything speaks TLS, and `hashlib` loads OpenSSL's
 digests on import. A standalone node speaks no TLS: the runtime is a unix socket, the health and metrics
-server is plain HTTP, the manifests are files. Only [cluster] (the API server, the kubelet API) and an
+server is plain HTTP, the manifests are files. Only [cluster] (the API server, the kubelet API) and a
 [pods] http_url (httpx builds a TLS context with every client) need it.
 
 So before asyncio is imported, `edgelet run` asks `without_openssl()`:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class TLSNotLoaded(RuntimeError):
     """A TLS context was asked for in an agent that runs without OpenSSL."""
 
-    def __init__(self, *args: object, **kwargs: object):
+    def __init__(self) -> None:
         super().__init__("TLS is not loaded: edgelet runs without OpenSSL when its config has no [cluster] "
                          "and no [pods] http_url")
 
