@@ -39,7 +39,8 @@ from tests.integration.test_cluster import (
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
-# Reconnecting is jittered backoff capped at 30 s for the pod source, so waits after an outage are generous.
+# The pod source reconnects as the reflector does (a step doubling to 30 s, each wait up to twice it): after
+# the outages here (15 s at most) its next try may be 26 s away, so waits after an outage are generous.
 RECONNECT = 45
 
 
