@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +20,7 @@ from edgelet import checkpoint
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri import runtime_v1_pb2_grpc as pb_grpc
 from edgelet.kuberuntime import labels
-from tests.integration.agent_harness import AgentProcess
+from tests.integration.agent_harness import AgentProcess, free_port
 
 FIGURES_ENV = "CHAOS_FIGURES"
 FIGURE_NAMES = ("kill9_rounds", "duplicates", "lost", "orphans", "needless_restarts", "stale_peak",
@@ -97,12 +96,6 @@ class Figures:
     def load(path: str) -> Figures:
         data = json.loads(Path(path).read_text())
         return Figures(values=data["values"], measured=set(data["measured"]), notes=data["notes"])
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class ChaosAgent(AgentProcess):

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.integration.agent_harness import AgentProcess, unmount_under, wait_for
+from tests.integration.agent_harness import AgentProcess, free_port, unmount_under, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROL_PLANE = REPO / "hack" / "control-plane.sh"
@@ -234,12 +234,6 @@ address = "127.0.0.1:{port}"
 tls_cert_file = "{cert}"
 tls_private_key_file = "{key}"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def kubelet_serving_cert(control_plane: ControlPlane, node: str) -> tuple[Path, Path]:

@@ -27,6 +27,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.0
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now (the kernel's pick; free until someone binds it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     """Whether something accepts TCP connections on the port."""
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.agent_harness import REPO, AgentProcess, busybox_pod, container_state, is_running, wait_for
+from tests.integration.agent_harness import (
+    REPO, AgentProcess, busybox_pod, container_state, free_port, is_running, wait_for,
+)
 from tests.integration.test_agent import SocketProxy
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
@@ -194,9 +195,7 @@ def test_pods_say_when_the_agent_is_not_running_and_a_removed_manifest_is_not_ru
 def test_pods_of_a_gone_runtime_are_unknown_in_pods_and_the_ops_endpoint(tmp_path, containerd):
     proxy_path = str(tmp_path / "cri.sock")
     proxy = SocketProxy(proxy_path, containerd.socket)
-    with socket.socket() as probe:  # a free loopback port for the ops endpoint
-        probe.bind(("127.0.0.1", 0))
-        ops = f"127.0.0.1:{probe.getsockname()[1]}"
+    ops = f"127.0.0.1:{free_port()}"
     agent = AgentProcess(tmp_path, f"unix://{proxy_path}", server_address=ops)
     agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
     proxy.up()
@@ -220,9 +219,7 @@ def test_pods_of_a_gone_runtime_are_unknown_in_pods_and_the_ops_endpoint(tmp_pat
 def test_pods_say_when_the_agent_hangs_and_it_writes_nothing_while_idle(tmp_path, containerd):
     """The agent's record is written when something changes, never on a timer (flash wear); a hung agent is
     told by its ops endpoint not answering."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        ops = f"127.0.0.1:{probe.getsockname()[1]}"
+    ops = f"127.0.0.1:{free_port()}"
     agent = AgentProcess(tmp_path, f"unix://{containerd.socket}", server_address=ops)
     agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
     try:

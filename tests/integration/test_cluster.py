@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,7 +22,7 @@ from edgelet.cri.client import RuntimeClient
 from edgelet.kuberuntime import labels
 from tests.kubeapi_double import ApiServerDouble, StatusError
 
-from tests.integration.agent_harness import AgentProcess, busybox_pod, wait_for
+from tests.integration.agent_harness import AgentProcess, busybox_pod, free_port, wait_for
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -302,9 +301,7 @@ def _pod_lists(api: ApiServerDouble) -> list[float]:
 
 
 def test_a_forbidden_mirror_pod_holds_up_nothing_and_the_agent_stays_healthy(tmp_path, containerd, api):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     agent = cluster_agent(tmp_path, containerd.endpoint, api, server_address=f"127.0.0.1:{port}")
     agent.start()
     try:

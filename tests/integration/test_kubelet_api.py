@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from tests.integration.agent_harness import (AgentProcess, busybox_pod, fails_first_run_pod, is_running, port_open,
+from tests.integration.agent_harness import (AgentProcess, busybox_pod, fails_first_run_pod, free_port, is_running, port_open,
                                              wait_for)
 from tests.integration.test_cluster import CLUSTER_TOML, NODE
 from tests.integration.wsclient import ChannelSocket, UpgradeRefused
@@ -28,12 +28,6 @@ APISERVER_USER = "kube-apiserver-kubelet-client"
 TOKEN_USER = "metrics-reader"  # may read stats, nothing else
 LOG_POD = f"talker-{NODE}"
 WEB_PORT_HOST = 18000 + (int(time.time()) % 1000)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def allow(spec: dict) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import socket
 import stat
 import time
 import urllib.error
@@ -19,7 +18,7 @@ from edgelet.checkpoint import CORRUPT_DIR, key_to_filename
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
 from edgelet.kuberuntime import labels
-from tests.integration.agent_harness import wait_for
+from tests.integration.agent_harness import free_port, wait_for
 from tests.integration.test_cluster import (
     agent,  # noqa: F401  (fixture)
     api,  # noqa: F401  (fixture)
@@ -69,9 +68,7 @@ def container_id(pod: dict | None) -> str:
 
 @pytest.fixture
 def agent_with_server(tmp_path, containerd, api):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     process = cluster_agent(tmp_path, containerd.endpoint, api, server_address=f"127.0.0.1:{port}")
     process.healthz = f"http://127.0.0.1:{port}/healthz?verbose"
     yield process
