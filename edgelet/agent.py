@@ -7,6 +7,7 @@ This is the composition root; the loop itself is `edgelet.syncloop`, the per-pod
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -69,11 +70,22 @@ class Agent:
     """One node agent; `await Agent(config).run()` runs it until SIGTERM or SIGINT."""
 
     def __init__(self, config: Config):
+        """Builds every manager in dependency order: each gets only what was built before it."""
         self.config = config
         # First of all: a second agent on this root_dir must stop before it touches a single file there.
         self._root_lock = RootLock(config.root_dir)
         self._root_lock.acquire()
         self.node_name = config.node_name
+        self.node_ip = node_ip_address()
+        memory_total, _ = read_meminfo()
+        self.node_allocatable = {"cpu": str(os.cpu_count() or 1), "memory": str(memory_total)}
+        self.notifier = Notifier.from_env()
+        self.recorder = EventRecorder(self.node_name, EventLog(event_log_dir(config.root_dir)))
+        self._tasks = TaskGroup(on_crash=self._on_task_crash)
+        self._stopping = asyncio.Event()
+        self._fatal: str | None = None  # why the agent stops on its own (a crashed task)
+
+        # The runtime and what the node knows of pods.
         self.runtime = RuntimeClient(
             config.runtime.endpoint,
             timeout=config.runtime.request_timeout,
@@ -85,14 +97,39 @@ class Agent:
             relist_threshold=config.pleg.relist_threshold,
         )
         self.pod_config = PodConfig()
-        self.status = StatusManager(status_dir(config))
-        self.notifier = Notifier.from_env()
-        self.recorder = EventRecorder(self.node_name, EventLog(event_log_dir(config.root_dir)))
-        self.node_ip = node_ip_address()
-        memory_total, _ = read_meminfo()
-        self.node_allocatable = {"cpu": str(os.cpu_count() or 1), "memory": str(memory_total)}
-        self.store, self.images, self.volumes = self._make_workload_managers()
         self.pod_manager = PodManager()
+        self.status = StatusManager(status_dir(config))
+        self.store = ObjectStore()
+
+        # Images, volumes and the garbage collectors.
+        self.airgap = AirgapImages(self.runtime, config.images_dir, os.path.join(config.state_dir, "airgap"))
+        self.images = ImageManager(
+            self.runtime,
+            pull_backoff=Backoff(config.backoff.image_pull_initial, config.backoff.image_pull_max),
+            pull_timeout=config.runtime.image_pull_timeout,
+            airgap=self.airgap,
+            recorder=self.recorder,
+        )
+        self.image_gc = ImageGC(
+            self.runtime,
+            high=config.images.gc_high_threshold_percent,
+            low=config.images.gc_low_threshold_percent,
+            min_age=config.images.minimum_gc_age,
+            pinned_images=self.airgap.image_ids,
+        )
+        self.container_gc = ContainerGC(
+            self.runtime, self.pod_manager.uid_set,
+            logs_dir=config.logs_dir,
+            policy=GCPolicy(config.gc.container_min_age, config.gc.max_per_pod_container, config.gc.max_containers),
+            sources_ready=self.pod_config.all_sources_ready,
+        )
+        self.volumes = VolumeManager(config.pods_dir, store=self.store, node_name=self.node_name,
+                                     node_allocatable=self.node_allocatable,
+                                     cluster_domain=config.pods.cluster_domain)
+        self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
+                                      max_files=config.logs.container_log_max_files)
+
+        # Containers: hooks, CPUs, the runtime manager, probes.
         self.hooks = HookRunner(self.runtime, pod_ip=self._pod_address, recorder=self.recorder)
         self.cpu_manager = CPUManager(
             config.cpu.policy, CPUStateStore(config.state_dir), self.runtime,
@@ -109,53 +146,63 @@ class Agent:
             cluster_dns=list(config.pods.cluster_dns),
             cluster_domain=config.pods.cluster_domain,
             runtime_handler=config.runtime.runtime_handler,
-            node_ip=lambda: self.node_ip,
+            node_ip=self._node_ip,
             node_allocatable=self.node_allocatable,
             cpuset_for=self.cpu_manager.cpuset_for,
         )
-        self.eviction = EvictionManager(
-            config.eviction.thresholds(),
-            signals=NodeSignals(config.root_dir, image_fs_mountpoint=lambda: image_fs_mountpoint(self.runtime)),
-            usage=PodUsageReader(runtime_status=self.pleg.get_status, pods_dir=config.pods_dir,
-                                 logs_dir=config.logs_dir),
-            active_pods=self.active_pods, evict=self._evict_pod,
-            reclaim_images=self.image_gc.free_space, reclaim_containers=self.container_gc.collect,
-            pod_cleaned_up=lambda uid: not self.pleg.get_status(uid).running_containers(),
-            pressure_transition_period=config.eviction.pressure_transition_period,
-        )
-        self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
-                                      max_files=config.logs.container_log_max_files)
+        # The kubelet's probe result channel: the sync loop reads it and syncs the pod.
+        self.probe_results: asyncio.Queue[str] = asyncio.Queue()
         self.prober = ProbeManager(
-            self.runtime, on_change=lambda uid: self.loop.sync_if_known(uid),
-            container_lookup=lambda uid, name: self.pleg.get_status(uid).latest_container(name),
-            pod_ip=self._pod_address, recorder=self.recorder,
+            self.runtime, on_change=self.probe_results.put_nowait,
+            container_lookup=self._latest_container, pod_ip=self._pod_address, recorder=self.recorder,
         )
-        self.runtime_state = RuntimeState(self.runtime, forget_crash_backoff=self.runtime_manager.forget_crash_backoff,
-                                          on_change=lambda: self.heartbeat.beat_now())
+        self.runtime_state = RuntimeState(self.runtime, forget_crash_backoff=self.runtime_manager.forget_crash_backoff)
+        self.heartbeat = Heartbeat(status_dir(config), runtime_health=self.runtime_state.health)
+        self.runtime_state.subscribe(self.heartbeat.beat_now)  # a readiness flip is written at once
+
+        # The pods' lifecycle: their syncer and workers.
         self.syncer = PodSyncer(
             pod_manager=self.pod_manager, pleg=self.pleg, runtime_manager=self.runtime_manager, prober=self.prober,
             status=self.status, volumes=self.volumes, node_ip=self.node_ip,
             release_resources=self.cpu_manager.remove, on_removed=self._on_pod_removed,
         )
         self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated)
+
+        # Node pressure, node shutdown, the control plane.
+        self.eviction = EvictionManager(
+            config.eviction.thresholds(),
+            signals=NodeSignals(config.root_dir,
+                                image_fs_mountpoint=functools.partial(image_fs_mountpoint, self.runtime)),
+            usage=PodUsageReader(runtime_status=self.pleg.get_status, pods_dir=config.pods_dir,
+                                 logs_dir=config.logs_dir),
+            active_pods=self.active_pods, evict=self._evict_pod,
+            reclaim_images=self.image_gc.free_space, reclaim_containers=self.container_gc.collect,
+            pod_cleaned_up=self._pod_stopped,
+            pressure_transition_period=config.eviction.pressure_transition_period,
+        )
+        # What the node's Ready condition reports: runtime and PLEG, and a node shutdown in progress.
+        self.node_health: dict[str, Callable[[], tuple[bool, str]]] = {
+            "runtime": self.runtime_state.health, "pleg": self.pleg.healthy}
+        self.cluster = self._make_cluster() if config.cluster is not None else None
+        self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
                              lambda pod: Verdict(*self.cpu_manager.admit(pod))]
+        if self.shutdown is not None:
+            self.admit_checks.append(self.shutdown.admit)
+
         self.loop = SyncLoop(
             config.sync, max_pods=config.max_pods, pod_manager=self.pod_manager, pod_config=self.pod_config,
-            pleg=self.pleg, workers=self.workers, syncer=self.syncer, prober=self.prober, status=self.status,
-            runtime=self.runtime, runtime_state=self.runtime_state, volumes=self.volumes,
-            log_rotator=self.log_rotator, recorder=self.recorder, admit_checks=self.admit_checks,
+            pleg=self.pleg, workers=self.workers, syncer=self.syncer, prober=self.prober,
+            probe_results=self.probe_results, status=self.status, runtime_state=self.runtime_state,
+            volumes=self.volumes, log_rotator=self.log_rotator, recorder=self.recorder,
+            admit_checks=tuple(self.admit_checks),
             on_runtime_ready=self._on_runtime_ready, on_pods_changed=self.update_status_line,
         )
-        self._stopping = asyncio.Event()
-        self.heartbeat = Heartbeat(status_dir(config), runtime_health=self.runtime_state.health)
-        self._tasks = TaskGroup(on_crash=self._on_task_crash)
-        self._fatal: str | None = None  # why the agent stops on its own (a crashed task)
-        self.cluster = self._make_cluster() if config.cluster is not None else None
-        self.kubelet_api = None  # the :10250 server, cluster mode only
-        self.serving_certificate = None  # its certificate from the cluster, with [kubelet_api] serving_cert = "csr"
-        self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
+        # The kubelet API (:10250, cluster mode only) and its certificate from the cluster, with
+        # [kubelet_api] serving_cert = "csr".
+        self.kubelet_api, self.serving_certificate = (
+            self._make_kubelet_api() if self.cluster is not None and config.kubelet_api.address else (None, None))
 
     def _make_cluster(self):
         """The control-plane side (imported only when a cluster is configured: it costs memory)."""
@@ -170,14 +217,12 @@ class Agent:
         )
 
     def _node_health(self) -> dict[str, tuple[bool, str]]:
-        """What the node's Ready condition reports: runtime, PLEG, and a node shutdown in progress."""
-        health = {"runtime": self.runtime_state.health(), "pleg": self.pleg.healthy()}
-        if self.shutdown is not None:
-            health["shutdown"] = self.shutdown.health()
-        return health
+        """What the node's Ready condition reports, by check (`node_health`)."""
+        return {name: check() for name, check in self.node_health.items()}
 
     def _make_shutdown(self):
-        """Graceful node shutdown (imported only when configured: it brings the D-Bus client)."""
+        """Graceful node shutdown (imported only when configured: it brings the D-Bus client); after the
+        cluster connection, which it asks to report the node NotReady."""
         from .eviction.policy import is_critical
         from .shutdown import MESSAGE, REASON, ShutdownManager
 
@@ -196,10 +241,10 @@ class Agent:
 
         manager = ShutdownManager(
             self.config.shutdown, active_pods=self.active_pods, is_critical=is_critical, stop_pod=stop_pod,
-            pod_stopped=lambda uid: not self.pleg.get_status(uid).running_containers(),
+            pod_stopped=self._pod_stopped,
             report_not_ready=report_not_ready, flush_statuses=flush_statuses,
         )
-        self.admit_checks.append(manager.admit)
+        self.node_health["shutdown"] = manager.health
         return manager
 
     async def _node_runtime_version(self) -> str:
@@ -225,35 +270,16 @@ class Agent:
             return self.node_ip
         return self.pleg.get_status(uid).ip
 
-    def _make_workload_managers(self):
-        config = self.config
-        store = ObjectStore()
-        self.airgap = AirgapImages(self.runtime, config.images_dir, os.path.join(config.state_dir, "airgap"))
-        images = ImageManager(
-            self.runtime,
-            pull_backoff=Backoff(config.backoff.image_pull_initial, config.backoff.image_pull_max),
-            pull_timeout=config.runtime.image_pull_timeout,
-            airgap=self.airgap,
-            recorder=self.recorder,
-        )
-        self.image_gc = ImageGC(
-            self.runtime,
-            high=config.images.gc_high_threshold_percent,
-            low=config.images.gc_low_threshold_percent,
-            min_age=config.images.minimum_gc_age,
-            pinned_images=self.airgap.image_ids,
-        )
-        self.container_gc = ContainerGC(
-            self.runtime, lambda: set(self.pod_manager),
-            logs_dir=config.logs_dir,
-            policy=GCPolicy(config.gc.container_min_age, config.gc.max_per_pod_container,
-                            config.gc.max_containers),
-            sources_ready=self.pod_config.all_sources_ready,
-        )
-        volumes = VolumeManager(self.config.pods_dir, store=store, node_name=self.node_name,
-                                node_allocatable=self.node_allocatable,
-                                cluster_domain=self.config.pods.cluster_domain)
-        return store, images, volumes
+    def _node_ip(self) -> str:
+        return self.node_ip
+
+    def _latest_container(self, uid: str, name: str):
+        """The newest instance of a pod's container in the pod cache (what probes look at)."""
+        return self.pleg.get_status(uid).latest_container(name)
+
+    def _pod_stopped(self, uid: str) -> bool:
+        """No container of the pod runs any more (eviction and node shutdown wait for it)."""
+        return not self.pleg.get_status(uid).running_containers()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -263,9 +289,8 @@ class Agent:
         if self.config.server.address:
             listeners.append(OpsServer(self.config.server.address, health_checks=self.health_checks(),
                                        pods_json=self._pods_json, registry=metrics.REGISTRY))
-        if self.cluster is not None and self.config.kubelet_api.address:
-            if (kubelet_api := self._kubelet_api_server()) is not None:
-                listeners.append(kubelet_api)
+        if self.kubelet_api is not None:
+            listeners.append(self.kubelet_api)
         return listeners
 
     def _pods_json(self) -> bytes:
@@ -331,9 +356,10 @@ class Agent:
         self.notifier.status(f"stopping: {self._fatal}")
         self._stopping.set()
 
-    def _kubelet_api_server(self):
-        """The kubelet API (cluster mode only: its TLS and review code load here); a bad certificate
-        setting is logged and leaves the rest of the agent running (a port it cannot bind does not)."""
+    def _make_kubelet_api(self):
+        """The kubelet API server and its serving-certificate manager (cluster mode only: its TLS and review code
+        load here); a bad certificate setting is logged and leaves the rest of the agent running (a port it cannot
+        bind does not)."""
         from .kubeletapi import PodLookup, build_server
 
         serving = None
@@ -352,10 +378,8 @@ class Agent:
             )
         except (EdgeletError, OSError) as exc:
             log.error("kubelet API not started: %s", exc)
-            return None
-        self.kubelet_api = server
-        self.serving_certificate = serving
-        return server
+            return None, None
+        return server, serving
 
     def request_stop(self) -> None:
         if not self._stopping.is_set():

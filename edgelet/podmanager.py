@@ -50,6 +50,9 @@ class PodManager:
     def uids(self) -> list[str]:
         return list(self._pods)
 
+    def uid_set(self) -> set[str]:
+        return set(self._pods)
+
     def pods(self) -> dict[str, Pod]:
         """A copy of the desired pods by uid (readers in other tasks must not see it change under them)."""
         return dict(self._pods)

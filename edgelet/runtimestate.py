@@ -13,13 +13,16 @@ log = logging.getLogger(__name__)
 
 
 class RuntimeState:
-    def __init__(self, runtime: RuntimeClient, *, forget_crash_backoff: Callable[[], None],
-                 on_change: Callable[[], None] = lambda: None):
+    def __init__(self, runtime: RuntimeClient, *, forget_crash_backoff: Callable[[], None]):
         self._runtime = runtime
         self._forget_crash_backoff = forget_crash_backoff
-        self._on_change = on_change  # the readiness verdict flipped (the heartbeat is written at once)
+        self._listeners: list[Callable[[], None]] = []  # told when the readiness verdict flips
         self._health = (False, f"waiting for the container runtime at {runtime.endpoint}")
         self.lost = False  # the relist cannot reach the runtime (the sync loop watches it)
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs whenever the readiness verdict flips (the heartbeat is written at once)."""
+        self._listeners.append(listener)
 
     def health(self) -> tuple[bool, str]:
         return self._health
@@ -29,7 +32,8 @@ class RuntimeState:
         was_ready = self._health[0]
         self._health = await self._status()
         if self._health[0] != was_ready:
-            self._on_change()
+            for listener in self._listeners:
+                listener()
 
     async def _status(self) -> tuple[bool, str]:
         try:

@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # the collaborators, for their types only
     from .admission import Check
     from .config import SyncConfig
     from .logrotation import LogRotator
-    from .cri.client import RuntimeClient
     from .events import EventRecorder
     from .pleg import GenericPLEG, PodLifecycleEvent
     from .podconfig.config import PodConfig
@@ -58,8 +57,8 @@ class SyncLoop:
         workers: PodWorkers,
         syncer: PodSyncer,
         prober: ProbeManager,
+        probe_results: asyncio.Queue[str],
         status: StatusManager,
-        runtime: RuntimeClient,
         runtime_state: RuntimeState,
         volumes: VolumeManager,
         log_rotator: LogRotator,
@@ -68,8 +67,9 @@ class SyncLoop:
         on_runtime_ready: Callable[[], Awaitable[None]],
         on_pods_changed: Callable[[], None] = lambda: None,
     ):
-        """`on_runtime_ready` runs once, after the first relist and before the first pod sync (the managers
-        that need the runtime start there); `on_pods_changed` after each config update."""
+        """`probe_results` carries the uids of pods whose probe results changed (the kubelet's probe result
+        channel); `on_runtime_ready` runs once, after the first relist and before the first pod sync (the
+        managers that need the runtime start there); `on_pods_changed` after each config update."""
         self._settings = settings
         self._max_pods = max_pods
         self._pods = pod_manager
@@ -78,13 +78,13 @@ class SyncLoop:
         self._workers = workers
         self._syncer = syncer
         self._prober = prober
+        self._probe_results = probe_results
         self._status = status
-        self._runtime = runtime
         self._runtime_state = runtime_state
         self._volumes = volumes
         self._log_rotator = log_rotator
         self._recorder = recorder
-        self._admit_checks = admit_checks  # not copied: the agent may add checks after building the loop
+        self._admit_checks = tuple(admit_checks)
         self._on_runtime_ready = on_runtime_ready
         self._on_pods_changed = on_pods_changed
         self.alive_at = time.monotonic()  # the watchdog and /healthz read it: a hung loop stops it
@@ -97,13 +97,15 @@ class SyncLoop:
         await self._stop_unwanted_pods()
         config_get: asyncio.Task | None = None
         pleg_get: asyncio.Task | None = None
+        probe_get: asyncio.Task | None = None
         next_housekeeping = time.monotonic() + self._settings.housekeeping_interval
         next_resync = time.monotonic() + self._settings.sync_frequency
         try:
             while True:
                 config_get = config_get or asyncio.create_task(self._pod_config.updates.get())
                 pleg_get = pleg_get or asyncio.create_task(self._pleg.events.get())
-                done, _ = await asyncio.wait({config_get, pleg_get}, timeout=SYNC_TICK,
+                probe_get = probe_get or asyncio.create_task(self._probe_results.get())
+                done, _ = await asyncio.wait({config_get, pleg_get, probe_get}, timeout=SYNC_TICK,
                                              return_when=asyncio.FIRST_COMPLETED)
                 now = time.monotonic()
                 self.alive_at = now
@@ -114,6 +116,9 @@ class SyncLoop:
                 if pleg_get in done:
                     self._handle_pleg(pleg_get.result())
                     pleg_get = None
+                if probe_get in done:
+                    self.sync_if_known(probe_get.result())
+                    probe_get = None
                 for uid in self._workers.due():
                     self.sync_if_known(uid)
                 if now >= next_resync:
@@ -124,7 +129,7 @@ class SyncLoop:
                     next_housekeeping = now + self._settings.housekeeping_interval
                     await self._guarded_housekeeping()
         finally:
-            for task in (config_get, pleg_get):
+            for task in (config_get, pleg_get, probe_get):
                 if task is not None:
                     task.cancel()
 
