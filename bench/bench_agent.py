@@ -354,6 +354,7 @@ PERIODIC_CALLS = ("status", "version", "image_fs_info", "list_images")
 _SAMPLE = re.compile(r'^(kubelet_runtime_operations_duration_seconds|kubelet_pleg_relist_duration_seconds'
                      r'|kubelet_pod_worker_duration_seconds)_(sum|count)(?:\{operation_type="([a-z_]+)"\})? (\S+)$',
                      re.M)
+_PLEG_EVENTED = re.compile(r"^edgelet_pleg_evented (\S+)$", re.M)
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +365,7 @@ class Scrape:
     operations: dict[str, tuple[float, float]]
     relists: float
     syncs: float
+    pleg_evented: bool = False  # container events drive the relists (else: every relist_period)
 
     def calls(self) -> float:
         return sum(calls for _, calls in self.operations.values())
@@ -379,7 +381,9 @@ def parse_scrape(metrics_text: str) -> Scrape:
             relists = float(value)
         elif kind == "count":
             syncs += float(value)
-    return Scrape({op: (seconds, calls) for op, (seconds, calls) in operations.items()}, relists, syncs)
+    evented = _PLEG_EVENTED.search(metrics_text)
+    return Scrape({op: (seconds, calls) for op, (seconds, calls) in operations.items()}, relists, syncs,
+                  pleg_evented=bool(evented and float(evented.group(1))))
 
 
 async def scrape(agent: "AgentProcess") -> Scrape:

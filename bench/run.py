@@ -56,6 +56,10 @@ GOALS = {  # figure -> (limit, "max" or "min")
     "restart_110_ms": (250.0, "max"),
     "kubelet_api_rss_mb": (5.0, "max"),
 }
+# Where container events drive the PLEG (containerd >= 1.7) the idle agent has no relist to pay for, and starts
+# compete with fewer relists for the two cores: the goals tighten.
+EVENTED_GOALS = {**GOALS, "idle_cpu_110_pct": (0.2, "max"), "pod_start_ratio": (1.05, "max"),
+                 "burst_110_ratio": (1.15, "max")}
 
 
 @dataclass
@@ -86,9 +90,13 @@ class Results:
     status_window_s: float = 0.0
     status_resyncs: int = 0
     runtime: str = ""
+    pleg_mode: str = ""  # "evented" when container events drove the relists all through the idle windows
     load: list[str] = field(default_factory=list)
     kubelet_api_rss_off_mb: float = float("nan")  # idle cluster-mode agent, no pods
     kubelet_api_rss_on_mb: float = float("nan")
+
+    def goals(self) -> dict[str, tuple[float, str]]:
+        return EVENTED_GOALS if self.pleg_mode == "evented" else GOALS
 
     def bench_figures(self) -> dict[str, float]:
         big = {r["n_containers"]: r for r in self.relist}.get(10_000, {})
@@ -301,6 +309,7 @@ async def measure_idle(agent: agent_bench.AgentProcess, counter: agent_bench.Wri
         for _ in range(opts.idle_windows):
             results.idle110.append(await agent_bench.measure_usage(agent, opts.idle_seconds))
         after = await agent_bench.scrape(agent)
+        results.pleg_mode = "evented" if before.pleg_evented and after.pleg_evented else "generic"
         results.idle110_calls = agent_bench.calls_between(before, after)
         results.idle110_relists = after.relists - before.relists
         if opts.resyncs:
@@ -363,20 +372,21 @@ async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], w
 # -- the report --------------------------------------------------------------------------------------------
 
 
-def verdict(name: str, value: float) -> str:
-    limit, kind = GOALS[name]
+def verdict(goals: dict, name: str, value: float) -> str:
+    limit, kind = goals[name]
     if value != value:  # NaN: not measured
         return "n/a"
     met = value <= limit if kind == "max" else value >= limit
     return "met" if met else "MISSED"
 
 
-def goal(name: str, value: float) -> str:
-    limit, kind = GOALS[name]
-    return f"{'<=' if kind == 'max' else '>='} {limit:g} ({verdict(name, value)})"
+def goal(goals: dict, name: str, value: float) -> str:
+    limit, kind = goals[name]
+    return f"{'<=' if kind == 'max' else '>='} {limit:g} ({verdict(goals, name, value)})"
 
 
 def relist_lines(results: Results, figures: dict[str, float]) -> list[str]:
+    goals = results.goals()
     lines = [
         "relist, CRI reply bytes -> snapshot + events (steady state, best of 7)",
         f"  {'containers':>10} {'compiled ms':>12} {'pure ms':>9} {'speedup':>8}   "
@@ -385,19 +395,20 @@ def relist_lines(results: Results, figures: dict[str, float]) -> list[str]:
     for r in results.relist:
         lines.append(f"  {r['n_containers']:>10,} {r['compiled_ms']:>12.3f} {r['pure_ms']:>9.2f} "
                      f"{r['speedup']:>7.1f}x   {r['compiled_changed_ms']:>20.3f} {r['pure_changed_ms']:>7.2f}")
-    lines.append(f"  goal at 10,000: compiled ms {goal('relist_10k_ms', figures['relist_10k_ms'])}, "
-                 f"speedup {goal('relist_speedup', figures['relist_speedup'])}")
+    lines.append(f"  goal at 10,000: compiled ms {goal(goals, 'relist_10k_ms', figures['relist_10k_ms'])}, "
+                 f"speedup {goal(goals, 'relist_speedup', figures['relist_speedup'])}")
     return lines
 
 
 def start_lines(results: Results, figures: dict[str, float]) -> list[str]:
+    goals = results.goals()
     agent, raw = results.agent_seq_ms, results.raw_seq_returned_ms
     lines = [
         "pod start: manifest renamed -> container running (edgelet) vs first CRI call -> StartContainer "
         "returned (raw)",
         f"  {'':34} {'edgelet':>10} {'raw CRI':>10} {'ratio':>7}   goal",
         f"  {f'{len(agent)} pods one at a time, median':34} {_median(agent):>8.0f}ms {_median(raw):>8.0f}ms "
-        f"{figures['pod_start_ratio']:>7.2f}   {goal('pod_start_ratio', figures['pod_start_ratio'])}",
+        f"{figures['pod_start_ratio']:>7.2f}   {goal(goals, 'pod_start_ratio', figures['pod_start_ratio'])}",
         f"  {'  fastest / slowest':34} {min(agent):>4.0f}/{max(agent):<4.0f}ms {min(raw):>4.0f}/{max(raw):<4.0f}ms",
         f"  {'  raw to started_at instead':34} {'':>10} {_median(results.raw_seq_running_ms):>8.0f}ms "
         f"{_ratio(_median(agent), _median(results.raw_seq_running_ms)):>7.2f}",
@@ -416,7 +427,7 @@ def start_lines(results: Results, figures: dict[str, float]) -> list[str]:
     lines += [
         f"  {f'{results.burst_pods} pods at once (raw: {BURST_PARALLEL} parallel)':34} "
         f"{_median(results.agent_burst_s):>9.2f}s {_median(results.raw_burst_returned_s):>9.2f}s "
-        f"{figures['burst_110_ratio']:>7.2f}   {goal('burst_110_ratio', figures['burst_110_ratio'])}",
+        f"{figures['burst_110_ratio']:>7.2f}   {goal(goals, 'burst_110_ratio', figures['burst_110_ratio'])}",
         f"  {'  seconds per round (median used)':34} {rounds:>10} {raw_rounds:>10}",
         f"  {'  edgelet CPU during the bursts':34} {sum(results.agent_burst_cpu_s):>9.2f}s",
     ]
@@ -428,29 +439,32 @@ def _calls(calls: dict[str, float], per: float) -> str:
 
 
 def idle_lines(results: Results, figures: dict[str, float]) -> list[str]:
+    goals = results.goals()
     pods = results.burst_pods
     windows = results.idle110
     return [
         f"status sync, {pods} unchanged pods (standalone: checkpoint writes under root_dir/state/pods)",
         f"  writes over {results.status_window_s:.0f}s spanning {results.status_resyncs} full resyncs "
         f"(sync_frequency {SYNC_FREQUENCY:.0f}s): {results.status_writes}   "
-        f"goal {goal('status_writes_idle', results.status_writes)}",
+        f"goal {goal(goals, 'status_writes_idle', results.status_writes)}",
         *([f"    written: {', '.join(f'{name} x{n}' for name, n in sorted(results.status_written.items()))}"]
           if results.status_written else []),
         "",
-        "agent process (relist every 1 s, all other settings default)",
+        f"agent process (PLEG {results.pleg_mode}: "
+        + ("relists on container events and every 5 min" if results.pleg_mode == "evented" else "relist every 1 s")
+        + ", all other settings default)",
         f"  {'':34} {'0 pods':>10} {f'{pods} pods':>10}   goal at {pods}",
         f"  {'RSS MiB (VmRSS), median':34} {results.idle0.rss_mb:>10.1f} {figures['rss_110_mb']:>10.1f}   "
-        f"{goal('rss_110_mb', figures['rss_110_mb'])}",
+        f"{goal(goals, 'rss_110_mb', figures['rss_110_mb'])}",
         f"  {f'idle CPU % of one core, median':34} "
         f"{results.idle0.cpu_pct:>10.2f} {figures['idle_cpu_110_pct']:>10.2f}   "
-        f"{goal('idle_cpu_110_pct', figures['idle_cpu_110_pct'])}",
+        f"{goal(goals, 'idle_cpu_110_pct', figures['idle_cpu_110_pct'])}",
         f"    {len(windows)} windows of {windows[0].window_s:.0f} s at {pods} pods: CPU "
         + " / ".join(f"{u.cpu_pct:.2f}" for u in windows) + " %, RSS "
         + " / ".join(f"{u.rss_mb:.1f}" for u in windows) + f" MiB (0 pods: one of {results.idle0.window_s:.0f} s)",
         f"  {'restart, exec -> healthy / adopted':34} "
         f"{_median(results.restart_healthy_ms):>8.0f}ms {figures['restart_110_ms']:>8.0f}ms   "
-        f"{goal('restart_110_ms', figures['restart_110_ms'])} (adopted)",
+        f"{goal(goals, 'restart_110_ms', figures['restart_110_ms'])} (adopted)",
         f"    {len(results.restart_ms)} restarts with {pods} pods running: adopted after "
         + " / ".join(f"{ms:.0f}" for ms in results.restart_ms)
         + f" ms; StartContainer calls after them: {results.restart_started_containers:.0f}",
@@ -467,7 +481,7 @@ def idle_lines(results: Results, figures: dict[str, float]) -> list[str]:
         f"{bench_kubelet_api.ROUNDS} alternating starts against the API double)",
         f"  {'RSS MiB off / on / added':34} {results.kubelet_api_rss_off_mb:>10.1f} "
         f"{results.kubelet_api_rss_on_mb:>10.1f} {figures['kubelet_api_rss_mb']:>7.1f}   "
-        f"{goal('kubelet_api_rss_mb', figures['kubelet_api_rss_mb'])}",
+        f"{goal(goals, 'kubelet_api_rss_mb', figures['kubelet_api_rss_mb'])}",
     ]
 
 
@@ -475,19 +489,20 @@ def report(results: Results) -> str:
     figures = results.bench_figures()
     lines = [
         f"edgelet benchmarks: core {'compiled' if core.IS_COMPILED else 'PURE (EDGELET_NO_EXTENSIONS)'}, "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {results.runtime}, "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {results.runtime}, PLEG {results.pleg_mode}, "
         f"load {results.load[0]} -> {results.load[-1]}",
         "",
     ]
     if results.relist:
         lines += relist_lines(results, figures) + [""]
     lines += start_lines(results, figures) + [""] + idle_lines(results, figures)
-    lines += ["", bench_line(figures)]
+    lines += ["", bench_line(figures, results.runtime, results.pleg_mode)]
     return "\n".join(lines)
 
 
-def bench_line(figures: dict[str, float]) -> str:
-    return (f"BENCH relist_10k_ms={figures['relist_10k_ms']:.3f} relist_speedup={figures['relist_speedup']:.1f} "
+def bench_line(figures: dict[str, float], runtime: str, pleg_mode: str) -> str:
+    return (f"BENCH runtime={runtime.replace(' ', '-') or 'unknown'} pleg={pleg_mode or 'unknown'} "
+            f"relist_10k_ms={figures['relist_10k_ms']:.3f} relist_speedup={figures['relist_speedup']:.1f} "
             f"pod_start_ratio={figures['pod_start_ratio']:.2f} burst_110_ratio={figures['burst_110_ratio']:.2f} "
             f"status_writes_idle={figures['status_writes_idle']} rss_110_mb={figures['rss_110_mb']:.1f} "
             f"idle_cpu_110_pct={figures['idle_cpu_110_pct']:.2f} restart_110_ms={figures['restart_110_ms']:.0f} "

@@ -95,6 +95,8 @@ class Agent:
             self.runtime,
             relist_period=config.pleg.relist_period,
             relist_threshold=config.pleg.relist_threshold,
+            evented=config.pleg.evented,
+            evented_relist_period=config.pleg.evented_relist_period,
         )
         self.pod_config = PodConfig()
         self.pod_manager = PodManager()

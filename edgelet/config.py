@@ -306,10 +306,16 @@ class PodsConfig:
 class PLEGConfig:
     relist_period: float = setting("1s", _duration())
     relist_threshold: float = setting("3m", _duration())
+    # Follow the runtime's container events where it serves them (containerd >= 1.7), relisting on each batch
+    # and every evented_relist_period; off (or on an older runtime) the relist runs every relist_period.
+    evented: bool = setting(True, _boolean())
+    evented_relist_period: float = setting("5m", _duration())
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if self.relist_threshold <= self.relist_period:
             yield "relist_threshold", "must be longer than relist_period"
+        if self.evented_relist_period < self.relist_period:
+            yield "evented_relist_period", "must not be shorter than relist_period"
 
 
 @dataclass(frozen=True, slots=True)

@@ -309,6 +309,11 @@ pleg_last_seen_seconds = Gauge(
     "Timestamp in seconds when PLEG was last seen active.",
     registry=REGISTRY,
 )
+pleg_evented = Gauge(
+    "edgelet_pleg_evented",
+    "1 while the runtime's container events drive the PLEG's relists, 0 while it relists every relist_period.",
+    registry=REGISTRY,
+)
 
 pod_worker_duration_seconds = Histogram(
     "kubelet_pod_worker_duration_seconds",

@@ -1,7 +1,10 @@
 """The pod lifecycle event generator: relists the runtime, turns differences into events, and feeds the pod cache.
 
 The relist itself (wire bytes -> snapshot -> events) runs in `edgelet.core`; this module does the I/O
-around it: the two List calls, the inspection of pods that changed, and the health verdict.
+around it: the two List calls, the inspection of pods that changed, when to relist, and the health verdict.
+Where the runtime serves container events (containerd >= 1.7) they trigger the relists and the periodic one
+slows to `evented_relist_period`; while the stream is down, or on a runtime without it, the PLEG relists every
+`relist_period` as the kubelet's generic PLEG does.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .kuberuntime.types import (
 )
 from .kuberuntime import labels
 from .kuberuntime.cache import PodCache
+from .plegstream import ContainerEventStream
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,13 @@ NAMESPACE_MODE_NODE = 2  # runtime.v1.NamespaceMode.NODE
 # calls from 17 ms (16 at once) to 13.
 INSPECT_PARALLELISM = 64
 
+# The events of one action come in a burst (a sandbox created and started, its containers created and started):
+# the relist waits this long after the first of them so that one relist sees the whole burst.
+EVENT_BATCH_DELAY = 0.05
+# A stream counts only for the events sent once the runtime has subscribed it, which it does as the call
+# arrives; a relist that starts this long after the stream was asked for sees everything sent before.
+SUBSCRIBE_GRACE = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class PodLifecycleEvent:
@@ -60,6 +71,45 @@ class PodLifecycleEvent:
         return self.type != core.CONTAINER_REMOVED
 
 
+class PodEventQueue:
+    """The PLEG's events for the sync loop, at most one pending per pod: the loop only needs "pod X changed", so a
+    pod whose containers changed ten times before the loop got to it is synced once. Bounded by the pods the
+    runtime holds, whatever the churn. A pod keeps its place in line; a sync-worthy event replaces one that is not.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, PodLifecycleEvent] = {}
+        self._ready = asyncio.Event()
+        self.coalesced = 0  # events folded into one already pending
+
+    def put_nowait(self, event: PodLifecycleEvent) -> None:
+        pending = self._pending.get(event.pod_uid)
+        if pending is None:
+            self._pending[event.pod_uid] = event
+            self._ready.set()
+            return
+        self.coalesced += 1
+        if event.is_sync_worthy() and not pending.is_sync_worthy():
+            self._pending[event.pod_uid] = event
+
+    async def get(self) -> PodLifecycleEvent:
+        while not self._pending:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._pending.pop(next(iter(self._pending)))
+
+    def get_nowait(self) -> PodLifecycleEvent:
+        if not self._pending:
+            raise asyncio.QueueEmpty
+        return self._pending.pop(next(iter(self._pending)))
+
+    def qsize(self) -> int:
+        return len(self._pending)
+
+    def empty(self) -> bool:
+        return not self._pending
+
+
 def _int_annotation(annotations, key: str, default: int) -> int:
     try:
         return int(annotations.get(key, default))
@@ -68,7 +118,8 @@ def _int_annotation(annotations, key: str, default: int) -> int:
 
 
 class GenericPLEG:
-    """Relists sandboxes and containers every `relist_period` and keeps the runtime cache fresh."""
+    """Relists sandboxes and containers and keeps the runtime cache fresh: every `relist_period`, or, while the
+    runtime's container events flow (`evented`), on each batch of them and every `evented_relist_period`."""
 
     def __init__(
         self,
@@ -76,13 +127,22 @@ class GenericPLEG:
         *,
         relist_period: float = 1.0,
         relist_threshold: float = 180.0,
+        evented: bool = True,
+        evented_relist_period: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._runtime = runtime
         self._period = relist_period
         self._threshold = relist_threshold
+        self._evented_period = evented_relist_period
         self._clock = clock
-        self.events: asyncio.Queue[PodLifecycleEvent] = asyncio.Queue()
+        self.events = PodEventQueue()
+        # Set by every container event and every change of the stream: the loop relists (or changes pace).
+        self._wake = asyncio.Event()
+        self._stream = ContainerEventStream(runtime, self._wake.set, self._wake.set, clock=clock) if evented else None
+        self._last_relist_started: float | None = None
+        self.relists = 0  # done so far
+        self._last_full_relist: float | None = None
         self._snapshot: core.Snapshot | None = None
         self.cache = PodCache()
         self._reinspect: set[str] = set()
@@ -98,17 +158,59 @@ class GenericPLEG:
     # -- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
+        stream = asyncio.create_task(self._stream.run(), name="pleg-events") if self._stream else None
+        try:
+            while True:
+                started = self._clock()
+                self._wake.clear()  # what happens from here on is seen by this relist or wakes the next
+                try:
+                    await self.relist()
+                    self._last_relist_started = started
+                except EdgeletError as exc:
+                    self._note_failure(str(exc))
+                except Exception as exc:  # a bug here must not stop relisting, but must be seen
+                    log.exception("relist failed")
+                    self._note_failure(f"relist failed: {exc!r}")
+                await self._until_next_relist(started)
+        finally:
+            if stream is not None:
+                stream.cancel()
+
+    @property
+    def mode(self) -> str:
+        """"evented" while container events drive the relists, else "generic" (the periodic relist)."""
+        return "evented" if self._events_live() else "generic"
+
+    def _events_live(self) -> bool:
+        """Whether the stream is known to carry every event from some time before the last relist on: it was asked
+        for at least SUBSCRIBE_GRACE before that relist started, and that relist succeeded."""
+        opened = self._stream.opened_at if self._stream is not None else None
+        return (opened is not None and self._last_relist_started is not None
+                and self._last_relist_started >= opened + SUBSCRIBE_GRACE)
+
+    async def _until_next_relist(self, started: float) -> None:
+        metrics.pleg_evented.set(1 if self._events_live() else 0)
+        if not self._events_live() or self.last_error:  # a failed relist is retried a period later, as ever
+            await asyncio.sleep(max(self._period - (self._clock() - started), 0.0))
+            return
         while True:
-            started = self._clock()
+            quiet_since = self._clock()
             try:
-                await self.relist()
-            except EdgeletError as exc:
-                self._note_failure(str(exc))
-            except Exception as exc:  # a bug here must not stop relisting, but must be seen
-                log.exception("relist failed")
-                self._note_failure(f"relist failed: {exc!r}")
-            elapsed = self._clock() - started
-            await asyncio.sleep(max(self._period - elapsed, 0.0))
+                await asyncio.wait_for(self._wake.wait(), timeout=self._period)
+            except TimeoutError:
+                pass
+            else:
+                await asyncio.sleep(EVENT_BATCH_DELAY)
+                return
+            if not self._events_live() or self._reinspect:
+                return  # the stream is gone, or a failed inspection retries as it would in the periodic relist
+            if self._clock() - (self._last_full_relist or 0.0) >= self._evented_period:
+                return
+            # A whole period without an event: the runtime had nothing to report from its start on, so every pod's
+            # cached status held then (the kubelet's evented PLEG vouches for the cache the same way).
+            self.cache.update_time(quiet_since, except_uids=self._reinspect)
+            self._last_relist = self._clock()
+            metrics.pleg_last_seen_seconds.set(time.time())
 
     def _note_failure(self, message: str) -> None:
         if message != self.last_error:
@@ -140,7 +242,8 @@ class GenericPLEG:
             for event in events:
                 self.events.put_nowait(event)
 
-            self._last_relist = self._clock()
+            self._last_relist = self._last_full_relist = self._clock()
+            self.relists += 1
             self.last_error = ""
             metrics.pleg_relist_duration_seconds.observe(time.perf_counter() - started)
             metrics.pleg_last_seen_seconds.set(time.time())

@@ -7,7 +7,7 @@ This is edgelet's counterpart of the kubelet's instrumented remote runtime. The 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -79,7 +79,11 @@ _RPCS: dict[str, tuple[str, Any, Any]] = {
     "pull_image": (_IMAGE + "PullImage", pb.PullImageRequest, pb.PullImageResponse),
     "remove_image": (_IMAGE + "RemoveImage", pb.RemoveImageRequest, pb.RemoveImageResponse),
     "image_fs_info": (_IMAGE + "ImageFsInfo", pb.ImageFsInfoRequest, pb.ImageFsInfoResponse),
+    "runtime_config": (_RUNTIME + "RuntimeConfig", pb.RuntimeConfigRequest, pb.RuntimeConfigResponse),
 }
+
+# The container event stream (the evented PLEG): opened once, read for as long as it lasts.
+_CONTAINER_EVENTS = _RUNTIME + "GetContainerEvents"
 
 # Stands for "the client's timeout" where None already means "no deadline".
 _CLIENT_TIMEOUT: Any = object()
@@ -123,6 +127,7 @@ class RuntimeClient:
         self._channel: aio.Channel | None = None
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {}
         self._raw_calls: dict[str, Callable[..., Awaitable[bytes]]] = {}
+        self._events_call: Callable[..., Any] | None = None
         # Resolve the metric children once: .labels() takes a lock and a dict lookup per call.
         self._observe = {op: metrics.runtime_operations_duration_seconds.labels(op).observe for op in _RPCS}
         self._count_error = {op: metrics.runtime_operations_errors.labels(op).inc for op in _RPCS}
@@ -147,6 +152,10 @@ class RuntimeClient:
                 self._raw_calls[operation] = channel.unary_unary(
                     path, request_serializer=request_type.SerializeToString, response_deserializer=None
                 )
+        # Raw: the PLEG only needs to know that something changed, and relists to learn what.
+        self._events_call = channel.unary_stream(
+            _CONTAINER_EVENTS, request_serializer=pb.GetEventsRequest.SerializeToString, response_deserializer=None
+        )
         self._channel = channel
 
     async def close(self) -> None:
@@ -194,6 +203,27 @@ class RuntimeClient:
 
     async def status(self, *, verbose: bool = False) -> pb.StatusResponse:
         return await self._invoke("status", pb.StatusRequest(verbose=verbose))
+
+    async def runtime_config(self) -> pb.RuntimeConfigResponse:
+        """The runtime's own configuration (its cgroup driver); CRIError code UNIMPLEMENTED before containerd 2.0."""
+        return await self._invoke("runtime_config", pb.RuntimeConfigRequest())
+
+    async def container_events(self) -> AsyncIterator[bytes]:
+        """The runtime's container events as serialized ContainerEventResponse messages, until the stream ends.
+
+        Raises RuntimeUnavailable when the runtime goes away, CRIError code UNIMPLEMENTED when it serves no
+        events (containerd before 1.7). The stream has no deadline; a normal end returns.
+        """
+        if self._channel is None:
+            self._connect()
+        call = self._events_call(pb.GetEventsRequest())
+        try:
+            async for message in call:
+                yield message
+        except aio.AioRpcError as err:
+            raise translate_error(self.endpoint, "get_container_events", err.code(), err.details()) from None
+        finally:
+            call.cancel()
 
     # -- sandboxes ----------------------------------------------------------------------------
 

@@ -145,6 +145,16 @@ class RuntimeServiceStub(object):
                 request_serializer=runtime__v1__pb2.StatusRequest.SerializeToString,
                 response_deserializer=runtime__v1__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.GetContainerEvents = channel.unary_stream(
+                '/runtime.v1.RuntimeService/GetContainerEvents',
+                request_serializer=runtime__v1__pb2.GetEventsRequest.SerializeToString,
+                response_deserializer=runtime__v1__pb2.ContainerEventResponse.FromString,
+                _registered_method=True)
+        self.RuntimeConfig = channel.unary_unary(
+                '/runtime.v1.RuntimeService/RuntimeConfig',
+                request_serializer=runtime__v1__pb2.RuntimeConfigRequest.SerializeToString,
+                response_deserializer=runtime__v1__pb2.RuntimeConfigResponse.FromString,
+                _registered_method=True)
 
 
 class RuntimeServiceServicer(object):
@@ -278,6 +288,20 @@ class RuntimeServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetContainerEvents(self, request, context):
+        """A stream of container state changes (containerd >= 1.7); older runtimes answer UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RuntimeConfig(self, request, context):
+        """The runtime's cgroup driver (containerd >= 2.0); older runtimes answer UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -385,6 +409,16 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=runtime__v1__pb2.StatusRequest.FromString,
                     response_serializer=runtime__v1__pb2.StatusResponse.SerializeToString,
+            ),
+            'GetContainerEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetContainerEvents,
+                    request_deserializer=runtime__v1__pb2.GetEventsRequest.FromString,
+                    response_serializer=runtime__v1__pb2.ContainerEventResponse.SerializeToString,
+            ),
+            'RuntimeConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.RuntimeConfig,
+                    request_deserializer=runtime__v1__pb2.RuntimeConfigRequest.FromString,
+                    response_serializer=runtime__v1__pb2.RuntimeConfigResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -954,6 +988,60 @@ class RuntimeService(object):
             '/runtime.v1.RuntimeService/Status',
             runtime__v1__pb2.StatusRequest.SerializeToString,
             runtime__v1__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetContainerEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/GetContainerEvents',
+            runtime__v1__pb2.GetEventsRequest.SerializeToString,
+            runtime__v1__pb2.ContainerEventResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RuntimeConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/RuntimeConfig',
+            runtime__v1__pb2.RuntimeConfigRequest.SerializeToString,
+            runtime__v1__pb2.RuntimeConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

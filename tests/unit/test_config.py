@@ -219,7 +219,8 @@ def test_format_effective_round_trips():
 def test_to_dict_omits_cluster_when_standalone():
     data = parse_config({"node_name": "n"}).to_dict()
     assert "cluster" not in data
-    assert data["pleg"] == {"relist_period": "1s", "relist_threshold": "3m"}
+    assert data["pleg"] == {"relist_period": "1s", "relist_threshold": "3m", "evented": True,
+                            "evented_relist_period": "5m"}
 
 
 def test_config_is_frozen():
