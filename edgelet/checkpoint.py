@@ -6,9 +6,8 @@ Format: one ASCII header line, then the payload:
 
 A text header keeps `head -1` useful when debugging a device. SHA-256 because it is in the standard library
 and checkpoints are small (kilobytes), so its cost is noise while it catches every torn write, truncation and
-bit flip (an agent without OpenSSL, edgelet.notls, hashes with CPython's own code, about 300 MB/s here);
-CRC32C would need a dependency for a speed nobody needs here. The length field catches truncation on its own,
-and every header field is checked, so a flipped bit anywhere is detected.
+bit flip; CRC32C would need a dependency for a speed nobody needs here. The length field catches truncation
+on its own, and every header field is checked, so a flipped bit anywhere is detected.
 """
 
 from __future__ import annotations

@@ -104,10 +104,6 @@ def _build_agent(args: argparse.Namespace) -> Agent | int:
     if config is None:
         return EXIT_BAD_CONFIG
     setup_logging(args.log_level or config.log_level)
-    from .notls import config_needs_tls, without_openssl
-
-    if not config_needs_tls(config):
-        without_openssl()  # before asyncio and uvloop import ssl
     import uvloop
 
     from .agent import Agent

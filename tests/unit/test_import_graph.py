@@ -145,7 +145,6 @@ def test_the_agent_never_loads_the_simulators_hollow_runtime(module):
 
 
 # What `edgelet run` loads for a standalone node (no [cluster]): cmd_run's steps up to binding the listeners
-# (a module set to None, as notls sets `_hashlib`, is one the import system will refuse, so not loaded).
 _RUN_IMPORTS = """
 import json, sys
 from edgelet import cli
@@ -177,7 +176,6 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.podconfig.http",  # [pods] http_url
     "difflib",  # a manifest with an unknown field
     "encodings.idna",  # resolving a host name (the ops server binds its IP address itself)
-    "_ssl", "_hashlib",  # OpenSSL: only a config with [cluster] or [pods] http_url speaks TLS (edgelet.notls)
 ]
 
 
