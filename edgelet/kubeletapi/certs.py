@@ -1,13 +1,13 @@
-"""TLS for the kubelet API: the serving certificate (a self-signed one made once with openssl when none is
-configured, as the kubelet does) and the server context that asks callers for a client certificate.
+"""TLS for the kubelet API: the serving certificate (a self-signed one made once when none is configured, as
+the kubelet does) and the server context that asks callers for a client certificate.
 """
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import os
 import ssl
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
@@ -15,26 +15,54 @@ from collections.abc import Iterable
 from edgelet.errors import PermanentError
 
 SELF_SIGNED_DAYS = 365
-_OPENSSL_TIMEOUT = 60.0
 
 
 class TLSSetupError(PermanentError):
     """The kubelet API cannot serve TLS; the message names the setting or file at fault."""
 
 
-def subject_alt_names(names: Iterable[str]) -> str:
-    """openssl's subjectAltName value: IP: for addresses, DNS: for the rest, each once, in order."""
-    entries: list[str] = []
+def subject_alt_names(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(DNS names, IP addresses) of a serving certificate: each name once, in order, addresses apart."""
+    dns: list[str] = []
+    ips: list[str] = []
     for name in names:
         if not name:
             continue
         try:
-            entry = f"IP:{ipaddress.ip_address(name)}"
+            kind, value = ips, str(ipaddress.ip_address(name))
         except ValueError:
-            entry = f"DNS:{name}"
-        if entry not in entries:
-            entries.append(entry)
-    return ",".join(entries)
+            kind, value = dns, name
+        if value not in kind:
+            kind.append(value)
+    return dns, ips
+
+
+def self_signed_pem(common_name: str, dns_names: Iterable[str], ip_addresses: Iterable[str], *,
+                    now: float, days: int = SELF_SIGNED_DAYS) -> tuple[bytes, bytes]:
+    """(key PEM, certificate PEM): a new ECDSA P-256 key and a serving certificate it signs itself."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    start = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
+    alt_names = [x509.DNSName(n) for n in dns_names] + [x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses]
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start).not_valid_after(start + datetime.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, content_commitment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                     crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return key_pem, certificate.public_bytes(serialization.Encoding.PEM)
 
 
 def ensure_self_signed(directory: str, node_name: str, addresses: Iterable[str]) -> tuple[str, str]:
@@ -44,30 +72,24 @@ def ensure_self_signed(directory: str, node_name: str, addresses: Iterable[str])
     if os.path.exists(cert_path) and os.path.exists(key_path):
         return cert_path, key_path
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    dns_names, ip_addresses = subject_alt_names([node_name, "localhost", *addresses])
+    now = time.time()
+    key_pem, cert_pem = self_signed_pem(f"{node_name}@{int(now)}", dns_names, ip_addresses, now=now)
     with tempfile.TemporaryDirectory(dir=directory) as work:
         tmp_cert, tmp_key = os.path.join(work, "crt"), os.path.join(work, "key")
-        command = [
-            "openssl", "req", "-x509", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-keyout", tmp_key, "-out", tmp_cert, "-days", str(SELF_SIGNED_DAYS),
-            "-subj", f"/CN={node_name}@{int(time.time())}",
-            "-addext", f"subjectAltName={subject_alt_names([node_name, 'localhost', *addresses])}",
-            "-addext", "keyUsage=critical,digitalSignature,keyEncipherment",
-            "-addext", "extendedKeyUsage=serverAuth",
-        ]
-        old_umask = os.umask(0o077)
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=_OPENSSL_TIMEOUT, check=False)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise TLSSetupError(f"kubelet_api: cannot run openssl to make a serving certificate: {err}") from None
-        finally:
-            os.umask(old_umask)
-        if done.returncode != 0:
-            raise TLSSetupError(f"kubelet_api: openssl could not make a serving certificate: {done.stderr.strip()}")
-        os.chmod(tmp_key, 0o600)
+        _write_private(tmp_key, key_pem)
+        with open(tmp_cert, "wb") as file:
+            file.write(cert_pem)
         # The key first: a certificate alone on disk would be taken as a complete pair next start.
         os.replace(tmp_key, key_path)
         os.replace(tmp_cert, cert_path)
     return cert_path, key_path
+
+
+def _write_private(path: str, data: bytes) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(data)
 
 
 def server_context(cert_file: str, key_file: str, *, client_ca_file: str = "",

@@ -149,8 +149,8 @@ def test_resource_metrics_text():
 
 
 def test_subject_alt_names():
-    assert subject_alt_names(["node-1", "localhost", "192.168.1.5", "127.0.0.1", "", "node-1", "::1"]) == \
-        "DNS:node-1,DNS:localhost,IP:192.168.1.5,IP:127.0.0.1,IP:::1"
+    assert subject_alt_names(["node-1", "localhost", "192.168.1.5", "127.0.0.1", "", "node-1", "::1", "::0:1"]) == \
+        (["node-1", "localhost"], ["192.168.1.5", "127.0.0.1", "::1"])
 
 
 def test_default_route_interface():
