@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError, spki_hash, verify_detached
-from edgelet.bootstrap.x509 import CertificateError, first_certificate
+from edgelet.bootstrap.x509 import CertificateError, parse_certificate, pem_blocks
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import NotFound
 
@@ -39,13 +39,24 @@ def trusted_ca(configmap: dict[str, Any], token: BootstrapToken, pinned_hash: st
     verify_detached(signature, kubeconfig.encode(), token)
     ca_pem = _ca_data(kubeconfig)
     try:
-        actual = spki_hash(first_certificate(ca_pem).spki_der)
+        hashes = bundle_hashes(ca_pem)
     except CertificateError as exc:
         raise DiscoveryError(f"the CA in kube-public/cluster-info is not a certificate: {exc}") from None
-    if actual != pinned_hash:
-        raise DiscoveryError(f"the cluster CA's public key hash is {actual}, not the pinned ca_cert_hash "
-                             f"{pinned_hash}: refusing to trust this server")
+    if pinned_hash not in hashes:
+        raise DiscoveryError(f"the cluster CA's public key hash is {', '.join(hashes)}, not the pinned "
+                             f"ca_cert_hash {pinned_hash}: refusing to trust this server")
     return ca_pem
+
+
+def bundle_hashes(ca_pem: bytes) -> list[str]:
+    """The public key hash of each certificate of a CA bundle, in order; CertificateError when it holds none.
+
+    A pin may name any of them, as kubeadm's: a bundle carries the old CA beside the new during a rotation.
+    """
+    blocks = pem_blocks(ca_pem, "CERTIFICATE")
+    if not blocks:
+        raise CertificateError("no CERTIFICATE block")
+    return [spki_hash(parse_certificate(der).spki_der) for der in blocks]
 
 
 def _ca_data(kubeconfig: str) -> bytes:

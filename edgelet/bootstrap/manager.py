@@ -23,8 +23,8 @@ from edgelet.bootstrap.csr import (
     CLIENT_SIGNER, CLIENT_USAGES, NODES_GROUP, SERVING_SIGNER, SERVING_USAGES, csr_object, csr_outcome,
     new_key_and_request, node_user, rotation_deadline,
 )
-from edgelet.bootstrap.discovery import discover_ca
-from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError, spki_hash
+from edgelet.bootstrap.discovery import bundle_hashes, discover_ca
+from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError
 from edgelet.bootstrap.x509 import Certificate, CertificateError, first_certificate, pem_blocks
 from edgelet.checkpoint import CheckpointStore, key_to_filename
 from edgelet.config import ClusterConfig
@@ -255,7 +255,7 @@ class ClientCertificateManager(RenewedCertificate):
         if pem is None:
             return None
         try:
-            if spki_hash(first_certificate(pem).spki_der) == self._pinned_hash:
+            if self._pinned_hash in bundle_hashes(pem):
                 return pem
         except CertificateError:
             pass

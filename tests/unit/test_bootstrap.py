@@ -145,6 +145,26 @@ def test_cluster_info_with_another_ca_names_both_hashes():
     assert actual in str(refused.value) and wrong in str(refused.value)
 
 
+@pytest.mark.parametrize("pinned", [0, 1])
+def test_the_pin_may_name_any_certificate_of_the_bundle(pinned):
+    """kubeadm accepts cluster-info when any CA of its bundle has the pinned hash (an old and a new CA)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    bundle = [make_cert(now, now + datetime.timedelta(days=1))[0] for _ in range(2)]
+    ca_pem = b"".join(bundle)
+    pin = spki_hash(first_certificate(bundle[pinned]).spki_der)
+    assert trusted_ca(cluster_info(ca_pem), TOKEN, pin) == ca_pem
+
+
+def test_a_bundle_without_the_pinned_certificate_names_every_hash():
+    now = datetime.datetime.now(datetime.timezone.utc)
+    bundle = [make_cert(now, now + datetime.timedelta(days=1))[0] for _ in range(2)]
+    wrong = "sha256:" + "0" * 64
+    with pytest.raises(DiscoveryError) as refused:
+        trusted_ca(cluster_info(b"".join(bundle)), TOKEN, wrong)
+    for pem in bundle:
+        assert spki_hash(first_certificate(pem).spki_der) in str(refused.value)
+
+
 def test_unsigned_or_tampered_cluster_info():
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_pem, _ = make_cert(now, now + datetime.timedelta(days=1))
@@ -289,6 +309,17 @@ def test_manager_discovers_again_when_the_stored_ca_has_another_pin(tmp_path):
     assert ClientCertificateManager(_join(ca_cert_hash=pin), "edge-1", str(tmp_path / "pki")).ca_pem == ca_pem
     other = "sha256:" + "1" * 64
     assert ClientCertificateManager(_join(ca_cert_hash=other), "edge-1", str(tmp_path / "pki")).ca_pem is None
+
+
+def test_manager_keeps_a_stored_bundle_whose_second_certificate_is_pinned(tmp_path):
+    from edgelet.bootstrap.manager import CA_KEY, ClientCertificateManager
+    from edgelet.checkpoint import CheckpointStore
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    old, new = (make_cert(now, now + datetime.timedelta(days=1))[0] for _ in range(2))
+    CheckpointStore(tmp_path / "pki", kind="pki").write(CA_KEY, old + new)
+    pin = spki_hash(first_certificate(new).spki_der)
+    assert ClientCertificateManager(_join(ca_cert_hash=pin), "edge-1", str(tmp_path / "pki")).ca_pem == old + new
 
 
 def test_run_and_check_config_read_the_ca_file_of_a_token_join(tmp_path):
