@@ -18,9 +18,16 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 64 * 1024
 MAX_RESPONSE_HEAD = 64 * 1024
-# Headers that describe this hop or the caller's credentials: never passed on to the runtime.
-_NOT_FORWARDED = frozenset({b"host", b"authorization", b"cookie", b"content-length", b"transfer-encoding",
-                            b"proxy-authorization", b"impersonate-user", b"impersonate-group"})
+# What the runtime needs to choose and complete the upgrade; everything else (credentials, Impersonate-*,
+# cookies, this hop's framing) stays with the kubelet API.
+_FORWARDED = frozenset({b"upgrade", b"connection", b"x-stream-protocol-version"})
+_FORWARDED_PREFIX = b"sec-websocket-"
+
+
+def forwarded(name: bytes) -> bool:
+    """Whether a request header of the caller is passed on to the streaming server."""
+    lowered = name.lower()
+    return lowered in _FORWARDED or lowered.startswith(_FORWARDED_PREFIX)
 
 
 class StreamingError(Exception):
@@ -51,7 +58,7 @@ def request_head(method: str, target: str, netloc: str, headers: Iterable[tuple[
     """The request to the streaming server: the caller's Upgrade, Connection, Sec-WebSocket-* and
     X-Stream-Protocol-Version headers (every repeat kept), its own Host, no credentials."""
     lines = [f"{method} {target} HTTP/1.1".encode(), b"Host: " + netloc.encode()]
-    lines += [name + b": " + value for name, value in headers if name.lower() not in _NOT_FORWARDED]
+    lines += [name + b": " + value for name, value in headers if forwarded(name)]
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 

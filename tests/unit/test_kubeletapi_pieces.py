@@ -84,10 +84,20 @@ def test_request_head_keeps_upgrade_headers_and_drops_credentials():
         (b"Host", b"node:10250"), (b"Authorization", b"Bearer secret"), (b"Connection", b"Upgrade"),
         (b"Upgrade", b"SPDY/3.1"), (b"X-Stream-Protocol-Version", b"v4.channel.k8s.io"),
         (b"X-Stream-Protocol-Version", b"channel.k8s.io"), (b"Content-Length", b"0"),
+        (b"Impersonate-User", b"admin"), (b"Impersonate-Group", b"system:masters"),
+        (b"Impersonate-Uid", b"1"), (b"Impersonate-Extra-Scopes", b"all"), (b"Cookie", b"session=1"),
+        (b"X-Remote-User", b"admin"), (b"Proxy-Authorization", b"Basic eA=="),
     ])
     assert head == (b"POST /exec/tok HTTP/1.1\r\nHost: 127.0.0.1:4321\r\nConnection: Upgrade\r\n"
                     b"Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n"
                     b"X-Stream-Protocol-Version: channel.k8s.io\r\n\r\n")
+
+
+def test_request_head_keeps_the_websocket_handshake():
+    handshake = [(b"Upgrade", b"websocket"), (b"Connection", b"Upgrade"), (b"Sec-WebSocket-Key", b"dGhlIHNhbXBsZQ=="),
+                 (b"Sec-WebSocket-Version", b"13"), (b"Sec-WebSocket-Protocol", b"v5.channel.k8s.io")]
+    head = request_head("GET", "/attach/tok", "127.0.0.1:4321", [(b"User-Agent", b"kubectl"), *handshake])
+    assert head.split(b"\r\n")[2:-2] == [name + b": " + value for name, value in handshake]
 
 
 def test_response_status():
