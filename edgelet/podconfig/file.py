@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import yaml
 
-from edgelet import __version__, podutil
+from edgelet import podutil
 from edgelet.checkpoint import CheckpointStore
 from edgelet.errors import ConfigError
 from edgelet.podconfig import inotify
 from edgelet.podconfig.config import SourceHandle
 from edgelet.podconfig.defaults import now_rfc3339nano
 from edgelet.podconfig.manifest import MAX_MANIFEST_BYTES, ManifestObjects, parse_manifest, publish_objects
+from edgelet.podconfig.parserversion import PARSER_DIGEST
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +63,10 @@ class ParsedManifests:
 
     Parsing and validating YAML is most of the file source's start-up (about 20 ms for 110 pods, on the way to
     adopting them), and what it yields depends on nothing but the file's bytes, its path, the node name and the
-    edgelet that parsed it. So a start reuses what the last run parsed for every file whose bytes are the same,
-    and the record is rewritten only when a manifest's content changed (no writes while nothing does). A record
-    from another edgelet version or node name is not used; a damaged one is set aside by the store with one
+    parser: the source of the modules a parse runs (PARSER_DIGEST) and the YAML library's version. So a start
+    reuses what the last run parsed for every file whose bytes are the same, and the record is rewritten only
+    when a manifest's content changed (no writes while nothing does). A record from another parser or node name
+    is not used; a damaged one is set aside by the store with one
     warning. Either way the manifests are then parsed as they always are. Broken files are not recorded: their
     error is reported again at each start. Blocking I/O, called from the scan's thread.
     """
@@ -71,7 +74,8 @@ class ParsedManifests:
     def __init__(self, directory: str, node_name: str):
         self.directory = directory
         self._store: CheckpointStore | None = None
-        self._stamp = {"format": _PARSED_FORMAT, "edgelet": __version__, "node": node_name}
+        self._stamp = {"format": _PARSED_FORMAT, "parser": PARSER_DIGEST, "yaml": yaml.__version__,
+                       "node": node_name}
         self._written: dict[str, bytes] = {}  # path -> digest, as the record on disk has them
 
     def load(self) -> dict[str, _Cached]:
@@ -86,7 +90,7 @@ class ParsedManifests:
         try:
             record = orjson.loads(payload)
             if record["stamp"] != self._stamp:
-                return {}  # another edgelet or node name: parsed anew, and rewritten after the first scan
+                return {}  # another parser or node name: parsed anew, and rewritten after the first scan
             seen = now_rfc3339nano()  # when this run read the pods, as a parse would have stamped them
             loaded = {entry["path"]: _Cached(bytes.fromhex(entry["digest"]), _objects(entry, seen), None)
                       for entry in record["entries"]}

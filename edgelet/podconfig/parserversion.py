@@ -1,0 +1,33 @@
+"""Which parser made a parsed manifest: a digest of the source of every module a manifest's parse runs.
+
+The record of parsed manifests (podconfig/file.py) is reused only by the same parser. The digest is written
+here rather than computed at start: an installed bundle carries bytecode, not source. A unit test recomputes
+it from the tree and fails when any of these modules changed and PARSER_DIGEST did not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+# Every edgelet module edgelet.podconfig.manifest imports, directly or not (a unit test keeps this complete).
+PARSER_MODULES = (
+    "edgelet.errors",
+    "edgelet.kubetime",
+    "edgelet.podconfig.defaults",
+    "edgelet.podconfig.limits",
+    "edgelet.podconfig.manifest",
+    "edgelet.podconfig.schema",
+    "edgelet.podconfig.validation",
+    "edgelet.podutil",
+    "edgelet.quantity",
+)
+PARSER_DIGEST = "sha256:8f866d52fc8196148f326f0ee64ee7c62b828fb3c54d77cb1baaccd8b7ee167a"
+
+
+def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:
+    """sha256 over (module name, source) pairs, in name order, each part NUL-terminated."""
+    digest = hashlib.sha256()
+    for name, source in sorted(sources):
+        digest.update(name.encode() + b"\0" + source + b"\0")
+    return "sha256:" + digest.hexdigest()
