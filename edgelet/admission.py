@@ -38,11 +38,6 @@ def unsupported_features(pod: Pod) -> list[str]:
     """What the pod asks for that edgelet does not do (a clear no beats a pod that half works)."""
     problems = []
     spec = podutil.spec(pod)
-    for i, container in enumerate(podutil.init_containers(pod)):
-        if container.get("restartPolicy") == "Always":
-            problems.append(f"spec.initContainers[{i}]: sidecar containers (restartPolicy Always)")
-    if spec.get("ephemeralContainers"):
-        problems.append("spec.ephemeralContainers")
     for i, volume in enumerate(spec.get("volumes") or []):
         kinds = [key for key in volume if key != "name"]
         unsupported = [k for k in kinds if k not in SUPPORTED_VOLUME_SOURCES]

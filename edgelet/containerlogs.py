@@ -124,10 +124,12 @@ def find_pod_dir(logs_dir: str, namespace: str | None, pod_name: str, node_name:
 
 
 def all_container_names(pod: dict) -> list[tuple[str, str]]:
-    """(name, kind) of every container in the spec: containers first, then init containers, as kubectl lists them."""
+    """(name, kind) of every container in the spec: containers first, then init and ephemeral containers, as
+    kubectl lists them."""
     spec = pod.get("spec") or {}
     return ([(c.get("name", ""), "") for c in spec.get("containers") or []]
-            + [(c.get("name", ""), "init") for c in spec.get("initContainers") or []])
+            + [(c.get("name", ""), "init") for c in spec.get("initContainers") or []]
+            + [(c.get("name", ""), "ephem") for c in spec.get("ephemeralContainers") or []])
 
 
 def choose_containers(pod: dict | None, on_disk: list[str], container: str | None, *,
@@ -144,7 +146,8 @@ def choose_containers(pod: dict | None, on_disk: list[str], container: str | Non
             raise LogsError(f"container {container!r} not found, one of: {' '.join(names)}")
         return [container], ""
     if all_containers:
-        order = [name for name, kind in known if kind == "init"] + [name for name, kind in known if not kind]
+        order = ([name for name, kind in known if kind == "init"] + [name for name, kind in known if not kind]
+                 + [name for name, kind in known if kind == "ephem"])
         return [name for name in order if name in on_disk], ""
     if pod is None and len(names) != 1:
         raise LogsError(f"a container name must be given with -c, one of: {' '.join(names)}")

@@ -79,6 +79,7 @@ class PodSyncer:
                 pod, runtime_status,
                 liveness_failed=self._prober.liveness_failed(uid),
                 startup_failed=self._prober.startup_failed(uid),
+                startup_succeeded=self._prober.startup_succeeded(uid),
             )
         finally:  # a sync that failed half-way may have acted too
             self._acted_at[uid] = time.monotonic()

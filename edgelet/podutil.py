@@ -86,6 +86,16 @@ def init_containers(pod: Pod) -> list[dict[str, Any]]:
     return spec(pod).get("initContainers") or []
 
 
+def ephemeral_containers(pod: Pod) -> list[dict[str, Any]]:
+    """Debug containers added through the pods/ephemeralcontainers subresource (kubectl debug)."""
+    return spec(pod).get("ephemeralContainers") or []
+
+
+def is_sidecar(container: dict[str, Any]) -> bool:
+    """A restartable init container (a native sidecar): it keeps running beside the app containers."""
+    return container.get("restartPolicy") == "Always"
+
+
 def all_containers(pod: Pod) -> Iterator[dict[str, Any]]:
     yield from init_containers(pod)
     yield from containers(pod)

@@ -32,24 +32,28 @@ class ContainerToKill:
 class PodActions:
     """The plan for one sync. With `kill_pod`, every container and sandbox of the pod is stopped first
     and `containers_to_kill` is moot. With `create_sandbox`, the manager also removes the pod's old
-    init containers before starting `next_init_container`, as the kubelet purges them; otherwise the
+    init containers before starting the first init container, as the kubelet purges them; otherwise the
     next sync would take them for a finished initialization."""
 
     kill_pod: bool
     create_sandbox: bool
     sandbox_id: str  # the newest sandbox when it is ready, "" if none is
     attempt: int  # attempt number for a new sandbox, else the highest existing one
-    next_init_container: dict[str, Any] | None = None
+    # Indexes into spec.initContainers, in spec order: at most one plain init container (the next one to
+    # run), besides sidecars (restartPolicy Always) to start or restart.
+    init_containers_to_start: list[int] = field(default_factory=list)
     init_failed: bool = False  # an init container failed under restartPolicy Never: the pod fails
     containers_to_start: list[int] = field(default_factory=list)  # indexes into spec.containers
+    ephemeral_containers_to_start: list[int] = field(default_factory=list)  # indexes into spec.ephemeralContainers
     containers_to_kill: dict[str, ContainerToKill] = field(default_factory=dict)  # by container id
 
     def no_change(self) -> bool:
         return not (
             self.kill_pod
             or self.create_sandbox
-            or self.next_init_container is not None
+            or self.init_containers_to_start
             or self.containers_to_start
+            or self.ephemeral_containers_to_start
             or self.containers_to_kill
         )
 
@@ -81,7 +85,7 @@ def pod_sandbox_changed(pod: podutil.Pod, status: PodRuntimeStatus) -> tuple[boo
 
 
 def should_restart(pod: podutil.Pod, container_spec: dict[str, Any], latest: ContainerStatus | None) -> bool:
-    """Whether a (not running) app container is to be started again, given its newest instance."""
+    """Whether a (not running) app container or sidecar is to be started again, given its newest instance."""
     if podutil.deletion_requested(pod):
         return False
     if latest is None:
@@ -90,6 +94,8 @@ def should_restart(pod: podutil.Pod, container_spec: dict[str, Any], latest: Con
         return False
     if latest.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
         return True  # it may never have run: try again
+    if podutil.is_sidecar(container_spec):
+        return True  # a sidecar's own restartPolicy Always beats the pod's
     policy = podutil.restart_policy(pod)
     if policy == "Never":
         return False
@@ -106,38 +112,122 @@ def init_container_failed(status: ContainerStatus) -> bool:
     return status.state == ContainerState.UNKNOWN
 
 
-def next_init_container(
-    pod: podutil.Pod, status: PodRuntimeStatus
-) -> tuple[ContainerStatus | None, dict[str, Any] | None, bool]:
-    """(status of the failed init container, init container to run now, initialization done).
+@dataclass(frozen=True, slots=True)
+class ProbeResults:
+    """Probe results of one pod, as sets of container ids (results belong to one container instance, as the
+    kubelet's prober results do). `startup_succeeded` lets a sidecar with a startup probe count as started."""
 
-    The failed status is only given when an init container failed; `next` then names that container.
-    `next` is None and done False while an init container is still running.
+    liveness_failed: Collection[str] = ()
+    startup_failed: Collection[str] = ()
+    startup_succeeded: Collection[str] = ()
+
+
+def pod_has_initialized(pod: podutil.Pod, status: PodRuntimeStatus) -> bool:
+    """A created or running app container proves initialization finished, even if the init containers were
+    since removed from the runtime. Exited ones do not: after a reboot every container is exited and the new
+    sandbox has to initialize again."""
+    for spec in podutil.containers(pod):
+        latest = status.latest_container(spec.get("name", ""))
+        if latest is not None and latest.state in (ContainerState.CREATED, ContainerState.RUNNING):
+            return True
+    return False
+
+
+def compute_init_container_actions(
+    pod: podutil.Pod, status: PodRuntimeStatus, actions: PodActions, probes: ProbeResults, hash_of: Hasher
+) -> bool:
+    """Fills in the init containers to start (and sidecars to kill); True once the pod has initialized.
+
+    The kubelet's computeInitContainerActions: the init containers are walked from the last one back, since
+    finished ones may have been removed from the runtime and the last one known tells the most. A sidecar
+    counts as done once it runs (and its startup probe passed, if it has one); it is restarted whenever it
+    exits, and kept running after initialization. A failed plain init container under restartPolicy Never
+    kills the pod (`init_failed`).
     """
     specs = podutil.init_containers(pod)
     if not specs:
-        return None, None, True
-    # A running app container proves initialization finished, even if the init containers were
-    # since removed from the runtime; running them again would be wrong.
-    for spec in podutil.containers(pod):
-        latest = status.latest_container(spec.get("name", ""))
-        if latest is not None and latest.state == ContainerState.RUNNING:
-            return None, None, True
-    for spec in reversed(specs):
-        latest = status.latest_container(spec.get("name", ""))
-        if latest is not None and init_container_failed(latest):
-            return latest, spec, False
-    for index in range(len(specs) - 1, -1, -1):
-        latest = status.latest_container(specs[index].get("name", ""))
+        return True
+    initialized = pod_has_initialized(pod, status)
+    previously_initialized = initialized  # whether the init containers before the current one are done
+    restart_on_failure = podutil.restart_policy(pod) != "Never"
+    to_start: list[int] = []
+    last = len(specs) - 1
+
+    for index in range(last, -1, -1):
+        spec = specs[index]
+        name = spec.get("name", "")
+        sidecar = podutil.is_sidecar(spec)
+        latest = status.latest_container(name)
         if latest is None:
+            if previously_initialized and sidecar:
+                to_start.append(index)  # lost from the runtime after initialization: it has to run again
             continue
-        if latest.state == ContainerState.RUNNING:
-            return None, None, False
-        if latest.state == ContainerState.EXITED:
-            if index == len(specs) - 1:
-                return None, None, True
-            return None, specs[index + 1], False
-    return None, specs[0], False
+        if previously_initialized and not sidecar:
+            continue  # after initialization only sidecars need to keep running
+
+        if latest.state == ContainerState.CREATED:
+            to_start.append(index)  # its start failed half-way; starting it again unsticks it
+        elif latest.state == ContainerState.RUNNING:
+            if sidecar:
+                _sidecar_running(spec, latest, index, last, previously_initialized, actions, probes, hash_of,
+                                 to_start)
+                if index == last and _sidecar_started(spec, latest, probes):
+                    initialized = True
+        elif latest.state == ContainerState.EXITED:
+            if sidecar:
+                to_start.append(index)
+            elif init_container_failed(latest):
+                if not restart_on_failure:
+                    actions.kill_pod = True
+                    actions.init_failed = True
+                    actions.init_containers_to_start = []
+                    return False
+                to_start.append(index)
+            elif index == last:
+                initialized = True
+            else:
+                to_start.append(index + 1)  # done: the next one runs
+        else:  # unknown: it may still run, so kill it before it runs again
+            if not sidecar and not restart_on_failure:
+                actions.kill_pod = True
+                actions.init_failed = True
+                actions.init_containers_to_start = []
+                return False
+            kind = "Container" if sidecar else "Init container"
+            _kill(actions, latest, REASON_UNKNOWN_STATE, f"{kind} is in an unknown state, killing it before restart")
+            to_start.append(index)
+        previously_initialized = True
+
+    if not previously_initialized:
+        to_start.append(0)  # nothing ran yet: the first one starts
+    actions.init_containers_to_start = sorted(set(to_start))
+    return initialized
+
+
+def _sidecar_started(spec: dict[str, Any], latest: ContainerStatus, probes: ProbeResults) -> bool:
+    return not spec.get("startupProbe") or latest.id in probes.startup_succeeded
+
+
+def _sidecar_running(
+    spec: dict[str, Any], latest: ContainerStatus, index: int, last: int, previously_initialized: bool,
+    actions: PodActions, probes: ProbeResults, hash_of: Hasher, to_start: list[int],
+) -> None:
+    """A running sidecar: the next init container may start once it has started; a failed startup or
+    liveness probe or a changed definition restarts it."""
+    name = spec.get("name", "")
+    if spec.get("startupProbe") and latest.id not in probes.startup_succeeded:
+        if latest.id in probes.startup_failed:
+            _kill(actions, latest, REASON_UNHEALTHY, f"Init container {name} failed startup probe")
+            to_start.append(index)
+        return  # not started yet: what comes after it waits
+    if index != last and not previously_initialized:
+        to_start.append(index + 1)  # started for the first time: the next init container runs
+    if latest.hash != hash_of(name, spec.get("image", "")):
+        _kill(actions, latest, REASON_CHANGED, f"Init container {name} definition changed")
+        to_start.append(index)
+    elif latest.id in probes.liveness_failed:
+        _kill(actions, latest, REASON_UNHEALTHY, f"Init container {name} failed liveness probe")
+        to_start.append(index)
 
 
 def has_any_regular_container_created(pod: podutil.Pod, status: PodRuntimeStatus) -> bool:
@@ -150,12 +240,13 @@ def compute_pod_actions(
     *,
     liveness_failed: Collection[str] = (),
     startup_failed: Collection[str] = (),
+    startup_succeeded: Collection[str] = (),
     hasher: Hasher | None = None,
 ) -> PodActions:
-    """Decide this sync's actions. `liveness_failed` and `startup_failed` hold container ids whose
-    probe failed (results belong to one container instance, as the kubelet's prober results do);
-    `hasher(name, image)` gives the expected `io.kubernetes.container.hash`. Restart backoff is left
-    to the caller: `containers_to_start` lists every container that should run again."""
+    """Decide this sync's actions. `liveness_failed`, `startup_failed` and `startup_succeeded` hold container
+    ids by probe result (see ProbeResults); `hasher(name, image)` gives the expected
+    `io.kubernetes.container.hash`. Restart backoff is left to the caller: `containers_to_start` and
+    `init_containers_to_start` list every container that should run again."""
     create, attempt, sandbox_id = pod_sandbox_changed(pod, status)
     actions = PodActions(kill_pod=create, create_sandbox=create, sandbox_id=sandbox_id, attempt=attempt)
 
@@ -177,34 +268,29 @@ def compute_pod_actions(
             for index, spec in enumerate(specs)
             if not (restart_policy == "OnFailure" and _succeeded(status.latest_container(spec.get("name", ""))))
         ]
-        if not to_start:
-            _, _, init_done = next_init_container(pod, status)
-            if init_done or has_any_regular_container_created(pod, status):
-                actions.create_sandbox = False
-                return actions
-        init_specs = podutil.init_containers(pod)
-        if init_specs:
-            actions.next_init_container = init_specs[0]
+        if not to_start and has_any_regular_container_created(pod, status):
+            actions.create_sandbox = False  # every app container is done: initialization happened before
+            return actions
+        if podutil.init_containers(pod):
+            actions.init_containers_to_start = [0]
             return actions
         actions.containers_to_start = to_start
         return actions
 
     _kill_containers_not_in_spec(pod, status, actions)
 
-    failed_init, next_init, init_done = next_init_container(pod, status)
-    if not init_done:
-        if next_init is not None:
-            if failed_init is not None and restart_policy == "Never":
-                actions.kill_pod = True
-                actions.init_failed = True
-            else:
-                if failed_init is not None and failed_init.state == ContainerState.UNKNOWN:
-                    _kill(actions, failed_init, REASON_UNKNOWN_STATE,
-                          "Init container is in an unknown state, killing it before restart")
-                actions.next_init_container = next_init
-        return actions
+    # Ephemeral containers run once each, even while initialization is unfinished or failing.
+    actions.ephemeral_containers_to_start = [
+        index for index, spec in enumerate(podutil.ephemeral_containers(pod))
+        if status.latest_container(spec.get("name", "")) is None
+    ]
 
     hash_of = hasher or default_hasher()
+    probes = ProbeResults(liveness_failed, startup_failed, startup_succeeded)
+    initialized = compute_init_container_actions(pod, status, actions, probes, hash_of)
+    if actions.kill_pod or not initialized:
+        return actions
+
     keep = 0
     for index, spec in enumerate(specs):
         name = spec.get("name", "")
@@ -235,7 +321,9 @@ def compute_pod_actions(
         _kill(actions, latest, reason, message)
 
     if keep == 0 and not actions.containers_to_start:
+        # Every app container is done: the pod stops, sidecars too; they must not keep it alive.
         actions.kill_pod = True
+        actions.init_containers_to_start = []
     return actions
 
 
@@ -249,6 +337,7 @@ def _kill(actions: PodActions, container: ContainerStatus, reason: str, message:
 
 def _kill_containers_not_in_spec(pod: podutil.Pod, status: PodRuntimeStatus, actions: PodActions) -> None:
     known = {spec.get("name", "") for spec in podutil.all_containers(pod)}
+    known.update(spec.get("name", "") for spec in podutil.ephemeral_containers(pod))
     for container in status.containers:
         if container.name not in known and container.state in (ContainerState.RUNNING, ContainerState.UNKNOWN):
             _kill(actions, container, REASON_NOT_IN_SPEC, f"Container {container.name} is not in the pod spec")

@@ -44,7 +44,13 @@ def container_annotations(pod: Pod, container: dict, *, container_hash: str, res
     return result
 
 
-def security_context(pod: Pod, container: dict) -> pb.LinuxContainerSecurityContext:
+# CRI NamespaceMode values.
+NAMESPACE_POD, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_TARGET = 0, 1, 2, 3
+
+
+def security_context(pod: Pod, container: dict, pid_target: str = "") -> pb.LinuxContainerSecurityContext:
+    """The container's CRI security context. `pid_target` (an ephemeral container's target) puts it into that
+    container's PID namespace, as the kubelet does when the pod has no shared or host PID namespace."""
     pod_sc = podutil.spec(pod).get("securityContext") or {}
     sc = container.get("securityContext") or {}
     result = pb.LinuxContainerSecurityContext(
@@ -64,9 +70,14 @@ def security_context(pod: Pod, container: dict) -> pb.LinuxContainerSecurityCont
         result.capabilities.add_capabilities.extend(caps.get("add") or [])
         result.capabilities.drop_capabilities.extend(caps.get("drop") or [])
     spec = podutil.spec(pod)
-    result.namespace_options.network = 2 if podutil.host_network(pod) else 0
-    result.namespace_options.pid = 2 if spec.get("hostPID") else 0 if spec.get("shareProcessNamespace") else 1
-    result.namespace_options.ipc = 2 if spec.get("hostIPC") else 0
+    options = result.namespace_options
+    options.network = NAMESPACE_NODE if podutil.host_network(pod) else NAMESPACE_POD
+    options.pid = (NAMESPACE_NODE if spec.get("hostPID") else NAMESPACE_POD if spec.get("shareProcessNamespace")
+                   else NAMESPACE_CONTAINER)
+    if pid_target and options.pid == NAMESPACE_CONTAINER:
+        options.pid = NAMESPACE_TARGET
+        options.target_id = pid_target
+    options.ipc = NAMESPACE_NODE if spec.get("hostIPC") else NAMESPACE_POD
     return result
 
 
@@ -82,6 +93,7 @@ def make_container_config(
     args: list[str],
     mounts: list[dict],
     resources: dict | None = None,
+    pid_target: str = "",
 ) -> pb.ContainerConfig:
     name = container["name"]
     config = pb.ContainerConfig(
@@ -109,7 +121,7 @@ def make_container_config(
         stdin=bool(container.get("stdin")),
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),
-        linux=pb.LinuxContainerConfig(security_context=security_context(pod, container)),
+        linux=pb.LinuxContainerConfig(security_context=security_context(pod, container, pid_target)),
     )
     if resources:
         config.linux.resources.CopyFrom(pb.LinuxContainerResources(**resources))

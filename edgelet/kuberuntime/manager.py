@@ -7,6 +7,7 @@ must see (waiting reasons such as CrashLoopBackOff or ErrImagePull) back to the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from ..podutil import Pod
 from .actions import PodActions, compute_pod_actions
 from .container import make_container_config
 from .sandbox import make_sandbox_config, pod_log_dir
+from .termination import TerminationOrdering
 from .types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
 log = logging.getLogger(__name__)
@@ -111,10 +113,12 @@ class RuntimeManager:
         *,
         liveness_failed: Collection[str] = (),
         startup_failed: Collection[str] = (),
+        startup_succeeded: Collection[str] = (),
     ) -> SyncResult:
         result = SyncResult()
         actions = compute_pod_actions(
-            pod, status, liveness_failed=liveness_failed, startup_failed=startup_failed, hasher=self._hash
+            pod, status, liveness_failed=liveness_failed, startup_failed=startup_failed,
+            startup_succeeded=startup_succeeded, hasher=self._hash,
         )
         # Volumes first, on every sync: ConfigMap, Secret and downward API contents follow their
         # sources even when no container changes (the kubelet remounts on each sync too).
@@ -123,14 +127,15 @@ class RuntimeManager:
             return result
         log.debug("pod %s actions: %s", podutil.full_name(pod), actions)
 
-        # Step 1: kill the pod if its sandbox changed, else kill the containers that must go.
+        # Step 1: kill the pod if its sandbox changed or it is done, else kill the containers that must go.
         if actions.kill_pod:
             if actions.create_sandbox and status.sandboxes:
                 self._recorder.event(pod_ref(pod), NORMAL, "SandboxChanged",
                                      "Pod sandbox changed, it will be killed and re-created.")
             await self.kill_pod(pod, status, None)
-            if actions.create_sandbox:
-                await self._purge_init_containers(pod, status)
+            if not actions.create_sandbox:
+                return result
+            await self._purge_init_containers(pod, status)
         else:
             await asyncio.gather(*(
                 self._stop_container(kill.container_id, kill.name, podutil.grace_period_seconds(pod),
@@ -160,25 +165,31 @@ class RuntimeManager:
             status = PodRuntimeStatus(uid=status.uid)  # a fresh sandbox starts from no containers
 
         pod_ip = await self._pod_ip(sandbox_id, pod)
+        start = functools.partial(self._start_container, pod, status=status, sandbox_id=sandbox_id,
+                                  sandbox_config=sandbox_config, volume_paths=volume_paths, pod_ip=pod_ip,
+                                  result=result)
 
-        # Step 3: the next init container, one at a time.
-        if actions.next_init_container is not None:
-            await self._start_container(pod, actions.next_init_container, status, sandbox_id,
-                                        sandbox_config, volume_paths, pod_ip, result, "init")
-            return result
+        # Step 3: ephemeral containers, before init containers so that a pod stuck initializing can be debugged.
+        ephemeral = podutil.ephemeral_containers(pod)
+        for index in actions.ephemeral_containers_to_start:
+            await start(ephemeral[index], container_type="ephemeral")
 
-        # Step 4: the app containers, in parallel like the kubelet's goroutines per pod start.
+        # Step 4: init containers in spec order; a plain one that cannot start holds back what follows it,
+        # a sidecar that cannot start is retried on a later sync without holding the others.
+        init_specs = podutil.init_containers(pod)
+        for index in actions.init_containers_to_start:
+            started = await start(init_specs[index], container_type="init")
+            if not started and not podutil.is_sidecar(init_specs[index]):
+                return result
+
+        # Step 5: the app containers, in parallel like the kubelet's goroutines per pod start.
         specs = podutil.containers(pod)
-        await asyncio.gather(*(
-            self._start_container(pod, specs[i], status, sandbox_id, sandbox_config, volume_paths,
-                                  pod_ip, result, "regular")
-            for i in actions.containers_to_start
-        ))
+        await asyncio.gather(*(start(specs[i], container_type="regular") for i in actions.containers_to_start))
         return result
 
     @staticmethod
     def _needs_sandbox(actions: PodActions) -> bool:
-        return bool(actions.next_init_container is not None or actions.containers_to_start)
+        return bool(actions.init_containers_to_start or actions.containers_to_start)
 
     async def _setup_volumes(self, pod: Pod, result: SyncResult) -> dict[str, str] | None:
         if self._volumes is None:
@@ -222,6 +233,7 @@ class RuntimeManager:
         self,
         pod: Pod,
         container: dict,
+        *,
         status: PodRuntimeStatus,
         sandbox_id: str,
         sandbox_config: pb.PodSandboxConfig,
@@ -229,14 +241,15 @@ class RuntimeManager:
         pod_ip: str,
         result: SyncResult,
         container_type: str,
-    ) -> None:
+    ) -> bool:
+        """Starts one container (init, regular or ephemeral); True when it runs now or its start is under way."""
         name = container["name"]
         previous = status.latest_container(name)
         restart_count = previous.restart_count + 1 if previous is not None else 0
         if previous is not None and previous.state == ContainerState.CREATED:
             # Created but never started (the agent died in between): start that one rather than a second.
             if await self._adopt_created(pod, container, previous, sandbox_id, result, container_type):
-                return
+                return True
             restart_count = previous.restart_count  # its replacement takes its place; it never ran
         elif previous is not None and self._start_cut_short(previous):
             # An earlier agent died during its StartContainer and the runtime gave the start up: the
@@ -257,7 +270,7 @@ class RuntimeManager:
                 )
                 result.requeue(remaining)
                 self._recorder.event(pod_ref(pod, name), WARNING, "BackOff", "Back-off restarting failed container")
-                return
+                return False
             self._backoff.next(key)
             self._failed_starts.discard(previous.id)  # its replacement is the one to watch from now on
         try:
@@ -266,12 +279,14 @@ class RuntimeManager:
             reason = getattr(exc, "reason", "ErrImagePull")
             self._failed(pod, name, result, container_type, reason, getattr(exc, "message", str(exc)),
                          getattr(exc, "retry_after", None) or 1.0, event_message=reason)
-            return
+            return False
         try:
-            config = self._container_config(pod, container, image_ref, restart_count, volume_paths, pod_ip)
+            pid_target = self._pid_target(container, status) if container_type == "ephemeral" else ""
+            config = self._container_config(pod, container, image_ref, restart_count, volume_paths, pod_ip,
+                                            pid_target=pid_target)
         except EdgeletError as exc:
             self._failed(pod, name, result, container_type, "CreateContainerConfigError", str(exc), 10.0)
-            return
+            return False
         await asyncio.to_thread(os.makedirs, os.path.join(sandbox_config.log_directory, name),
                                 mode=0o755, exist_ok=True)
         async with self._start_gate:
@@ -284,31 +299,31 @@ class RuntimeManager:
                     log.info("pod %s: container %s is still being created by an earlier request; looking again",
                              podutil.full_name(pod), name)
                     result.requeue(IN_FLIGHT_RECHECK_SECONDS)
-                    return
+                    return True
                 self._failed(pod, name, result, container_type, "CreateContainerError", str(exc), 1.0)
-                return
+                return False
             self._recorder.event(pod_ref(pod, name), NORMAL, "Created", f"Created container {name}")
             try:
                 await self._runtime.start_container(container_id)
             except EdgeletError as exc:
                 self._failed_starts.add(container_id)
                 self._failed(pod, name, result, container_type, "RunContainerError", str(exc), 1.0)
-                return
+                return False
         self._recorder.event(pod_ref(pod, name), NORMAL, "Started", f"Started container {name}")
         metrics.started_containers.labels(container_type).inc()
         result.started.append(name)
         log.info("pod %s: started container %s (%s, restart %d)", podutil.full_name(pod), name,
                  container_id[:13], restart_count)
-        await self._post_start(pod, container, container_id, result)
+        return await self._post_start(pod, container, container_id, result)
 
-    async def _post_start(self, pod: Pod, container: dict, container_id: str, result: SyncResult) -> None:
+    async def _post_start(self, pod: Pod, container: dict, container_id: str, result: SyncResult) -> bool:
         """The container's postStart hook; when it fails the container is killed (the kubelet's
-        FailedPostStartHook), preStop hook and all, and waits as PostStartHookError."""
+        FailedPostStartHook), preStop hook and all, and waits as PostStartHookError. False when it failed."""
         if self._hooks is None:
-            return
+            return True
         failure = await self._hooks.post_start(pod, container, container_id)
         if not failure:
-            return
+            return True
         name = container["name"]
         result.waiting_reasons[name] = ("PostStartHookError", failure)
         try:
@@ -319,6 +334,7 @@ class RuntimeManager:
         except EdgeletError as exc:
             log.warning("pod %s: stopping container %s (%s) failed: %s", podutil.full_name(pod), name,
                         container_id[:13], exc)
+        return False
 
     async def _adopt_created(self, pod: Pod, container: dict, created: ContainerStatus, sandbox_id: str,
                              result: SyncResult, container_type: str) -> bool:
@@ -385,8 +401,19 @@ class RuntimeManager:
                 secrets.append(secret)
         return secrets
 
+    @staticmethod
+    def _pid_target(container: dict, status: PodRuntimeStatus) -> str:
+        """The id of the container whose processes an ephemeral container is to see (targetContainerName)."""
+        target = container.get("targetContainerName")
+        if not target:
+            return ""
+        latest = status.latest_container(target)
+        if latest is None or latest.state != ContainerState.RUNNING:
+            raise ContainerConfigError(f"target container {target!r} is not running")
+        return latest.id
+
     def _container_config(self, pod: Pod, container: dict, image_ref: str, restart_count: int,
-                          volume_paths: dict[str, str], pod_ip: str) -> pb.ContainerConfig:
+                          volume_paths: dict[str, str], pod_ip: str, *, pid_target: str = "") -> pb.ContainerConfig:
         from .env import expand_command, resolve_env
         from .resources import linux_resources
 
@@ -405,7 +432,7 @@ class RuntimeManager:
             restart_count=restart_count,
             container_hash=self._hash(container["name"], container.get("image", "")),
             env=env, command=command, args=args, mounts=mounts,
-            resources=resources,
+            resources=resources, pid_target=pid_target,
         )
 
     # -- stopping -----------------------------------------------------------------------------
@@ -413,15 +440,18 @@ class RuntimeManager:
     async def kill_pod(self, pod: Pod, status: PodRuntimeStatus, grace_override: int | None) -> None:
         """Stops every running container (in parallel, each within the grace period), then the sandboxes.
 
-        A pod no source knows any more (an orphan) comes as metadata only; its containers then carry
-        the grace period they were started with.
+        Sidecars stop last, in reverse spec order, each within what is left of its grace period once the
+        containers it serves have stopped. A pod no source knows any more (an orphan) comes as metadata
+        only; its containers then carry the grace period they were started with.
         """
         has_spec = bool(pod.get("spec"))
+        running = [c for c in status.containers
+                   if c.state in (ContainerState.RUNNING, ContainerState.CREATED, ContainerState.UNKNOWN)]
+        ordering = TerminationOrdering(pod, {c.name for c in running}) if has_spec else None
         await asyncio.gather(*(
             self._stop_container(c.id, c.name, self._grace(pod, c, has_spec, grace_override), pod,
-                                 "pod is being killed")
-            for c in status.containers if c.state in (ContainerState.RUNNING, ContainerState.CREATED,
-                                                      ContainerState.UNKNOWN)
+                                 "pod is being killed", ordering=ordering)
+            for c in running
         ))
         for sandbox in status.sandboxes:
             if sandbox.state == SandboxState.READY:
@@ -436,15 +466,24 @@ class RuntimeManager:
         return podutil.grace_period_seconds(pod)
 
     async def _stop_container(self, container_id: str, name: str, grace: int, pod: Pod, why: str,
-                              event_message: str = "") -> None:
-        grace = max(grace, MINIMUM_GRACE_SECONDS) if grace > 0 else 0
-        log.info("pod %s: stopping container %s (%s) with %ds grace: %s", podutil.full_name(pod), name,
-                 container_id[:13], grace, why)
-        if pod.get("spec"):  # an orphan no source knows has no object to attach events to
-            self._recorder.event(pod_ref(pod, name), NORMAL, "Killing", event_message or f"Stopping container {name}")
-        if self._hooks is not None and pod.get("spec"):
-            grace = await self._hooks.pre_stop(pod, name, container_id, grace)
-        await self._runtime.stop_container(container_id, grace)
+                              event_message: str = "", ordering: TerminationOrdering | None = None) -> None:
+        try:
+            grace = max(grace, MINIMUM_GRACE_SECONDS) if grace > 0 else 0
+            log.info("pod %s: stopping container %s (%s) with %ds grace: %s", podutil.full_name(pod), name,
+                     container_id[:13], grace, why)
+            if pod.get("spec"):  # an orphan no source knows has no object to attach events to
+                self._recorder.event(pod_ref(pod, name), NORMAL, "Killing",
+                                     event_message or f"Stopping container {name}")
+            if self._hooks is not None and pod.get("spec"):
+                grace = await self._hooks.pre_stop(pod, name, container_id, grace)
+            if ordering is not None and grace > 0:
+                # A sidecar waits for the containers it serves, out of its own grace period (the kubelet
+                # truncates the wait to whole seconds and still grants the minimum).
+                grace = max(grace - int(await ordering.wait_for_turn(name, grace)), MINIMUM_GRACE_SECONDS)
+            await self._runtime.stop_container(container_id, grace)
+        finally:
+            if ordering is not None:
+                ordering.stopped(name)
 
     async def remove_pod(self, status: PodRuntimeStatus) -> None:
         """Removes the pod's sandboxes and with them its containers (after kill_pod)."""

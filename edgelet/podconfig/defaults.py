@@ -35,7 +35,7 @@ def apply_defaults(pod: dict[str, Any]) -> dict[str, Any]:
     spec.setdefault("securityContext", {})
     spec.setdefault("enableServiceLinks", True)
     host_network = spec.get("hostNetwork") is True
-    for field in ("initContainers", "containers"):
+    for field in ("initContainers", "containers", "ephemeralContainers"):
         for container in _dicts(spec.get(field)):
             _default_container(container, host_network=host_network)
     for volume in _dicts(spec.get("volumes")):

@@ -22,7 +22,7 @@ PARSER_MODULES = (
     "edgelet.podutil",
     "edgelet.quantity",
 )
-PARSER_DIGEST = "sha256:8f866d52fc8196148f326f0ee64ee7c62b828fb3c54d77cb1baaccd8b7ee167a"
+PARSER_DIGEST = "sha256:487ac2147706f292fe493b72059957a132d1e9fb6a1d2c0bcc84f71b1788851a"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

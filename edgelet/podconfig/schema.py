@@ -64,6 +64,8 @@ CONTAINER = {
     "terminationMessagePath": ANY, "terminationMessagePolicy": ANY, "imagePullPolicy": ANY,
     "securityContext": _SECURITY_CONTEXT, "stdin": ANY, "stdinOnce": ANY, "tty": ANY,
 }
+# An ephemeral container (kubectl debug) is a container with a target whose processes it may see.
+EPHEMERAL_CONTAINER = {**CONTAINER, "targetContainerName": ANY}
 
 _DOWNWARD_API_FILE = {"path": ANY, "fieldRef": _OBJECT_FIELD_SELECTOR, "resourceFieldRef": _RESOURCE_FIELD_SELECTOR,
                       "mode": ANY}
@@ -91,7 +93,8 @@ VOLUME = {
 }
 
 POD_SPEC = {
-    "volumes": [VOLUME], "initContainers": [CONTAINER], "containers": [CONTAINER], "ephemeralContainers": ANY,
+    "volumes": [VOLUME], "initContainers": [CONTAINER], "containers": [CONTAINER],
+    "ephemeralContainers": [EPHEMERAL_CONTAINER],
     "restartPolicy": ANY, "terminationGracePeriodSeconds": ANY, "activeDeadlineSeconds": ANY, "dnsPolicy": ANY,
     "nodeSelector": MAP, "serviceAccountName": ANY, "serviceAccount": ANY, "automountServiceAccountToken": ANY,
     "nodeName": ANY, "hostNetwork": ANY, "hostPID": ANY, "hostIPC": ANY, "shareProcessNamespace": ANY,

@@ -232,6 +232,7 @@ def _validate_spec(spec: dict[str, Any], problems: Problems) -> None:
                     if key in host_ports:
                         problems.append((f"{port_path}.hostPort", f"host port {host_port}/{key[2]} is already used"))
                     host_ports.add(key)
+    _validate_ephemeral_containers(spec, names, problems, volumes)
     _one_of(spec.get("restartPolicy"), "spec.restartPolicy", problems, ("Always", "OnFailure", "Never"), required=True)
     dns_policy = spec.get("dnsPolicy")
     _one_of(dns_policy, "spec.dnsPolicy", problems, ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"))
@@ -315,6 +316,29 @@ def _relative_path(value: Any, path: str, problems: Problems, *, required: bool 
         problems.append((path, "must be a non-empty relative path"))
     elif value.startswith("/") or ".." in value.split("/"):
         problems.append((path, f"{value!r} must be relative and must not contain '..'"))
+
+
+# What an ephemeral container may not have, as the API server's validation says: it runs once, unprobed and unserved.
+_NOT_FOR_EPHEMERAL = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "resources",
+                      "resizePolicy", "restartPolicy")
+
+
+def _validate_ephemeral_containers(spec: dict[str, Any], names: set[str], problems: Problems,
+                                   volumes: set[str]) -> None:
+    targets = set(names)  # the init and app containers' names
+    for path, container in _items(spec.get("ephemeralContainers"), "spec.ephemeralContainers", problems):
+        for field in _NOT_FOR_EPHEMERAL:
+            if container.get(field) not in (None, {}, []):
+                problems.append((f"{path}.{field}", "may not be set on ephemeral containers"))
+        probe_free = {k: v for k, v in container.items() if k not in _NOT_FOR_EPHEMERAL}
+        _validate_container(probe_free, path, problems, volumes, init=False, host_network=False)
+        name = container.get("name")
+        if isinstance(name, str) and name in names:
+            problems.append((f"{path}.name", f"duplicate container name {name!r}"))
+        names.add(name if isinstance(name, str) else "")
+        target = container.get("targetContainerName")
+        if target is not None and target not in targets:
+            problems.append((f"{path}.targetContainerName", f"must name a container of the pod, not {target!r}"))
 
 
 def _validate_container(container: dict[str, Any], path: str, problems: Problems, volumes: set[str], *,

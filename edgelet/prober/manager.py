@@ -28,8 +28,15 @@ log = logging.getLogger(__name__)
 WorkerKey = tuple[str, str, ProbeType]  # (pod uid, container name, probe type)
 
 
+def _probed_containers(pod: podutil.Pod) -> list[tuple[str, Mapping]]:
+    """(spec field, container) of every container that is probed: the app containers and the sidecars
+    (plain init and ephemeral containers have no probes)."""
+    return [("spec.containers", c) for c in podutil.containers(pod)] + [
+        ("spec.initContainers", c) for c in podutil.init_containers(pod) if podutil.is_sidecar(c)]
+
+
 class ProbeManager:
-    """Probes the app containers of the pods it is given.
+    """Probes the app containers and sidecars of the pods it is given.
 
     `on_change(pod_uid)` is called when a result the pod's sync or status depends on changes (a
     liveness failure, any readiness or startup change): the kubelet's probe result channel.
@@ -112,7 +119,7 @@ class ProbeManager:
         uid = podutil.uid(pod)
         wanted: dict[WorkerKey, tuple[Mapping, ProbeSpec]] = {}
         invalid: set[WorkerKey] = set()
-        for container in podutil.containers(pod):
+        for field, container in _probed_containers(pod):
             name = container.get("name", "")
             for probe_type in ProbeType:
                 probe = container.get(probe_type.field)
@@ -121,7 +128,7 @@ class ProbeManager:
                 key = (uid, name, probe_type)
                 try:
                     spec = parse_probe(probe, f"pod {podutil.full_name(pod)}",
-                                       f"spec.containers[{name}].{probe_type.field}", probe_type)
+                                       f"{field}[{name}].{probe_type.field}", probe_type)
                 except ConfigError as exc:
                     if key not in self._invalid:
                         log.error("%s (the probe never passes until the pod is fixed)", exc)
@@ -190,6 +197,10 @@ class ProbeManager:
         """Ids of the pod's containers that failed their startup probe (to be restarted)."""
         return self._results[ProbeType.STARTUP].container_ids(pod_uid, Result.FAILURE)
 
+    def startup_succeeded(self, pod_uid: str) -> set[str]:
+        """Ids of the pod's containers whose startup probe passed (a sidecar's next init container may start)."""
+        return self._results[ProbeType.STARTUP].container_ids(pod_uid, Result.SUCCESS)
+
     def started(self, pod_uid: str) -> dict[str, bool]:
         """Whether each container with a startup probe has started (its probe passed)."""
         return {name: self._passed(pod_uid, name, ProbeType.STARTUP)
@@ -215,7 +226,7 @@ class ProbeManager:
         pod = self._pods.get(pod_uid)
         if pod is None:
             return []
-        return [c.get("name", "") for c in podutil.containers(pod) if c.get(probe_type.field) is not None]
+        return [c.get("name", "") for _, c in _probed_containers(pod) if c.get(probe_type.field) is not None]
 
     def _passed(self, pod_uid: str, name: str, probe_type: ProbeType) -> bool:
         key = (pod_uid, name, probe_type)

@@ -87,6 +87,13 @@ def generate_pod_status(
     app_statuses = _container_statuses(
         pod, runtime, app_specs, old.get("containerStatuses"), False, has_init, waiting_reasons)
     _apply_probe_results(init_specs, init_statuses, app_specs, app_statuses, readiness, started)
+    ephemeral_specs = podutil.ephemeral_containers(pod)
+    # Ephemeral containers are never restarted, so only a failed first start leaves them a waiting reason.
+    ephemeral_statuses = _container_statuses(
+        pod, runtime, ephemeral_specs, old.get("ephemeralContainerStatuses"), False, has_init,
+        {name: reason for name, reason in waiting_reasons.items() if runtime.latest_container(name) is None})
+    for status in ephemeral_statuses:
+        status["started"] = "running" in status["state"]
 
     # A deleted pod whose containers all stopped is terminal: its containers will not run again.
     pod_is_terminal = podutil.deletion_requested(pod) and not any(
@@ -118,6 +125,8 @@ def generate_pod_status(
     }
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
+    if ephemeral_statuses:
+        status["ephemeralContainerStatuses"] = ephemeral_statuses
     if reason:
         status["reason"] = reason
     if message:
@@ -144,17 +153,32 @@ def get_phase(
     restart_policy = podutil.restart_policy(pod)
 
     pending_init = failed_init = 0
+    pending_sidecars = 0
+    unknown = running = waiting = stopped = succeeded = 0
     for spec in podutil.init_containers(pod):
         status = by_name.get(spec.get("name"))
         state = (status or {}).get("state") or {}
-        if "terminated" in state:
+        if podutil.is_sidecar(spec):
+            # A stopped sidecar does not count for the phase; a running one keeps the pod Running.
+            if status is None:
+                unknown += 1
+                pending_sidecars += 1
+            elif "running" in state:
+                running += 1
+                pending_sidecars += not status.get("started")
+            elif "waiting" in state and not _last_terminated(status):
+                pending_sidecars += 1
+                waiting += 1
+            elif not state:
+                pending_sidecars += 1
+                unknown += 1
+        elif "terminated" in state:
             failed_init += state["terminated"].get("exitCode", 0) != 0
         elif "waiting" in state and _last_terminated(status):
             failed_init += _last_terminated(status).get("exitCode", 0) != 0
         else:
             pending_init += 1  # missing, running, or waiting for its first run
 
-    unknown = running = waiting = stopped = succeeded = 0
     for spec in podutil.containers(pod):
         status = by_name.get(spec.get("name"))
         state = (status or {}).get("state") or {}
@@ -173,7 +197,9 @@ def get_phase(
 
     if failed_init and restart_policy == "Never":
         return FAILED
-    if pending_init or waiting:
+    # Sidecars still starting hold the pod Pending, unless app containers ran already (after a reboot every
+    # container is stopped and the new sandbox initializes again: the kubelet's workaround).
+    if pending_init or (pending_sidecars and not stopped) or waiting:
         return PENDING
     if running and not unknown:
         return RUNNING
@@ -303,7 +329,7 @@ def _apply_waiting_reasons(
         latest = runtime.latest_container(name)
         if is_init:
             if latest is not None and latest.state == ContainerState.EXITED and latest.exit_code == 0:
-                continue  # done for good
+                continue  # done for good, or a sidecar that ended well: it shows how it ended until it runs again
             if latest is None and regular_created and "waiting" in status["state"]:
                 # App containers exist, so this one once finished; the runtime just forgot it.
                 status["state"] = {"terminated": {
@@ -377,8 +403,15 @@ def _apply_probe_results(
         status["started"] = is_running and bool(started.get(name, not spec.get("startupProbe")))
         status["ready"] = status["started"] and bool(readiness.get(name, not spec.get("readinessProbe")))
     for spec, status in zip(init_specs, init_statuses):
+        name = status["name"]
+        is_running = "running" in status["state"]
+        if podutil.is_sidecar(spec):
+            # A sidecar is judged like an app container: started once its startup probe passed, then ready.
+            status["started"] = is_running and bool(started.get(name, not spec.get("startupProbe")))
+            status["ready"] = status["started"] and bool(readiness.get(name, not spec.get("readinessProbe")))
+            continue
         terminated = status["state"].get("terminated")
-        status["started"] = "running" in status["state"]
+        status["started"] = is_running
         status["ready"] = terminated is not None and terminated.get("exitCode", 0) == 0
 
 
@@ -403,7 +436,7 @@ def _conditions(
         conditions = [c for c in conditions if c.get("type") != DISRUPTION_TARGET] + [copy.deepcopy(disruption)]
 
     sandbox_changed, _, _ = pod_sandbox_changed(pod, runtime)
-    containers_ready = _containers_ready(pod, app_statuses, phase)
+    containers_ready = _containers_ready(pod, init_statuses, app_statuses, phase)
     owned = [
         _condition(POD_READY_TO_START_CONTAINERS, not sandbox_changed),
         _initialized(pod, init_statuses, app_statuses, phase),
@@ -431,13 +464,15 @@ def _names(names: Iterable[str]) -> str:
     return "[" + " ".join(names) + "]"
 
 
-def _containers_ready(pod: podutil.Pod, app_statuses: list[dict[str, Any]], phase: str) -> dict[str, Any]:
+def _containers_ready(pod: podutil.Pod, init_statuses: list[dict[str, Any]], app_statuses: list[dict[str, Any]],
+                      phase: str) -> dict[str, Any]:
     if phase == SUCCEEDED:
         return _condition(CONTAINERS_READY, False, REASON_POD_COMPLETED)
     if phase == FAILED:
         return _condition(CONTAINERS_READY, False, REASON_POD_FAILED)
-    ready = {s["name"]: s["ready"] for s in app_statuses}
-    unready = [c.get("name", "") for c in podutil.containers(pod) if not ready.get(c.get("name", ""))]
+    ready = {s["name"]: s["ready"] for s in [*init_statuses, *app_statuses]}
+    counted = [c for c in podutil.init_containers(pod) if podutil.is_sidecar(c)] + podutil.containers(pod)
+    unready = [c.get("name", "") for c in counted if not ready.get(c.get("name", ""))]
     if unready:
         return _condition(CONTAINERS_READY, False, REASON_CONTAINERS_NOT_READY,
                           f"containers with unready status: {_names(unready)}")
@@ -469,7 +504,8 @@ def _initialized(
     # An app container that ran proves initialization finished, even if init containers restart.
     if any("running" in s["state"] or "terminated" in s["state"] for s in app_statuses):
         return _condition(POD_INITIALIZED, True)
-    incomplete = [s["name"] for s in init_statuses if not s["ready"]]
+    sidecars = {c.get("name", "") for c in podutil.init_containers(pod) if podutil.is_sidecar(c)}
+    incomplete = [s["name"] for s in init_statuses if not (s["started"] if s["name"] in sidecars else s["ready"])]
     if incomplete:
         return _condition(POD_INITIALIZED, False, REASON_CONTAINERS_NOT_INITIALIZED,
                           f"containers with incomplete status: {_names(incomplete)}")

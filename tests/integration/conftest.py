@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from edgelet.cri.client import RuntimeClient
+from tests.integration.agent_harness import AgentProcess
 
 
 async def remove_everything(client: RuntimeClient) -> None:
@@ -34,3 +35,11 @@ async def clean_runtime(cri):
     yield
     await remove_everything(cri)
     assert not await cri.list_pod_sandbox(), "sandboxes survived the cleanup"
+
+
+@pytest.fixture
+def agent(tmp_path, containerd):
+    """An agent process on the session's containerd with its own state under tmp_path, stopped afterwards."""
+    process = AgentProcess(tmp_path, containerd.endpoint).start()
+    yield process
+    process.close()

@@ -7,18 +7,11 @@ import time
 
 import pytest
 
-from tests.integration.agent_harness import AgentProcess, container_state, is_running, wait_for
+from tests.integration.agent_harness import container_state, is_running, wait_for
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
 IMAGE = "docker.io/library/busybox:local"
-
-
-@pytest.fixture
-def agent(tmp_path, containerd):
-    process = AgentProcess(tmp_path, containerd.endpoint).start()
-    yield process
-    process.close()
 
 
 def conditions(pod: dict) -> dict[str, str]:

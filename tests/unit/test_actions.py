@@ -13,7 +13,7 @@ from edgelet.kuberuntime.actions import (
     ContainerToKill,
     PodActions,
     compute_pod_actions,
-    next_init_container,
+    pod_has_initialized,
     pod_sandbox_changed,
     should_restart,
 )
@@ -34,10 +34,22 @@ def fake_hash(name, image):
     return hashlib.sha256(f"{name}\0{image}".encode()).hexdigest()[:16]
 
 
-def make_pod(containers=("app",), init=(), policy=None, host_network=False, deleted=False, static=False):
+def make_pod(containers=("app",), init=(), policy=None, host_network=False, deleted=False, static=False,
+             sidecars=(), startup_probe=(), liveness_probe=(), ephemeral=()):
+    """`init` names init containers in order; those also in `sidecars` have restartPolicy Always; names in
+    `startup_probe` / `liveness_probe` get such a probe."""
     spec = {"containers": [{"name": n, "image": f"img-{n}"} for n in containers]}
     if init:
         spec["initContainers"] = [{"name": n, "image": f"img-{n}"} for n in init]
+        for container in spec["initContainers"]:
+            if container["name"] in sidecars:
+                container["restartPolicy"] = "Always"
+            if container["name"] in startup_probe:
+                container["startupProbe"] = {"exec": {"command": ["true"]}}
+            if container["name"] in liveness_probe:
+                container["livenessProbe"] = {"exec": {"command": ["true"]}}
+    if ephemeral:
+        spec["ephemeralContainers"] = [{"name": n, "image": f"img-{n}"} for n in ephemeral]
     if policy:
         spec["restartPolicy"] = policy
     if host_network:
@@ -138,18 +150,22 @@ def test_pod_sandbox_changed(name, sandboxes, host_network, expected):
 
 # --- compute_pod_actions: whole plans ----------------------------------------------------------
 
-def plan(kill_pod=False, create_sandbox=False, sandbox_id="sb1", attempt=0, next_init=None, init_failed=False,
-         start=(), kill=()):
-    """The expected PodActions; `kill` holds (container id, reason) pairs."""
+def plan(kill_pod=False, create_sandbox=False, sandbox_id="sb1", attempt=0, next_init=(), init_failed=False,
+         start=(), kill=(), ephemeral=()):
+    """The expected PodActions; `next_init` names the init containers to start (a name or a tuple of them),
+    `kill` holds (container id, reason) pairs, `ephemeral` indexes of ephemeral containers to start."""
+    next_init = (next_init,) if isinstance(next_init, str) else tuple(next_init)
     return (kill_pod, create_sandbox, sandbox_id, attempt, next_init, init_failed, list(start),
-            sorted(kill))
+            sorted(kill), list(ephemeral))
 
 
-def summary(actions: PodActions):
-    next_init = actions.next_init_container["name"] if actions.next_init_container else None
+def summary(actions: PodActions, pod=None):
+    init_specs = (pod or {}).get("spec", {}).get("initContainers") or []
+    next_init = tuple(init_specs[i]["name"] for i in actions.init_containers_to_start)
     return (actions.kill_pod, actions.create_sandbox, actions.sandbox_id, actions.attempt, next_init,
             actions.init_failed, actions.containers_to_start,
-            sorted((cid, k.reason) for cid, k in actions.containers_to_kill.items()))
+            sorted((cid, k.reason) for cid, k in actions.containers_to_kill.items()),
+            actions.ephemeral_containers_to_start)
 
 
 DEAD = [sandbox("sb1", NOTREADY, 1)]
@@ -249,7 +265,144 @@ PLANS = [
 
 @pytest.mark.parametrize(("name", "pod", "status", "expected"), PLANS, ids=[p[0] for p in PLANS])
 def test_compute_pod_actions(name, pod, status, expected):
-    assert summary(actions_for(pod, status)) == expected
+    assert summary(actions_for(pod, status), pod) == expected
+
+
+# --- native sidecars (init containers with restartPolicy Always) --------------------------------
+
+def sidecar_pod(policy=None, **kwargs):
+    """i1 (plain init), s1 (sidecar), i2 (plain init), s2 (sidecar), then app containers a and b."""
+    return make_pod(("a", "b"), init=("i1", "s1", "i2", "s2"), sidecars=("s1", "s2"), policy=policy, **kwargs)
+
+
+SIDECAR_PLANS = [
+    # --- started in spec order, the next one once the sidecar runs
+    ("new pod: the first init container", sidecar_pod(), runtime(sandboxes=[]),
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="", next_init="i1")),
+    ("i1 done: the sidecar starts", sidecar_pod(), runtime(ctr("i1", EXITED, 0)), plan(next_init="s1")),
+    ("sidecar running: the next init container starts", sidecar_pod(),
+     runtime(ctr("s1"), ctr("i1", EXITED, 0)), plan(next_init="i2")),
+    ("sidecar running, i2 running: wait", sidecar_pod(),
+     runtime(ctr("i2"), ctr("s1"), ctr("i1", EXITED, 0)), plan()),
+    ("i2 done: the last sidecar starts", sidecar_pod(),
+     runtime(ctr("i2", EXITED, 0), ctr("s1"), ctr("i1", EXITED, 0)), plan(next_init="s2")),
+    ("last sidecar running: the app containers start", sidecar_pod(),
+     runtime(ctr("s2"), ctr("i2", EXITED, 0), ctr("s1"), ctr("i1", EXITED, 0)), plan(start=[0, 1])),
+    ("a pod whose only init container is a sidecar", make_pod(("a",), init=("s",), sidecars=("s",)),
+     runtime(ctr("s")), plan(start=[0])),
+    # --- restarted on exit whatever the pod's restart policy
+    ("sidecar exited during initialization: restart it, i2 waits", sidecar_pod(),
+     runtime(ctr("s1", EXITED, 1), ctr("i1", EXITED, 0)), plan(next_init="s1")),
+    ("sidecar exited 0 beside running apps, Never: restart it", sidecar_pod("Never"),
+     runtime(ctr("a"), ctr("b"), ctr("s2"), ctr("s1", EXITED, 0), ctr("i2", EXITED, 0), ctr("i1", EXITED, 0)),
+     plan(next_init="s1")),
+    ("sidecar failed beside running apps, OnFailure: restart it", sidecar_pod("OnFailure"),
+     runtime(ctr("a"), ctr("b"), ctr("s2", EXITED, 2), ctr("s1")), plan(next_init="s2")),
+    ("sidecar lost from the runtime after initialization: start it", sidecar_pod(),
+     runtime(ctr("a"), ctr("b"), ctr("s2")), plan(next_init="s1")),
+    ("plain init containers are not rerun after initialization", sidecar_pod(),
+     runtime(ctr("a"), ctr("b"), ctr("s2"), ctr("s1"), ctr("i2", EXITED, 1)), plan()),
+    ("sidecar only created: start it again", sidecar_pod(),
+     runtime(ctr("s1", CREATED), ctr("i1", EXITED, 0)), plan(next_init="s1")),
+    ("sidecar in unknown state: kill and restart", sidecar_pod("Never"),
+     runtime(ctr("a"), ctr("b"), ctr("s2"), ctr("s1", UNKNOWN, id="s1x")),
+     plan(next_init="s1", kill=[("s1x", REASON_UNKNOWN_STATE)])),
+    ("sidecar definition changed: kill and restart", sidecar_pod(),
+     runtime(ctr("a"), ctr("b"), ctr("s2"), ctr("s1", id="s1x", hash="0000")),
+     plan(next_init="s1", kill=[("s1x", REASON_CHANGED)])),
+    # --- a plain init container failing beside a sidecar
+    ("i2 failed, Never: the pod fails", sidecar_pod("Never"),
+     runtime(ctr("i2", EXITED, 1), ctr("s1"), ctr("i1", EXITED, 0)), plan(kill_pod=True, init_failed=True)),
+    ("i2 failed, Always: retry it, the sidecar keeps running", sidecar_pod(),
+     runtime(ctr("i2", EXITED, 1), ctr("s1"), ctr("i1", EXITED, 0)), plan(next_init="i2")),
+    # --- the app containers finish: sidecars do not keep the pod alive
+    ("apps succeeded, Never: stop the pod with its sidecars", sidecar_pod("Never"),
+     runtime(ctr("a", EXITED, 0), ctr("b", EXITED, 0), ctr("s2"), ctr("s1")), plan(kill_pod=True)),
+    # Exited apps do not prove initialization (the kubelet's reboot rule): the last sidecar must run
+    # again before the pod counts as initialized and is stopped, as the kubelet does.
+    ("apps succeeded, OnFailure, the last sidecar exited: it runs again first", sidecar_pod("OnFailure"),
+     runtime(ctr("a", EXITED, 0), ctr("b", EXITED, 0), ctr("s2", EXITED, 1), ctr("s1")), plan(next_init="s2")),
+    ("apps succeeded, OnFailure, the first sidecar exited: stop, no restart", sidecar_pod("OnFailure"),
+     runtime(ctr("a", EXITED, 0), ctr("b", EXITED, 0), ctr("s2"), ctr("s1", EXITED, 1)), plan(kill_pod=True)),
+    ("apps still running, Never: sidecars keep running", sidecar_pod("Never"),
+     runtime(ctr("a"), ctr("b", EXITED, 0), ctr("s2"), ctr("s1")), plan()),
+    ("sandbox died after the apps succeeded, OnFailure: done", sidecar_pod("OnFailure"),
+     runtime(ctr("a", EXITED, 0), ctr("b", EXITED, 0), ctr("s1", EXITED, 137), sandboxes=DEAD),
+     plan(kill_pod=True, sandbox_id="", attempt=2)),
+]
+
+
+@pytest.mark.parametrize(("name", "pod", "status", "expected"), SIDECAR_PLANS, ids=[p[0] for p in SIDECAR_PLANS])
+def test_compute_pod_actions_with_sidecars(name, pod, status, expected):
+    assert summary(actions_for(pod, status), pod) == expected
+
+
+def sidecar_probes_pod():
+    return make_pod(("a",), init=("s", "i"), sidecars=("s",), startup_probe=("s",), liveness_probe=("s",))
+
+
+@pytest.mark.parametrize(
+    ("probes", "expected"),
+    [
+        ({}, plan()),  # no startup result yet: i waits
+        ({"startup_succeeded": {"s1"}}, plan(next_init="i")),
+        ({"startup_failed": {"s1"}}, plan(next_init="s", kill=[("s1", REASON_UNHEALTHY)])),
+        # A failed liveness probe restarts it; the next init container still starts (it had started).
+        ({"startup_succeeded": {"s1"}, "liveness_failed": {"s1"}},
+         plan(next_init=("s", "i"), kill=[("s1", REASON_UNHEALTHY)])),
+        ({"startup_succeeded": {"old"}}, plan()),  # the result of an earlier instance does not count
+    ],
+)
+def test_sidecar_startup_probe_gates_the_next_init_container(probes, expected):
+    pod = sidecar_probes_pod()
+    assert summary(actions_for(pod, runtime(ctr("s", id="s1")), **probes), pod) == expected
+
+
+def test_sidecar_probe_kill_messages():
+    pod = sidecar_probes_pod()
+    actions = actions_for(pod, runtime(ctr("s", id="s1")), startup_failed={"s1"})
+    assert actions.containers_to_kill["s1"] == ContainerToKill("s1", "s", REASON_UNHEALTHY,
+                                                               "Init container s failed startup probe")
+
+
+def test_last_sidecar_must_have_started_before_the_apps_run():
+    pod = make_pod(("a",), init=("s",), sidecars=("s",), startup_probe=("s",))
+    assert actions_for(pod, runtime(ctr("s", id="s1"))).containers_to_start == []
+    assert actions_for(pod, runtime(ctr("s", id="s1")), startup_succeeded={"s1"}).containers_to_start == [0]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_should_restart_a_sidecar_whatever_the_pod_policy(policy):
+    pod = sidecar_pod(policy)
+    sidecar = pod["spec"]["initContainers"][1]
+    assert should_restart(pod, sidecar, ctr("s1", EXITED, 0)) is True
+    assert should_restart(pod, sidecar, ctr("s1", RUNNING)) is False
+
+
+# --- ephemeral containers ----------------------------------------------------------------------
+
+EPHEMERAL_PLANS = [
+    ("added to a running pod: start it", make_pod(("a",), ephemeral=("debug",)), runtime(ctr("a")),
+     plan(ephemeral=[0])),
+    ("running: nothing to do", make_pod(("a",), ephemeral=("debug",)), runtime(ctr("a"), ctr("debug")), plan()),
+    ("exited: never restarted", make_pod(("a",), ephemeral=("debug",), policy="Always"),
+     runtime(ctr("a"), ctr("debug", EXITED, 1)), plan()),
+    ("only the new one starts", make_pod(("a",), ephemeral=("d1", "d2")),
+     runtime(ctr("a"), ctr("d1", EXITED, 0)), plan(ephemeral=[1])),
+    ("started while initialization is unfinished", make_pod(("a",), init=("i1",), ephemeral=("debug",)),
+     runtime(ctr("i1")), plan(ephemeral=[0])),
+    ("a running ephemeral container is not a stray", make_pod(("a",), ephemeral=("debug",)),
+     runtime(ctr("a"), ctr("debug", id="d1")), plan()),
+    ("not started in a new sandbox", make_pod(("a",), ephemeral=("debug",)), runtime(sandboxes=[]),
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="", start=[0])),
+    ("not started in a pod being deleted", make_pod(("a",), ephemeral=("debug",), deleted=True),
+     runtime(ctr("a")), plan(kill_pod=True)),
+]
+
+
+@pytest.mark.parametrize(("name", "pod", "status", "expected"), EPHEMERAL_PLANS, ids=[p[0] for p in EPHEMERAL_PLANS])
+def test_compute_pod_actions_with_ephemeral_containers(name, pod, status, expected):
+    assert summary(actions_for(pod, status), pod) == expected
 
 
 # --- probes ------------------------------------------------------------------------------------
@@ -267,7 +420,7 @@ def test_compute_pod_actions(name, pod, status, expected):
 def test_probe_failure_kills_and_restarts_per_policy(policy, probe, expected):
     actions = actions_for(make_pod(("a",), policy=policy), runtime(ctr("a", id="a1")),
                           **{f"{probe}_failed": {"a1"}})
-    assert summary(actions) == expected
+    assert summary(actions, None) == expected
     kill = actions.containers_to_kill["a1"]
     restarts = policy != "Never"
     assert kill == ContainerToKill("a1", "a", REASON_UNHEALTHY,
@@ -292,24 +445,19 @@ def test_liveness_failure_keeps_the_healthy_sibling_running():
     assert (actions.kill_pod, list(actions.containers_to_kill), actions.containers_to_start) == (False, ["a1"], [])
 
 
-# --- next_init_container directly --------------------------------------------------------------
+# --- initialization ---------------------------------------------------------------------------
 
-def test_next_init_container_reports_the_failed_instance():
-    failed = ctr("i2", EXITED, 1)
-    pod = make_pod(("a",), init=("i1", "i2"))
-    assert next_init_container(pod, runtime(failed, ctr("i1", EXITED, 0))) == (failed, pod["spec"]["initContainers"][1],
-                                                                              False)
-
-
-def test_next_init_container_without_init_containers_is_done():
-    assert next_init_container(make_pod(("a",)), runtime()) == (None, None, True)
+@pytest.mark.parametrize(("state", "expected"), [(RUNNING, True), (CREATED, True), (EXITED, False),
+                                                 (UNKNOWN, False)])
+def test_pod_has_initialized_by_app_container_state(state, expected):
+    # Exited app containers do not prove it: after a reboot every container is exited.
+    assert pod_has_initialized(make_pod(("a",), init=("i1",)), runtime(ctr("a", state))) is expected
 
 
 def test_newest_instance_decides():
     # i1 failed once, then succeeded: the newest (first in the list) is what counts.
     pod = make_pod(("a",), init=("i1",))
     status = runtime(ctr("i1", EXITED, 0), ctr("i1", EXITED, 1))
-    assert next_init_container(pod, status) == (None, None, True)
     assert actions_for(pod, status).containers_to_start == [0]
 
 
@@ -321,7 +469,8 @@ def test_newest_instance_decides():
         ({}, True),
         ({"kill_pod": True}, False),
         ({"create_sandbox": True}, False),
-        ({"next_init_container": {"name": "i"}}, False),
+        ({"init_containers_to_start": [0]}, False),
+        ({"ephemeral_containers_to_start": [0]}, False),
         ({"containers_to_start": [0]}, False),
         ({"containers_to_kill": {"x": ContainerToKill("x", "n", "r", "m")}}, False),
         ({"attempt": 3, "sandbox_id": "sb"}, True),

@@ -33,8 +33,10 @@ def pod_with(**spec_changes):
         (BASE, 110, "OutOfpods", "pods, limit: 110"),
         (pod_with(containers=[]), 0, "InvalidPodSpec", "spec.containers"),
         (pod_with(containers=[{"name": "c"}]), 0, "InvalidPodSpec", "spec.containers[0].image"),
-        (pod_with(initContainers=[{"name": "s", "image": "x:1", "restartPolicy": "Always"}]), 0,
-         "UnsupportedFeature", "sidecar"),
+        (pod_with(initContainers=[{"name": "s", "image": "x:1", "restartPolicy": "Always"}]), 0, "", ""),
+        (pod_with(ephemeralContainers=[{"name": "debug", "image": "x:1", "targetContainerName": "c"}]), 0, "", ""),
+        (pod_with(ephemeralContainers=[{"name": "debug", "image": "x:1", "ports": [{"containerPort": 80}]}]), 0,
+         "InvalidPodSpec", "spec.ephemeralContainers[0].ports: may not be set on ephemeral containers"),
         (pod_with(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]), 0,
          "UnsupportedFeature", "spec.volumes[0] (data): persistentVolumeClaim"),
         (pod_with(volumes=[{"name": "cache", "emptyDir": {}}]), 0, "", ""),
@@ -74,10 +76,8 @@ def test_extra_checks_run_last_and_first_rejection_wins():
 
 
 def test_unsupported_features_lists_every_problem():
-    pod = pod_with(ephemeralContainers=[{"name": "debug"}],
-                   volumes=[{"name": "a", "nfs": {"server": "s", "path": "/"}}, {"name": "b", "csi": {}}])
-    assert unsupported_features(pod) == [
-        "spec.ephemeralContainers", "spec.volumes[0] (a): nfs volumes", "spec.volumes[1] (b): csi volumes"]
+    pod = pod_with(volumes=[{"name": "a", "nfs": {"server": "s", "path": "/"}}, {"name": "b", "csi": {}}])
+    assert unsupported_features(pod) == ["spec.volumes[0] (a): nfs volumes", "spec.volumes[1] (b): csi volumes"]
 
 
 def test_rejected_status_is_failed_with_reason():

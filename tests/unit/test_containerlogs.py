@@ -103,10 +103,11 @@ def test_container_log_files_current_previous_and_choice(tmp_path):
         container_log_files(str(single), "main", True)
 
 
-def _spec_pod(containers, init=(), annotation=None):
+def _spec_pod(containers, init=(), annotation=None, ephemeral=()):
     meta = {"annotations": {DEFAULT_CONTAINER_ANNOTATION: annotation}} if annotation else {}
     return {"metadata": meta, "spec": {"containers": [{"name": n} for n in containers],
-                                       "initContainers": [{"name": n} for n in init]}}
+                                       "initContainers": [{"name": n} for n in init],
+                                       "ephemeralContainers": [{"name": n} for n in ephemeral]}}
 
 
 @pytest.mark.parametrize(
@@ -121,12 +122,17 @@ def _spec_pod(containers, init=(), annotation=None):
         (_spec_pod(["app", "side"], annotation="nope"), None, False, ["app"],
          'Defaulted container "app" out of: app, side'),
         (_spec_pod(["app", "side"]), "side", False, ["side"], ""),
+        (_spec_pod(["app"], init=["setup"], ephemeral=["debug"]), None, False, ["app"],
+         'Defaulted container "app" out of: app, setup (init), debug (ephem)'),
+        (_spec_pod(["app"], init=["setup"], ephemeral=["debug"]), "debug", False, ["debug"], ""),
+        (_spec_pod(["app", "side"], init=["setup"], ephemeral=["debug"]), None, True,
+         ["setup", "app", "side", "debug"], ""),
         (_spec_pod(["app", "side"], init=["setup"]), None, True, ["setup", "app", "side"], ""),
         (None, None, False, ["main"], ""),  # the status is gone: the single log directory tells
     ],
 )
 def test_choose_containers_defaults_like_kubectl(pod, container, all_containers, expected, note):
-    on_disk = ["app", "side", "setup"] if pod is not None else ["main"]
+    on_disk = ["app", "side", "setup", "debug"] if pod is not None else ["main"]
     assert choose_containers(pod, on_disk, container, all_containers=all_containers) == (expected, note)
 
 

@@ -27,8 +27,9 @@ SECOND = 1_000_000_000
 
 
 def make_pod(containers=("app",), init=(), policy=None, host_network=False, deleted=False, static=False,
-             probes=None, status=None, gates=()):
-    """`probes` maps a container name to the probe kinds it declares ("readiness", "startup")."""
+             probes=None, status=None, gates=(), sidecars=(), ephemeral=()):
+    """`probes` maps a container name to the probe kinds it declares ("readiness", "startup"); init containers
+    named in `sidecars` have restartPolicy Always."""
     probes = probes or {}
 
     def container(name):
@@ -40,6 +41,11 @@ def make_pod(containers=("app",), init=(), policy=None, host_network=False, dele
     spec = {"containers": [container(n) for n in containers]}
     if init:
         spec["initContainers"] = [container(n) for n in init]
+        for init_spec in spec["initContainers"]:
+            if init_spec["name"] in sidecars:
+                init_spec["restartPolicy"] = "Always"
+    if ephemeral:
+        spec["ephemeralContainers"] = [{"name": n, "image": f"img-{n}"} for n in ephemeral]
     if policy:
         spec["restartPolicy"] = policy
     if host_network:
@@ -364,6 +370,109 @@ def test_init_container_lost_after_initialization_counts_as_completed():
     assert init["state"]["terminated"]["reason"] == "Completed"
     assert init["state"]["terminated"]["exitCode"] == 0
     assert init["ready"] is True
+
+
+# --- native sidecars --------------------------------------------------------------------------
+
+def started_sidecar(name):
+    return {**running(name), "started": True}
+
+
+SIDECAR_PHASES = [
+    # sidecar states, app states -> Always, OnFailure, Never
+    ([waiting("s", "PodInitializing")], [waiting("a", "PodInitializing")], ("Pending", "Pending", "Pending")),
+    ([running("s")], [waiting("a", "PodInitializing")], ("Pending", "Pending", "Pending")),  # not started yet
+    ([started_sidecar("s")], [running("a")], ("Running", "Running", "Running")),
+    # the sidecar still runs after the apps finished: the pod is Running until it is stopped
+    ([started_sidecar("s")], [done("a", 0)], ("Running", "Running", "Running")),
+    # a stopped sidecar does not count: the apps decide
+    ([done("s", 137)], [done("a", 0)], ("Running", "Succeeded", "Succeeded")),
+    ([done("s", 0)], [done("a", 1)], ("Running", "Running", "Failed")),
+    ([waiting("s", "CrashLoopBackOff", 1)], [running("a")], ("Running", "Running", "Running")),
+    ([waiting("s", "CrashLoopBackOff", 1)], [done("a", 0)], ("Running", "Succeeded", "Succeeded")),
+    # after a reboot: everything stopped, the sidecar waits to start again; app containers ran before
+    ([waiting("s", "PodInitializing")], [done("a", 1)], ("Pending", "Pending", "Pending")),
+]
+
+
+@pytest.mark.parametrize(
+    ("init_statuses", "statuses", "policy", "expected"),
+    [(i, s, p, row[n]) for i, s, row in SIDECAR_PHASES for n, p in enumerate(("Always", "OnFailure", "Never"))],
+)
+def test_get_phase_with_sidecars(init_statuses, statuses, policy, expected):
+    pod = make_pod([s["name"] for s in statuses], init=[s["name"] for s in init_statuses], policy=policy,
+                   sidecars=[s["name"] for s in init_statuses])
+    assert get_phase(pod, init_statuses, statuses) == expected
+
+
+def test_static_pod_with_sidecar_succeeds_once_everything_stopped():
+    # A static pod's manifest is gone only when the file is: its finished run is still Succeeded.
+    pod = make_pod(("a",), init=("s",), sidecars=("s",), policy="Never", static=True)
+    status = generate(pod, runtime(ctr("s", EXITED, 137), ctr("a", EXITED, 0)))
+    assert status["phase"] == "Succeeded"
+    assert conditions(status)["ContainersReady"] == ("False", "PodCompleted", "")
+
+
+def test_sidecar_statuses_started_ready_and_restarts():
+    pod = make_pod(("a",), init=("i1", "s"), sidecars=("s",), probes={"s": ("readiness", "startup")})
+    status = generate(pod, runtime(ctr("a"), ctr("s", restarts=2), ctr("i1", EXITED, 0)),
+                      readiness={"s": True, "a": True}, started={"s": True})
+    sidecar = container_status(status, "s", init=True)
+    assert (sidecar["started"], sidecar["ready"], sidecar["restartCount"]) == (True, True, 2)
+    assert "running" in sidecar["state"]
+    assert [s["name"] for s in status["initContainerStatuses"]] == ["i1", "s"]
+    assert (status["phase"], conditions(status)["Ready"][0], conditions(status)["Initialized"][0]) == (
+        "Running", "True", "True")
+
+
+def test_unready_sidecar_makes_the_pod_unready():
+    pod = make_pod(("a",), init=("s",), sidecars=("s",), probes={"s": ("readiness",)})
+    status = generate(pod, runtime(ctr("a"), ctr("s")), readiness={"s": False})
+    assert container_status(status, "s", init=True)["ready"] is False
+    assert conditions(status)["ContainersReady"] == ("False", "ContainersNotReady",
+                                                     "containers with unready status: [s]")
+    assert conditions(status)["Ready"][0] == "False"
+
+
+def test_sidecar_not_started_holds_initialization():
+    pod = make_pod(("a",), init=("s",), sidecars=("s",), probes={"s": ("startup",)})
+    status = generate(pod, runtime(ctr("s")), started={"s": False})
+    assert container_status(status, "s", init=True)["started"] is False
+    assert conditions(status)["Initialized"] == ("False", "ContainersNotInitialized",
+                                                 "containers with incomplete status: [s]")
+    assert status["phase"] == "Pending"
+    status = generate(pod, runtime(ctr("s")), started={"s": True})
+    assert conditions(status)["Initialized"] == ("True", "", "")
+
+
+@pytest.mark.parametrize("policy", ("Always", "OnFailure", "Never"))
+def test_sidecar_in_crash_loop_shows_waiting_whatever_the_policy(policy):
+    pod = make_pod(("a",), init=("s",), sidecars=("s",), policy=policy)
+    status = generate(pod, runtime(ctr("a"), ctr("s", EXITED, 1, restarts=3)),
+                      waiting_reasons={"s": ("CrashLoopBackOff", "back-off 20s")})
+    sidecar = container_status(status, "s", init=True)
+    assert sidecar["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}}
+    assert (sidecar["lastState"]["terminated"]["exitCode"], sidecar["restartCount"]) == (1, 3)
+    assert status["phase"] == "Running"
+
+
+# --- ephemeral containers ----------------------------------------------------------------------
+
+def test_ephemeral_container_statuses():
+    pod = make_pod(("a",), ephemeral=("debug", "later"))
+    status = generate(pod, runtime(ctr("a"), ctr("debug")), waiting_reasons={"later": ("ErrImagePull", "no")})
+    debug, later = status["ephemeralContainerStatuses"]
+    assert (debug["name"], "running" in debug["state"], debug["ready"]) == ("debug", True, False)
+    assert later["state"] == {"waiting": {"reason": "ErrImagePull", "message": "no"}}
+    assert conditions(status)["Ready"][0] == "True"  # ephemeral containers never count for readiness
+
+
+def test_exited_ephemeral_container_stays_terminated():
+    pod = make_pod(("a",), ephemeral=("debug",))
+    status = generate(pod, runtime(ctr("a"), ctr("debug", EXITED, 0)),
+                      waiting_reasons={"debug": ("CrashLoopBackOff", "stale")})
+    assert status["ephemeralContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    assert "ephemeralContainerStatuses" not in generate(make_pod(("a",)), runtime(ctr("a")))
 
 
 # --- transitions and memory of the previous status ---------------------------------------------

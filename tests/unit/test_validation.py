@@ -176,6 +176,41 @@ def test_sidecar_init_container_may_have_probes():
     assert validate_pod(pod) == []
 
 
+def ephemeral_pod(**fields):
+    pod = valid_pod()
+    target = pod["spec"]["containers"][0]["name"]
+    pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox:1", "imagePullPolicy": "IfNotPresent",
+                                           "terminationMessagePolicy": "File", "targetContainerName": target,
+                                           "stdin": True, "tty": True, **fields}]
+    return pod
+
+
+def test_ephemeral_container_is_valid():
+    assert validate_pod(ephemeral_pod()) == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "path", "fragment"),
+    [
+        ({"ports": [{"containerPort": 80, "protocol": "TCP"}]}, "spec.ephemeralContainers[0].ports", "ephemeral"),
+        ({"readinessProbe": {"exec": {"command": ["true"]}}}, "spec.ephemeralContainers[0].readinessProbe",
+         "ephemeral"),
+        ({"resources": {"limits": {"cpu": "1"}}}, "spec.ephemeralContainers[0].resources", "ephemeral"),
+        ({"targetContainerName": "nope"}, "spec.ephemeralContainers[0].targetContainerName", "'nope'"),
+        ({"image": ""}, "spec.ephemeralContainers[0].image", "required"),
+    ],
+)
+def test_ephemeral_container_problems(fields, path, fragment):
+    problems = validate_pod(ephemeral_pod(**fields))
+    assert any(p == path and fragment in message for p, message in problems), problems
+
+
+def test_ephemeral_container_name_must_be_unique():
+    pod = ephemeral_pod()
+    pod["spec"]["ephemeralContainers"][0]["name"] = pod["spec"]["containers"][0]["name"]
+    assert any(p == "spec.ephemeralContainers[0].name" and "duplicate" in m for p, m in validate_pod(pod))
+
+
 @pytest.mark.parametrize(
     ("check", "value", "ok"),
     [
