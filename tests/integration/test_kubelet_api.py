@@ -371,3 +371,57 @@ def test_pods_and_healthz(sleeper):
     assert f"sleeper-{NODE}" in [p["metadata"]["name"] for p in pods["items"]]
     verbose = sleeper.get("/healthz?verbose")
     assert verbose.status_code == 200 and "[+]runtime ok" in verbose.text
+
+
+# -- ephemeral containers (kubectl debug) -----------------------------------------------------------------
+
+def add_ephemeral_container(api: ApiServerDouble, pod: str, container: dict) -> dict:
+    """What `kubectl debug` does: write the pod's ephemeral containers through the subresource."""
+    current = httpx.get(f"{api.url}/api/v1/namespaces/default/pods/{pod}/ephemeralcontainers").json()
+    current["spec"].setdefault("ephemeralContainers", []).append(container)
+    reply = httpx.put(f"{api.url}/api/v1/namespaces/default/pods/{pod}/ephemeralcontainers", json=current)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def ephemeral_status(api: ApiServerDouble, pod: str, name: str) -> dict:
+    statuses = (api.get("pods", pod, "default").get("status") or {}).get("ephemeralContainerStatuses") or []
+    return next((s for s in statuses if s["name"] == name), {})
+
+
+def test_ephemeral_container_joins_its_target_and_is_attached_to(kubelet_api):
+    from tests.integration.test_cluster import api_pod, running_in_api
+
+    api = kubelet_api.api
+    api.create("pods", api_pod("target", "exec sleep 3600"))
+    wait_for(lambda: running_in_api(api, "target"), 60, what="target Running in the API")
+    add_ephemeral_container(api, "target", {
+        "name": "debugger", "image": "docker.io/library/busybox:local", "imagePullPolicy": "Never",
+        "command": ["sh"], "stdin": True, "targetContainerName": "main",
+        "terminationMessagePolicy": "File"})
+    status = wait_for(lambda: "running" in (s := ephemeral_status(api, "target", "debugger")).get("state", {}) and s,
+                      60, what="the ephemeral container running")
+    assert status["containerID"].startswith("containerd://") and status["ready"] is False
+
+    # Its shell reads what the attached client sends; it sees the target's processes (PID 1 is its sleep).
+    session = kubelet_api.ws("/attach/default/target/debugger?input=1&output=1&error=1")
+    session.send(0, b"tr '\\0' ' ' < /proc/1/cmdline; echo; echo done\n")
+    got = b""
+    while b"done" not in got:
+        message = session.recv()
+        assert message is not None, got
+        if message[0] == 1:
+            got += message[1]
+    assert b"sleep 3600" in got, got
+    session.send(0, b"exit 7\n")
+    session.close()
+
+    # It ends and stays ended: an ephemeral container is never restarted; its output is in its logs.
+    ended = wait_for(lambda: "terminated" in (s := ephemeral_status(api, "target", "debugger")).get("state", {})
+                     and s, 60, what="the ephemeral container terminated")
+    assert (ended["state"]["terminated"]["exitCode"], ended["restartCount"]) == (7, 0)
+    logs = kubelet_api.get("/containerLogs/default/target/debugger")
+    assert logs.status_code == 200 and "sleep 3600" in logs.text
+    time.sleep(2)  # several syncs
+    assert ephemeral_status(api, "target", "debugger")["restartCount"] == 0
+    assert "running" in next(s for s in api.get("pods", "target", "default")["status"]["containerStatuses"])["state"]

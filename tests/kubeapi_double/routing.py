@@ -25,7 +25,8 @@ class Route:
 
 
 def parse_route(path: str) -> Route | None:
-    """`/api/v1[/namespaces/NS]/PLURAL[/NAME[/status]]` and the same under `/apis/GROUP/VERSION`."""
+    """`/api/v1[/namespaces/NS]/PLURAL[/NAME[/status]]` (pods also `/ephemeralcontainers`) and the same under
+    `/apis/GROUP/VERSION`."""
     parts = [p for p in path.split("/") if p]
     if parts[:2] == ["api", "v1"]:
         api_version, rest = "v1", parts[2:]
@@ -45,7 +46,8 @@ def parse_route(path: str) -> Route | None:
         return None
     name = rest[1] if len(rest) > 1 else None
     subresource = rest[2] if len(rest) > 2 else ""
-    if subresource and (subresource != "status" or not resource.has_status):
+    if subresource and not (subresource == "status" and resource.has_status
+                            or subresource == "ephemeralcontainers" and resource.plural == "pods"):
         return None
     if not resource.namespaced and namespace is not None:
         return None

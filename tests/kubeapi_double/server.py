@@ -21,8 +21,9 @@ import h11
 import orjson
 import yaml
 
+from tests.kubeapi_double import ephemeral
 from tests.kubeapi_double.admission import check_node_write
-from tests.kubeapi_double.patch import StrategicMergePanic
+from tests.kubeapi_double.patch import PatchError, StrategicMergePanic, json_merge, json_patch, strategic_merge
 from tests.kubeapi_double.routing import PATCH_TYPES, Route, decode_body, parse_route, reason_for, translate
 from tests.kubeapi_double.schema import SERVER_VERSION
 from tests.kubeapi_double.store import RESOURCES, Change, StatusError, Store, parse_field_selector, parse_label_selector
@@ -73,15 +74,18 @@ class ApiServerDouble:
         gone_as_http: bool = False,
         node_name: str | None = None,
         admin_token: str | None = None,
+        ephemeral_containers: str = ephemeral.POD_OBJECT,
     ):
         """`node_name`: requests over HTTP come from that node (user system:node:<name>), so the
         NodeRestriction admission plugin and the Node authorizer's write rules answer 403 as they would;
-        requests bearing `admin_token` come from a cluster admin instead."""
+        requests bearing `admin_token` come from a cluster admin instead. `ephemeral_containers` is the object
+        pods/ephemeralcontainers serves: "Pod" as from 1.22, or 1.20's alpha "EphemeralContainers"."""
         self.token = token
         self.node_name = node_name
         self.admin_token = admin_token
         self.bookmark_interval = bookmark_interval
         self.gone_as_http = gone_as_http
+        self.ephemeral_containers = ephemeral_containers
         self.port = 0
         # Reviews the kubelet API asks for: token -> (user, groups); a SubjectAccessReview spec -> allowed.
         self.token_users: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -403,6 +407,8 @@ class ApiServerDouble:
         if as_node is not None and method in WRITE_METHODS:
             obj = decode_body(body) if body and method in ("POST", "PUT") else None
             check_node_write(as_node, method, plural, route.namespace, route.name, route.subresource, obj, store.get)
+        if route.subresource == "ephemeralcontainers":
+            return 200, self._ephemeral_containers(method, route, headers, body)
         if route.name is None:
             if method == "GET":
                 items, rv = store.list(plural, route.namespace, query.get("fieldSelector", ""), query.get("labelSelector", ""))
@@ -426,6 +432,28 @@ class ApiServerDouble:
             if method == "DELETE" and not route.subresource:
                 return 200, store.delete(plural, route.namespace, route.name, decode_body(body) if body else None)
         raise StatusError(405, "MethodNotAllowed", f"{method} is not supported here")
+
+    def _ephemeral_containers(self, method: str, route: Route, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+        """pods/NAME/ephemeralcontainers: read, replace or patch the subresource's object (kubectl debug)."""
+        api = self.ephemeral_containers
+        pod = self._store.get("pods", route.namespace, route.name)
+        if method == "GET":
+            return ephemeral.view(pod, api)
+        if method == "PUT":
+            written = decode_body(body)
+        elif method == "PATCH":
+            content_type = headers.get("content-type", "").split(";")[0].strip()
+            if content_type not in PATCH_TYPES:
+                raise StatusError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {content_type}")
+            apply = {"strategic": strategic_merge, "merge": json_merge, "json": json_patch}[PATCH_TYPES[content_type]]
+            try:
+                written = apply(ephemeral.view(pod, api), decode_body(body))
+            except PatchError as e:
+                raise StatusError(422, "Invalid", f"the patch cannot be applied: {e}") from None
+        else:
+            raise StatusError(405, "MethodNotAllowed", f"{method} is not supported here")
+        stored = self._store.replace("pods", route.namespace, route.name, ephemeral.updated_pod(pod, written, api))
+        return ephemeral.view(stored, api)
 
     async def _serve_watch(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            route: Route, query: dict[str, str]) -> bool:
