@@ -129,7 +129,8 @@ def priority(pod: Pod) -> int:
 
 
 def pod_request(pod: Pod, resource: str) -> int:
-    """The pod's request: its containers' sum or its largest init container, whichever is more."""
+    """The pod's request as the kubelet's PodRequests: its containers' and sidecars' sum, or the largest init
+    container plus the sidecars started before it, whichever is more."""
     def request(container: dict) -> int:
         try:
             amount = effective_request(container, resource)
@@ -137,9 +138,16 @@ def pod_request(pod: Pod, resource: str) -> int:
             return 0
         return to_int_ceil(amount) if amount is not None else 0
 
-    regular = sum(request(c) for c in podutil.containers(pod))
-    init = max((request(c) for c in podutil.init_containers(pod)), default=0)
-    return max(regular, init)
+    total = sum(request(c) for c in podutil.containers(pod))
+    sidecars = init_peak = 0
+    for container in podutil.init_containers(pod):
+        if podutil.is_sidecar(container):
+            sidecars += request(container)
+            total += request(container)
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + request(container))
+    return max(total, init_peak)
 
 
 def _usage_of(resource: str, usage: PodUsage | None) -> int | None:

@@ -108,3 +108,35 @@ def test_sidecar_restarts_on_exit_under_never_and_counts_for_readiness(agent, tm
                    .get("Ready") == "True" and p, 60, interval=0.5, what="Ready once the sidecar is")
     assert init_state(pod, "flaky")["ready"] is True
     assert container_state(pod, "main")["restartCount"] == 0
+
+
+def test_api_pod_with_a_sidecar_succeeds_like_a_job(tmp_path, containerd):
+    """1.20 drops restartPolicy from init containers, so the API path runs against the double (a current
+    server's behaviour): the sidecar runs beside the app, shows started and ready, and the pod Succeeds."""
+    from tests.integration.test_cluster import NODE, api_pod, cluster_agent
+    from tests.kubeapi_double import ApiServerDouble
+
+    with ApiServerDouble(bookmark_interval=0.5, node_name=NODE) as api:
+        agent = cluster_agent(tmp_path, containerd.endpoint, api)
+        agent.start()
+        try:
+            job_pod = api_pod("job", "sleep 2; exit 0")
+            job_pod["spec"]["restartPolicy"] = "Never"
+            job_pod["spec"]["initContainers"] = [{
+                "name": "proxy", "image": IMAGE, "imagePullPolicy": "Never", "restartPolicy": "Always",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]}]
+            api.create("pods", job_pod)
+
+            def api_pod_now():
+                return api.get("pods", "job", "default")
+
+            running = wait_for(lambda: (p := api_pod_now()) and init_state(p, "proxy").get("started") and p, 60,
+                               interval=0.2, what="the sidecar started in the API status")
+            assert init_state(running, "proxy")["ready"] is True
+            done = wait_for(lambda: (p := api_pod_now()) and p["status"].get("phase") in ("Succeeded", "Failed") and p,
+                            60, interval=0.3, what="a terminal phase in the API")
+            assert done["status"]["phase"] == "Succeeded", done["status"]
+            assert init_state(done, "proxy")["state"]["terminated"]["exitCode"] == 0
+            assert container_state(done, "main")["state"]["terminated"]["exitCode"] == 0
+        finally:
+            agent.stop()

@@ -187,6 +187,19 @@ def test_pod_request_takes_the_larger_of_containers_and_init():
     assert policy.pod_request(pod, "memory") == Gi
 
 
+@pytest.mark.parametrize("init, expected", [
+    ([("sidecar", "100Mi", True)], 164 * Mi),  # a sidecar runs beside the app: the sum
+    ([("sidecar", "100Mi", True), ("setup", "80Mi", False)], 180 * Mi),  # setup runs beside the sidecar
+    ([("setup", "80Mi", False), ("sidecar", "100Mi", True)], 164 * Mi),  # setup ran before it
+])
+def test_pod_request_with_sidecars(init, expected):
+    pod = make_pod("p", memory_request="64Mi")
+    pod["spec"]["initContainers"] = [
+        {"name": name, "image": "b", "resources": {"requests": {"memory": memory}},
+         **({"restartPolicy": "Always"} if sidecar else {})} for name, memory, sidecar in init]
+    assert policy.pod_request(pod, "memory") == expected
+
+
 # -- messages and status -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, binary, text", [
