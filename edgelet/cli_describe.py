@@ -243,9 +243,10 @@ def describe_pod(pod: Mapping[str, Any], events: list[Mapping[str, Any]], now: f
     ips = [entry.get("ip", "") for entry in status.get("podIPs") or []]
     lines += ["IPs:", *(f"  IP:\t{ip}" for ip in ips)] if ips else ["IPs:\t<none>"]
     for title, spec_key, status_key in (("Init Containers", "initContainers", "initContainerStatuses"),
-                                        ("Containers", "containers", "containerStatuses")):
+                                        ("Containers", "containers", "containerStatuses"),
+                                        ("Ephemeral Containers", "ephemeralContainers", "ephemeralContainerStatuses")):
         containers = spec.get(spec_key) or []
-        if not containers and spec_key == "initContainers":
+        if not containers and spec_key != "containers":
             continue
         statuses = {s.get("name"): s for s in status.get(status_key) or []}
         lines.append(f"{title}:")

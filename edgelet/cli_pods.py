@@ -156,9 +156,13 @@ def format_pod_table(pods: list[Pod], *, wide: bool, now: float, namespaces: boo
     for pod in pods:
         status, spec = pod.get("status") or {}, pod.get("spec") or {}
         statuses = status.get("containerStatuses") or []
-        ready = sum(1 for s in statuses if s.get("ready"))
-        total = len(spec.get("containers") or statuses)
-        restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
+        # As kubectl counts them: sidecars are among the containers that should be ready; every restart counts.
+        sidecars = {c.get("name") for c in spec.get("initContainers") or [] if podutil.is_sidecar(c)}
+        init_statuses = status.get("initContainerStatuses") or []
+        ready = sum(1 for s in statuses if s.get("ready")) + sum(
+            1 for s in init_statuses if s.get("name") in sidecars and s.get("ready"))
+        total = len(spec.get("containers") or statuses) + len(sidecars)
+        restarts = sum(int(s.get("restartCount") or 0) for s in [*statuses, *init_statuses])
         row = ([podutil.namespace(pod)] if namespaces else []) + [
             podutil.name(pod), f"{ready}/{total}", display_status(pod), str(restarts),
             _age(status.get("startTime"), now),

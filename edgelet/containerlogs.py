@@ -274,7 +274,8 @@ class _InstanceWatch:
 def instance_ended(pod: dict, container: str, restart: int) -> bool:
     """From the pod's status: the container instance `restart` has terminated (or a later one exists)."""
     status = pod.get("status") or {}
-    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+    keys = ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
+    for cs in [cs for key in keys for cs in status.get(key) or []]:
         if cs.get("name") != container:
             continue
         count, state = int(cs.get("restartCount") or 0), cs.get("state") or {}

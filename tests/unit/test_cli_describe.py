@@ -131,6 +131,16 @@ def test_describe_pod_variants(change, expected):
     assert expected in describe_pod(pod, [], NOW).splitlines()
 
 
+def test_describe_lists_ephemeral_containers_after_the_containers():
+    pod = {**POD, "spec": {**POD["spec"], "ephemeralContainers": [{"name": "debugger", "image": "busybox:1"}]},
+           "status": {**POD["status"], "ephemeralContainerStatuses": [
+               {"name": "debugger", "ready": False, "restartCount": 0, "state": {"running": {}}}]}}
+    lines = describe_pod(pod, [], NOW).splitlines()
+    assert lines.index("Ephemeral Containers:") > lines.index("Containers:")
+    assert "  debugger:" in lines
+    assert "Ephemeral Containers:" not in describe_pod(POD, [], NOW).splitlines()
+
+
 def test_describe_without_events_says_none():
     assert describe_pod(POD, [], NOW).endswith("\nEvents:          <none>\n")
 

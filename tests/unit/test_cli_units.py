@@ -102,6 +102,16 @@ def test_table_has_a_namespace_column_only_for_all_namespaces():
     assert wide.splitlines()[3].split()[:2] == ["kube-system", "agent"]
 
 
+def test_table_counts_sidecars_and_init_restarts_as_kubectl():
+    pod = _pod("job-n1")
+    pod["spec"]["initContainers"] = [{"name": "setup"}, {"name": "proxy", "restartPolicy": "Always"}]
+    pod["status"]["initContainerStatuses"] = [
+        {"name": "setup", "ready": True, "restartCount": 1, "state": {"terminated": {"exitCode": 0}}},
+        {"name": "proxy", "ready": True, "restartCount": 4, "state": {"running": {}}}]
+    row = format_pod_table([pod], wide=False, now=0, namespaces=False).splitlines()[1].split()
+    assert row[:4] == ["job-n1", "2/2", "Running", "7"]
+
+
 def test_printer_name_json_and_yaml():
     assert Printer("name", all_namespaces=False, single=False).render(PODS[:2], header=True) == \
         "pod/web-n1\npod/db-n1\n"
