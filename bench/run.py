@@ -435,6 +435,8 @@ def start_lines(results: Results, figures: dict[str, float]) -> list[str]:
 
 
 def _calls(calls: dict[str, float], per: float) -> str:
+    if not per:  # no relist in the window (container events drove the PLEG): the window's calls as they are
+        return "no relist; in the window: " + (", ".join(f"{op} {n:.0f}" for op, n in calls.items()) or "none")
     return ", ".join(f"{op} {n / per:.2f}" for op, n in sorted(calls.items(), key=lambda item: -item[1])) or "none"
 
 

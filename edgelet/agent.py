@@ -37,7 +37,10 @@ from .kuberuntime.gc import ContainerGC, GCPolicy
 from .kuberuntime.manager import Collaborators, RuntimeManager
 from .nodestatus.facts import default_ipv4_address, read_meminfo
 from .objectstore import ObjectStore
+from .cm.cgroups import node_allocatable
+from .cm.podcgroups import PodCgroups
 from .pleg import GenericPLEG
+from .quantity import cpu_quantity
 from .podconfig.config import PodConfig
 from .podmanager import PodManager
 from .podsync import PodSyncer
@@ -78,7 +81,11 @@ class Agent:
         self.node_name = config.node_name
         self.node_ip = node_ip_address()
         memory_total, _ = read_meminfo()
-        self.node_allocatable = {"cpu": str(os.cpu_count() or 1), "memory": str(memory_total)}
+        # Capacity less kube_reserved and system_reserved: the kubepods cgroup's limits, and what the downward API
+        # reports for a container without limits.
+        allocatable = node_allocatable(os.cpu_count() or 1, memory_total,
+                                       config.cgroups.kube_reserved, config.cgroups.system_reserved)
+        self.node_allocatable = {"cpu": cpu_quantity(allocatable.cpu_millis), "memory": str(allocatable.memory_bytes)}
         self.notifier = Notifier.from_env()
         self.recorder = EventRecorder(self.node_name, EventLog(event_log_dir(config.root_dir)))
         self._tasks = TaskGroup(on_crash=self._on_task_crash)
@@ -139,6 +146,7 @@ class Agent:
             sources_ready=self.pod_config.all_sources_ready, reserved=config.cpu.reserved,
             reconcile_period=config.cpu.reconcile_period,
         )
+        self.pod_cgroups = PodCgroups(config.cgroups, self.runtime, allocatable, active_pods=self.active_pods)
         self.runtime_manager = RuntimeManager(
             self.runtime,
             Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks,
@@ -151,6 +159,7 @@ class Agent:
             node_ip=self._node_ip,
             node_allocatable=self.node_allocatable,
             cpuset_for=self.cpu_manager.cpuset_for,
+            cgroup_parent=self.pod_cgroups.parent_for,
         )
         # The kubelet's probe result channel: the sync loop reads it and syncs the pod.
         self.probe_results: asyncio.Queue[str] = asyncio.Queue()
@@ -465,6 +474,8 @@ class Agent:
         self._tasks.start("container-gc", self.container_gc.run())
         self._tasks.start("eviction", self.eviction.run())
         self._tasks.start("cpu-manager", self.cpu_manager.run())
+        self._tasks.start("pod-cgroups", self.pod_cgroups.run(
+            lambda: set(self.pod_manager.uid_set()) | self.pleg.runtime_pod_uids()))
         self.notifier.ready()
         self.update_status_line()
 

@@ -23,7 +23,8 @@ from .kubeapi.client import ApiClient
 from .kubeapi.errors import Unauthorized
 from .kubeapi.objects import ObjectSyncer
 from .nodestatus.facts import gather_node_info
-from .nodestatus.setters import PressureThresholds
+from .cm.cgroups import reserved_total
+from .nodestatus.setters import PressureThresholds, Reserved
 from .objectstore import ObjectStore
 from .podconfig.cache import CachingHandle, PodCache
 from .podconfig.config import PodConfig
@@ -53,6 +54,12 @@ def pressure_thresholds(eviction: EvictionConfig) -> PressureThresholds:
     if pids is not None and pids.fraction is not None:
         limits["pid_available_fraction"] = pids.fraction
     return PressureThresholds(**limits)
+
+
+def reserved_for_pods(config: Config) -> Reserved:
+    """What [cgroups] kube_reserved and system_reserved keep from the node's allocatable."""
+    total = reserved_total(config.cgroups.kube_reserved, config.cgroups.system_reserved)
+    return Reserved(cpu_millis=total.cpu_millis, memory_bytes=total.memory_bytes)
 
 
 class ClusterConnection:
@@ -99,6 +106,7 @@ class ClusterConnection:
             runtime_version=runtime_version_provider,
             pressure=pressure_provider,
             thresholds=pressure_thresholds(config.eviction),
+            reserved=reserved_for_pods(config),
             max_pods=config.max_pods,
             daemon_port=config.kubelet_api.port,
         )

@@ -19,7 +19,7 @@ from .events.apisink import ApiEventSink
 from .kubeapi.client import ApiClient
 from .nodestatus.lease import LeaseController
 from .nodestatus.manager import NodeStatusManager
-from .nodestatus.setters import NodeInfo, PressureThresholds
+from .nodestatus.setters import NodeInfo, PressureThresholds, Reserved
 from .podconfig.apiserver import ApiServerSource
 from .podmanager import PodManager
 from .podutil import Pod
@@ -37,6 +37,7 @@ class NodeReport:
     runtime_version: Callable[[], str | Awaitable[str]]
     pressure: Callable[[], Mapping[str, bool]] | None = None
     thresholds: PressureThresholds = PressureThresholds()
+    reserved: Reserved = Reserved()
     max_pods: int = 110
     daemon_port: int = 0  # the kubelet API's port (0: none)
 
@@ -115,6 +116,7 @@ class ClusterApi:
             max_pods=report.max_pods,
             daemon_port=report.daemon_port,
             thresholds=report.thresholds,
+            reserved=report.reserved,
             rng=rng,
             recorder=recorder or NO_EVENTS,
         )

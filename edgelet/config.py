@@ -495,6 +495,32 @@ class CPUConfig:
         return parse_cpuset(self.reserved_cpus)
 
 
+def _reservable_error(name: str) -> str | None:
+    return None if name in ("cpu", "memory") else "only cpu and memory can be reserved"
+
+
+def _quantity_error(value: str) -> str | None:
+    try:
+        amount = parse_quantity(value)
+    except ValueError as exc:
+        return str(exc)
+    return "must not be negative" if amount < 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupsConfig:
+    """The kubelet's cgroup layout: --cgroup-driver (empty: the runtime's answer to RuntimeConfig, containerd >=
+    2.0, else cgroupfs), --cgroups-per-qos, --cgroup-root, --kube-reserved and --system-reserved (cpu, memory)."""
+
+    driver: str = setting("", _choice("", "cgroupfs", "systemd"))
+    per_qos: bool = setting(True, _boolean())
+    root: str = setting("/", _string(lambda value: None if value.startswith("/") else "must be an absolute path"))
+    kube_reserved: Mapping[str, str] = setting({}, _string_table(_reservable_error, _quantity_error),
+                                               factory=lambda: MappingProxyType({}))
+    system_reserved: Mapping[str, str] = setting({}, _string_table(_reservable_error, _quantity_error),
+                                                 factory=lambda: MappingProxyType({}))
+
+
 @dataclass(frozen=True, slots=True)
 class GCConfig:
     container_min_age: float = setting("0s", _duration(exclusive=False))
@@ -543,6 +569,7 @@ class Config:
     logs: LogsConfig = section(LogsConfig)
     eviction: EvictionConfig = section(EvictionConfig)
     cpu: CPUConfig = section(CPUConfig)
+    cgroups: CgroupsConfig = section(CgroupsConfig)
     gc: GCConfig = section(GCConfig)
     shutdown: ShutdownConfig = section(ShutdownConfig)
 

@@ -111,3 +111,8 @@ def format_bytes(count: int) -> str:
         if count % unit == 0:
             return f"{count // unit}{suffix}"
     return str(count)
+
+
+def cpu_quantity(millis: int) -> str:
+    """CPU millis as a Kubernetes quantity, whole cores without a suffix ("2", "1500m")."""
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"

@@ -11,7 +11,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Collection
+from typing import Awaitable, Callable, Collection
 
 from .. import metrics, podutil
 from ..backoff import Backoff
@@ -82,6 +82,7 @@ class RuntimeManager:
         node_ip: Callable[[], str] = lambda: "",
         node_allocatable: dict[str, str] | None = None,
         cpuset_for: Callable[[Pod, dict], str] = lambda pod, container: "",
+        cgroup_parent: Callable[[Pod, bool], Awaitable[str]] | None = None,
         hasher: Callable[[str, str], str] | None = None,
     ):
         self._runtime = runtime
@@ -98,6 +99,7 @@ class RuntimeManager:
         self._node_ip = node_ip
         self._node_allocatable = node_allocatable
         self._cpuset_for = cpuset_for
+        self._cgroup_parent = cgroup_parent
         self._start_gate = asyncio.Semaphore(MAX_PARALLEL_STARTS)
         self._failed_starts: set[str] = set()  # containers whose StartContainer failed in this agent
         if hasher is None:
@@ -145,13 +147,16 @@ class RuntimeManager:
 
         # Step 2: a new sandbox when needed.
         sandbox_id = actions.sandbox_id
+        create = actions.create_sandbox and self._needs_sandbox(actions)
+        if actions.create_sandbox and not create:
+            return result
+        # The pod cgroup is made (and limited) before the sandbox that lives in it, as the kubelet's SyncPod does.
+        cgroup_parent = await self._cgroup_parent(pod, create) if self._cgroup_parent is not None else ""
         sandbox_config = make_sandbox_config(
             pod, actions.attempt, logs_root=self._logs_root,
-            cluster_dns=self._cluster_dns, cluster_domain=self._cluster_domain,
+            cluster_dns=self._cluster_dns, cluster_domain=self._cluster_domain, cgroup_parent=cgroup_parent,
         )
-        if actions.create_sandbox:
-            if not self._needs_sandbox(actions):
-                return result
+        if create:
             await asyncio.to_thread(os.makedirs, sandbox_config.log_directory, mode=0o755, exist_ok=True)
             async with self._start_gate:
                 try:

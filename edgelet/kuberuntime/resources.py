@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .. import podutil
 from ..errors import PermanentError
@@ -218,19 +218,25 @@ def pod_memory_limit(pod: Pod) -> int | None:
     pod_level = ((podutil.spec(pod).get("resources") or {}).get("limits") or {}).get("memory")
     if pod_level is not None:
         return to_int_ceil(_amount(pod_level, "spec.resources.limits.memory"))
-    limits = {}
-    for container in podutil.all_containers(pod):
-        limit = container_quantity(container, "limits", "memory")
-        if limit is None:
-            return None
-        limits[id(container)] = to_int_ceil(limit)
-    sidecars = 0
-    init_peak = 0
+    total, every_container = pod_total(pod, lambda c: _int_or_none(container_quantity(c, "limits", "memory")))
+    return (total or None) if every_container else None
+
+
+def _int_or_none(value: Decimal | None) -> int | None:
+    return to_int_ceil(value) if value is not None else None
+
+
+def pod_total(pod: Pod, amount: Callable[[dict[str, Any]], int | None]) -> tuple[int, bool]:
+    """The pod's total of `amount(container)` as the kubelet's PodRequests/PodLimits add it up, and whether every
+    container has one (not None). Regular containers and sidecars run together; each other init container runs
+    with the sidecars started before it; the largest of those sums bounds the pod."""
+    values = {id(container): amount(container) for container in podutil.all_containers(pod)}
+    every_container = all(value is not None for value in values.values())
+    sidecars = init_peak = 0
     for container in podutil.init_containers(pod):
         if container.get("restartPolicy") == "Always":
-            sidecars += limits[id(container)]
+            sidecars += values[id(container)] or 0
         else:
-            init_peak = max(init_peak, sidecars + limits[id(container)])
-    regular = sum(limits[id(c)] for c in podutil.containers(pod)) + sidecars
-    total = max(regular, init_peak)
-    return total or None
+            init_peak = max(init_peak, sidecars + (values[id(container)] or 0))
+    regular = sum(values[id(c)] or 0 for c in podutil.containers(pod)) + sidecars
+    return max(regular, init_peak), every_container

@@ -87,6 +87,7 @@ def make_sandbox_config(
     logs_root: str,
     cluster_dns: list[str] = (),
     cluster_domain: str = "cluster.local",
+    cgroup_parent: str = "",
 ) -> pb.PodSandboxConfig:
     spec = podutil.spec(pod)
     host_network = podutil.host_network(pod)
@@ -112,6 +113,7 @@ def make_sandbox_config(
         labels=sandbox_labels(pod),
         annotations={k: str(v) for k, v in podutil.annotations(pod).items()},
         linux=pb.LinuxPodSandboxConfig(
+            cgroup_parent=cgroup_parent,
             security_context=pb.LinuxSandboxSecurityContext(namespace_options=namespace_options),
             sysctls={
                 s["name"]: str(s.get("value", ""))

@@ -22,6 +22,7 @@ from edgelet.nodestatus.setters import (
     Health,
     NodeInfo,
     PressureThresholds,
+    Reserved,
     StatusInputs,
     compute_status,
     initial_node,
@@ -55,6 +56,7 @@ class NodeStatusManager:
         max_pods: int = 110,
         daemon_port: int = 0,
         thresholds: PressureThresholds = PressureThresholds(),
+        reserved: Reserved = Reserved(),
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -78,6 +80,7 @@ class NodeStatusManager:
         self._max_pods = max_pods
         self._daemon_port = daemon_port
         self._thresholds = thresholds
+        self._reserved = reserved
         self._clock = clock
         self._rng = rng or random.Random()
         self._sleep = sleep
@@ -204,6 +207,7 @@ class NodeStatusManager:
             node_labels=self._node_labels,
             max_pods=self._max_pods,
             thresholds=self._thresholds,
+            reserved=self._reserved,
             pressure=pressure,
             daemon_port=self._daemon_port,
         )

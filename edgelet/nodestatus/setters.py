@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 
 from edgelet import KUBELET_COMPAT_VERSION, __version__
 from edgelet.kubetime import format_time
+from edgelet.quantity import cpu_quantity
 
 KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}-edgelet.{__version__}"  # the suffix says who actually runs
 
@@ -56,6 +57,14 @@ class PressureThresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class Reserved:
+    """What kube_reserved and system_reserved keep from the pods together ([cgroups])."""
+
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class StatusInputs:
     facts: NodeInfo
     now: float  # seconds since the epoch
@@ -65,6 +74,7 @@ class StatusInputs:
     node_labels: Mapping[str, str] = field(default_factory=dict)
     max_pods: int = 110
     thresholds: PressureThresholds = PressureThresholds()
+    reserved: Reserved = Reserved()
     pressure: Mapping[str, bool] | None = None  # {"memory", "disk", "pid"} from an eviction manager
     daemon_port: int = 0
 
@@ -92,7 +102,8 @@ def set_labels(node: Node, inputs: StatusInputs) -> None:
 
 
 def set_capacity(node: Node, inputs: StatusInputs) -> None:
-    """Capacity from the machine; allocatable minus the hard-eviction reserves, as the kubelet does."""
+    """Capacity from the machine; allocatable = capacity - kube/system reserved - the hard-eviction reserves, as
+    the kubelet's GetNodeAllocatableAbsolute and its eviction thresholds make it."""
     facts = inputs.facts
     status = node.setdefault("status", {})
     status["capacity"] = {
@@ -101,10 +112,11 @@ def set_capacity(node: Node, inputs: StatusInputs) -> None:
         "ephemeral-storage": f"{facts.fs_capacity_bytes // 1024}Ki",
         "pods": str(inputs.max_pods),
     }
-    memory = max(facts.memory_bytes - inputs.thresholds.memory_available_bytes, 0)
+    reserved = inputs.reserved
+    memory = max(facts.memory_bytes - reserved.memory_bytes - inputs.thresholds.memory_available_bytes, 0)
     storage = max(int(facts.fs_capacity_bytes * (1 - inputs.thresholds.nodefs_available_fraction)), 0)
     status["allocatable"] = {
-        "cpu": str(facts.cpu_count),
+        "cpu": cpu_quantity(max(facts.cpu_count * 1000 - reserved.cpu_millis, 0)),
         "memory": f"{memory // 1024}Ki",
         "ephemeral-storage": str(storage),
         "pods": str(inputs.max_pods),

@@ -22,7 +22,7 @@ PARSER_MODULES = (
     "edgelet.podutil",
     "edgelet.quantity",
 )
-PARSER_DIGEST = "sha256:487ac2147706f292fe493b72059957a132d1e9fb6a1d2c0bcc84f71b1788851a"
+PARSER_DIGEST = "sha256:7662d3681986358c8f0b9202cf8ec6acc9e4519a34d55049b6719f73777b6632"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

@@ -83,3 +83,20 @@ def test_write_counter_counts_renames_onto_files_but_not_temporary_ones(tmp_path
         assert counter.total == 3 and counter.names == {"a.ckpt": 2, "agent.json": 1}
     finally:
         counter.close()
+
+
+def test_parse_scrape_reads_the_pleg_mode():
+    assert not parse_scrape(agent_metrics()).pleg_evented
+    assert parse_scrape(agent_metrics() + "edgelet_pleg_evented 1\n").pleg_evented
+    assert not parse_scrape(agent_metrics() + "edgelet_pleg_evented 0\n").pleg_evented
+
+
+def test_the_bench_line_names_runtime_and_pleg_mode_and_the_goals_follow_the_mode():
+    from bench.run import EVENTED_GOALS, GOALS, Results, bench_line
+
+    figures = Results().bench_figures()
+    line = bench_line(figures, "containerd 2.1.9", "evented")
+    assert line.startswith("BENCH runtime=containerd-2.1.9 pleg=evented ")
+    assert Results(pleg_mode="evented").goals() is EVENTED_GOALS
+    assert Results(pleg_mode="generic").goals() is GOALS
+    assert EVENTED_GOALS["idle_cpu_110_pct"] == (0.2, "max")

@@ -1,0 +1,98 @@
+"""Pod cgroups on the real runtime and this machine's cgroupfs: a pod's container lives under
+<root>/kubepods/burstable/pod<uid>, whose memory and CPU limits are the pod's, and the pod's cgroup goes with it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.integration.agent_harness import AgentProcess, is_running, wait_for
+from tests.integration.test_agent import runtime_objects
+
+pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+CGROUP_FS = Path("/sys/fs/cgroup")
+V1 = not (CGROUP_FS / "cgroup.controllers").exists()
+
+LIMITED_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: limited
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: docker.io/library/busybox:local
+      imagePullPolicy: Never
+      command: ["sleep", "3600"]
+      resources:
+        requests: {cpu: 100m, memory: 32Mi}
+        limits: {cpu: 500m, memory: 64Mi}
+"""
+
+
+def controller_dir(controller: str, cgroup: str) -> Path:
+    return (CGROUP_FS / controller if V1 else CGROUP_FS) / cgroup.lstrip("/")
+
+
+def remove_tree(root: str) -> None:
+    """The test's own cgroup root, deepest first (cgroupfs removes a directory's control files with it)."""
+    for controller in ("cpu", "memory", "pids", "cpuset", "cpuacct", "blkio", "devices", "freezer", "hugetlb",
+                       "net_cls", "perf_event", "systemd", "") if V1 else ("",):
+        top = controller_dir(controller, root) if controller else CGROUP_FS / root.lstrip("/")
+        if not top.is_dir():
+            continue
+        for directory, _, _ in sorted(os.walk(top), key=lambda entry: -entry[0].count("/")):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def cgroup_root():
+    root = f"/edgelet-test-{uuid.uuid4().hex[:8]}"
+    yield root
+    remove_tree(root)
+
+
+def test_a_pod_runs_in_its_cgroup_under_the_qos_tree_with_its_limits(tmp_path, containerd, cgroup_root):
+    agent = AgentProcess(tmp_path, containerd.endpoint, extra_toml=f'\n[cgroups]\nroot = "{cgroup_root}"\n')
+    agent.start()
+    try:
+        agent.write_manifest("limited.yaml", LIMITED_POD)
+        wait_for(lambda: is_running(agent.pod("limited")), timeout=60, what="the pod running")
+        burstable = f"{cgroup_root}/kubepods/burstable"
+        (pod_dir,) = [entry.name for entry in controller_dir("memory", burstable).iterdir()
+                      if entry.is_dir() and entry.name.startswith("pod")]
+        pod_cgroup = f"{burstable}/{pod_dir}"
+        _, containers = runtime_objects(containerd.endpoint, pod_dir[len("pod"):])
+        (container,) = [c for c in containers if c.metadata.name == "main"]
+
+        # The container's own cgroup is inside the pod's, and the container's processes are in it.
+        procs = controller_dir("memory", f"{pod_cgroup}/{container.id}") / "cgroup.procs"
+        assert procs.read_text().split(), f"no process in {procs}"
+        if V1:
+            assert controller_dir("memory", pod_cgroup).joinpath("memory.limit_in_bytes").read_text().strip() \
+                == str(64 * 2**20)
+            assert controller_dir("cpu", pod_cgroup).joinpath("cpu.cfs_quota_us").read_text().strip() == "50000"
+            assert controller_dir("cpu", pod_cgroup).joinpath("cpu.shares").read_text().strip() == "102"
+            assert controller_dir("cpu", f"{cgroup_root}/kubepods/besteffort").joinpath("cpu.shares") \
+                .read_text().strip() == "2"
+            kubepods_limit = int(controller_dir("memory", f"{cgroup_root}/kubepods")
+                                 .joinpath("memory.limit_in_bytes").read_text())
+            assert 0 < kubepods_limit < 2**62  # node allocatable, not the kernel's "unlimited"
+        else:
+            assert controller_dir("", pod_cgroup).joinpath("memory.max").read_text().strip() == str(64 * 2**20)
+
+        # Removed with its pod, at housekeeping.
+        (agent.manifest_dir / "limited.yaml").unlink()
+        wait_for(lambda: not controller_dir("memory", pod_cgroup).exists(), timeout=90,
+                 what="the pod cgroup removed")
+    finally:
+        agent.stop()
