@@ -437,6 +437,8 @@ class Agent:
                   "syncloop": self._loop_health, "tasks": self._tasks.health}
         if self.cluster is not None:
             checks["apisync"] = self.cluster.health
+            if self.cluster.tunnel is not None:
+                checks["tunnel"] = self.cluster.tunnel.health
         return checks
 
     def _loop_health(self) -> tuple[bool, str]:

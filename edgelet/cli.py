@@ -277,9 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-q", "--quiet", action="store_true", help="print nothing; only the exit code tells")
     check.set_defaults(func=cmd_check_config)
 
-    describe = sub.add_parser("describe", help="show a pod in detail with its recent events, as kubectl describe")
-    describe.add_argument("kind", choices=["pod", "pods", "po"], help="what to describe (pods only)")
-    describe.add_argument("name", help="the pod's name (a static pod also without its -NODE suffix)")
+    describe = sub.add_parser("describe", help="show a pod or the node in detail with recent events, as kubectl describe")
+    describe.add_argument("kind", choices=["pod", "pods", "po", "node", "nodes", "no"], help="what to describe")
+    describe.add_argument("name", nargs="?", default="",
+                          help="the pod's name (a static pod also without its -NODE suffix); for node, optional")
     describe.add_argument("-n", "--namespace", default="default", help="the pod's namespace (default: default)")
     describe.add_argument("--config", default=default_config_path(), help="the agent's config file")
     describe.set_defaults(func=cmd_describe)

@@ -266,6 +266,28 @@ def describe_pod(pod: Mapping[str, Any], events: list[Mapping[str, Any]], now: f
 
 # -- get events -------------------------------------------------------------------------------------
 
+def describe_node(node_name: str, tunnel: Mapping[str, Any] | None, events: list[Mapping[str, Any]], now: float) -> str:
+    """`edgelet describe node`: what the node knows of itself offline, its konnectivity tunnel included (as
+    the agent last recorded it under root_dir/state)."""
+    lines = [f"Name:\t{node_name}"]
+    if tunnel is None:
+        lines.append("Tunnel:\t<none>")
+    else:
+        lines += ["Tunnel:", *_fields("  ", ("Agent ID", tunnel.get("agentID")),
+                                      ("Agent Identifiers", tunnel.get("agentIdentifiers")),
+                                      ("Server Count", tunnel.get("serverCount") or "<unknown>"),
+                                      ("Connections", tunnel.get("connections", 0)),
+                                      ("Dials Refused", tunnel.get("dialsRefused", 0))), "  Streams:"]
+        lines.append("    Address\tServer ID\tConnected\tLast Error")
+        for stream in tunnel.get("streams") or []:
+            since = stream.get("connectedSince") or 0
+            connected = human_duration(now - since) if since else "no"
+            lines.append(f"    {stream.get('address', '')}\t{stream.get('serverID') or '<none>'}\t{connected}\t"
+                         f"{stream.get('lastError') or '<none>'}")
+    lines += event_rows_for_describe(events, now)
+    return tabwrite("\n".join(lines) + "\n")
+
+
 def sort_events(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """By last time seen, oldest first (ties keep the log's order)."""
     return sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("firstTimestamp") or "")
@@ -329,8 +351,21 @@ def _read(config) -> tuple[list[dict], list[dict]]:
 
 
 def describe_command(config, args: argparse.Namespace) -> int:
-    """`edgelet describe pod NAME` (its flags are defined with the other commands' in edgelet.cli)."""
+    """`edgelet describe pod NAME` or `node` (its flags are defined with the other commands' in edgelet.cli)."""
     pods, events = _read(config)
+    if args.kind in ("node", "nodes", "no"):
+        from .tunnel.wiring import read_state
+
+        if args.name and args.name != config.node_name:
+            print(f'edgelet: this is node "{config.node_name}", not "{args.name}"', file=sys.stderr)
+            return EXIT_FAILURE
+        node_events = select_events(events, namespace=None, for_object=f"node/{config.node_name}",
+                                    node_name=config.node_name)
+        sys.stdout.write(describe_node(config.node_name, read_state(config.state_dir), node_events, time.time()))
+        return EXIT_OK
+    if not args.name:
+        print("edgelet: describe pod needs the pod's NAME", file=sys.stderr)
+        return EXIT_FAILURE
     pod = find_pod(pods, args.namespace, args.name, config.node_name)
     if pod is None:
         print(f'edgelet: pod "{args.name}" not found in namespace "{args.namespace}"', file=sys.stderr)

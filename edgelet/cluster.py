@@ -116,6 +116,12 @@ class ClusterConnection:
         self.node_status = self.api.node_status
         self.status = self.api.status
         self.source = self.api.source
+        self.tunnel = None
+        if cluster.tunnel is not None:
+            from .tunnel.wiring import build_tunnel
+
+            self.tunnel = build_tunnel(config, node_ip=node_ip, connection=self)
+            self.api.when_link_back(self.tunnel.reconnect_now)
 
     def start(self, tasks: TaskGroup) -> None:
         """Restores the cached ConfigMaps, Secrets and pods (before anything connects), then starts the tasks."""
@@ -134,6 +140,8 @@ class ClusterConnection:
         self._api_tasks_started = True
         tasks.start("cluster:objects", self.objects.run())
         self.api.start(tasks, "cluster")
+        if self.tunnel is not None:
+            tasks.start("cluster:tunnel", self.tunnel.run())
         for callback in self._on_joined:
             callback()
         self._on_joined.clear()

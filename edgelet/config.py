@@ -367,6 +367,33 @@ def _secret(check: Callable[[str], str | None]) -> _Kind:
     return dataclasses.replace(_string(check), write=lambda value: "<redacted>" if value else "")
 
 
+def _host_port_error(value: str) -> str | None:
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535 or (host.startswith("[") != host.endswith("]")):
+        return f'must be "host:port" (like "10.0.0.1:8132" or "[fd00::1]:8132"), got {value!r}'
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class TunnelConfig:
+    """konnectivity: the node dials out to konnectivity-server's agent port(s) and the API server reaches the
+    kubelet API through those streams (devices behind NAT or a firewall). An empty ca_file means the cluster CA."""
+
+    servers: tuple[str, ...] = setting([], _string_list(_host_port_error))
+    ca_file: str = setting("", _path())
+    # Destinations beyond the node's own kubelet API that the API server may dial through the tunnel.
+    allowed_destinations: tuple[str, ...] = setting([], _string_list(_host_port_error))
+    max_connections: int = setting(64, _integer(1, 10_000))
+    # Bytes queued towards one local connection before the stream is made to wait (back-pressure).
+    connection_buffer: int = setting("256Ki", _size(4096))
+    # The kubelet's --streaming-connection-idle-timeout: a connection with no bytes either way this long is closed.
+    idle_timeout: float = setting("4h", _duration())
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        if not self.servers:
+            yield "servers", 'needs at least one konnectivity-server agent address, like ["10.0.0.1:8132"]'
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
     """How to reach the API server: a kubeconfig, or a bootstrap token join (server + CA + token)."""
@@ -383,6 +410,7 @@ class ClusterConfig:
     status_resync: float = setting("10s", _duration())
     node_labels: Mapping[str, str] = setting({}, _string_table(qualified_name_error, label_value_error),
                                              factory=lambda: MappingProxyType({}))
+    tunnel: TunnelConfig | None = field(default=None, metadata={"section": TunnelConfig, "optional": True})
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if self.kubeconfig and self.bootstrap_token:
@@ -615,6 +643,8 @@ class Config:
     def problems(self) -> Iterator[tuple[str, str]]:
         if problem := dns1123_subdomain_error(self.node_name):
             yield "node_name", f"{problem}; the default is the lower-cased host name, set node_name explicitly"
+        if self.cluster is not None and self.cluster.tunnel is not None and not self.kubelet_api.address:
+            yield "cluster.tunnel", "carries the kubelet API, which [kubelet_api] address = \"\" disables"
 
     def derived_paths(self) -> dict[str, str]:
         return {name: getattr(self, name) for name in ("pods_dir", "logs_dir", "state_dir", "cache_dir", "images_dir")}

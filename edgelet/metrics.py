@@ -374,6 +374,35 @@ events_dropped = Counter(
     registry=REGISTRY,
 )
 
+tunnel_streams = Gauge(
+    "edgelet_tunnel_streams",
+    "konnectivity Connect streams open (one per konnectivity-server instance).",
+    registry=REGISTRY,
+)
+tunnel_connections = Gauge(
+    "edgelet_tunnel_connections",
+    "Connections spliced through the konnectivity tunnel, open now.",
+    registry=REGISTRY,
+)
+tunnel_dials = Counter(
+    "edgelet_tunnel_dials",
+    "Dials through the konnectivity tunnel that reached a permitted destination, by result: spliced, failed.",
+    ["result"],
+    registry=REGISTRY,
+)
+tunnel_dials_refused = Counter(
+    "edgelet_tunnel_dials_refused",
+    "Dials through the konnectivity tunnel refused, by reason: destination (not permitted), limit (max_connections).",
+    ["reason"],
+    registry=REGISTRY,
+)
+tunnel_bytes = Counter(
+    "edgelet_tunnel_bytes",
+    "Bytes spliced through the konnectivity tunnel, by direction: to_server, from_server.",
+    ["direction"],
+    registry=REGISTRY,
+)
+
 
 def exposition() -> bytes:
     """The current value of every metric of the agent in the Prometheus text format, for /metrics."""

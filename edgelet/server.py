@@ -413,15 +413,18 @@ class OpsServer(HttpServer):
             return partial(self._healthz, query)
         check = path.removeprefix("/healthz/")
         if check != path and check in self._health_checks:
-            return partial(self._healthz_one, check)
+            return partial(self._healthz_one, check, "verbose" in query)
         return None
 
     def _healthz(self, query: Mapping[str, list[str]]) -> Reply:
         return healthz_reply(run_health_checks(self._health_checks, query), verbose="verbose" in query)
 
-    def _healthz_one(self, check: str) -> Reply:
+    def _healthz_one(self, check: str, verbose: bool = False) -> Reply:
+        """`/healthz/<check>`: "ok", or with `?verbose` what the check saw ("ok: 2/2 konnectivity streams ...")."""
         ok, reason = _run_check(self._health_checks[check])
-        return Reply(200, b"ok") if ok else error_reply(500, f"internal server error: {reason}")
+        if ok:
+            return Reply(200, f"ok: {reason}\n".encode()) if verbose and reason else Reply(200, b"ok")
+        return error_reply(500, f"internal server error: {reason}")
 
     def _metrics(self) -> Reply:
         return Reply(200, self._registry.exposition(), METRICS_CONTENT_TYPE)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the Python modules of edgelet's .proto files: the CRI subset (edgelet/cri/runtime_v1.proto,
 # messages and gRPC stubs) and the gRPC health protocol subset the grpc probe calls
-# (edgelet/prober/health_v1.proto, messages only).
+# (edgelet/prober/health_v1.proto, messages only) and the konnectivity agent protocol subset
+# (edgelet/tunnel/konnectivity.proto, messages and gRPC stubs).
 #
 # Usage: hack/gen-proto.sh [--check]
 #   --check   generate into a temporary directory and fail if the committed files differ.
@@ -34,17 +35,24 @@ generate() {
 
 generate edgelet/cri runtime_v1.proto 1
 generate edgelet/prober health_v1.proto 0
+generate edgelet/tunnel konnectivity.proto 1
 
-# protoc writes a top-level import; inside the package the stub must import its sibling.
-sed -i 's/^import runtime_v1_pb2 as /from . import runtime_v1_pb2 as /' "$work/out/edgelet/cri/runtime_v1_pb2_grpc.py"
-grep -q '^from \. import runtime_v1_pb2 as ' "$work/out/edgelet/cri/runtime_v1_pb2_grpc.py" || {
-    echo "gen-proto: could not rewrite the pb2 import in runtime_v1_pb2_grpc.py" >&2
-    exit 1
+# protoc writes a top-level import; inside the package the stub must import its sibling: sibling DIR MODULE.
+sibling() {
+    local stub="$work/out/$1/$2_pb2_grpc.py"
+    sed -i "s/^import $2_pb2 as /from . import $2_pb2 as /" "$stub"
+    grep -q "^from \. import $2_pb2 as " "$stub" || {
+        echo "gen-proto: could not rewrite the pb2 import in $2_pb2_grpc.py" >&2
+        exit 1
+    }
 }
+sibling edgelet/cri runtime_v1
+sibling edgelet/tunnel konnectivity
 
 status=0
 for f in edgelet/cri/runtime_v1_pb2.py edgelet/cri/runtime_v1_pb2.pyi edgelet/cri/runtime_v1_pb2_grpc.py \
-        edgelet/prober/health_v1_pb2.py edgelet/prober/health_v1_pb2.pyi; do
+        edgelet/prober/health_v1_pb2.py edgelet/prober/health_v1_pb2.pyi \
+        edgelet/tunnel/konnectivity_pb2.py edgelet/tunnel/konnectivity_pb2.pyi edgelet/tunnel/konnectivity_pb2_grpc.py; do
     if [[ "$mode" == "--check" ]]; then
         if ! cmp -s "$work/out/$f" "$repo/$f"; then
             echo "gen-proto: $f is stale; run hack/gen-proto.sh" >&2

@@ -3,7 +3,7 @@
 Like the kubelet's reflector: list with `fieldSelector=spec.nodeName=<node>`, watch from the list's
 resourceVersion with bookmarks, list again on 410 Gone, resume the watch after a broken stream, and
 reconnect as the reflector does (0.8 s doubling to 30 s, each wait jittered up to twice that) so a fleet does
-not return in a storm.
+not return in a storm; a Lease renewed after failures ends that wait early (`reconnect_soon`).
 Pods already known are kept while the API server is unreachable.
 """
 
@@ -116,6 +116,9 @@ class ApiServerSource:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._retry = Retrier("API pod source", initial=backoff_initial, maximum=backoff_max, rng=self._rng,
                               logger=log, spread="reflector")
+        self._pausing: asyncio.Event | None = None  # set ends the backoff wait in progress
+        self._cut_next_pause_until = 0.0  # monotonic: a pause starting before then lasts at most until then
+        self._wake_timer: asyncio.TimerHandle | None = None
 
     @property
     def pods(self) -> list[Pod]:
@@ -147,10 +150,44 @@ class ApiServerSource:
                     delay = self._failed(e)
                 except ApiError as e:
                     delay = self._failed(e)
-                await self._sleep(delay)
+                await self._pause(delay)
         finally:
             self.connected = False
             self._cancel_flush()
+            if self._wake_timer is not None:
+                self._wake_timer.cancel()
+
+    def reconnect_soon(self, spread: float) -> None:
+        """The API server answers again (the Lease was renewed after failures): end the reflector's backoff wait
+        at a random point within `spread` seconds instead of after up to a minute. The random point keeps a
+        fleet's re-lists spread: N nodes whose Leases come back together re-list at about N/spread per second."""
+        if self.connected:
+            return
+        delay = self._rng.uniform(0, max(spread, 0.0))
+        self._cut_next_pause_until = time.monotonic() + delay
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+        self._wake_timer = asyncio.get_running_loop().call_later(delay, self._end_pause)
+        log.info("API pod source: the API server answers again; watching again within %.1fs", delay)
+
+    def _end_pause(self) -> None:
+        self._wake_timer = None
+        if self._pausing is not None:
+            self._pausing.set()
+
+    async def _pause(self, delay: float) -> None:
+        """The backoff wait, which `reconnect_soon` may cut short (also when it came just before the wait)."""
+        if (remaining := self._cut_next_pause_until - time.monotonic()) > 0:
+            delay = min(delay, remaining)
+        self._pausing = woken = asyncio.Event()
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        waker = asyncio.ensure_future(woken.wait())
+        try:
+            await asyncio.wait((sleeper, waker), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._pausing = None
+            sleeper.cancel()
+            waker.cancel()
 
     async def _list(self) -> None:
         # As the kubelet's reflector: "0" first, then "not older than what we saw", both served from the apiserver's

@@ -297,3 +297,27 @@ async def test_the_waits_are_real(api: ApiServerDouble, client: ApiClient) -> No
     assert len(delays) >= 5 and len(gaps) == 5
     for gap, delay in zip(gaps, delays):
         assert gap >= delay - 0.002
+
+
+async def test_a_lease_renewed_after_an_outage_ends_the_backoff_wait(api: ApiServerDouble, client: ApiClient) -> None:
+    """The reflector's wait at its cap (30-60 s) is cut to a random point within the given spread once the Lease
+    proves the API server answers again; without reconnect_soon the source would still be waiting."""
+    config = PodConfig()
+    api.create("pods", pod("made-during-the-outage"))
+    api.go_down()
+    source = ApiServerSource(client, NODE, config.source("api"), rng=random.Random(3), backoff_initial=30.0,
+                             backoff_max=60.0)
+    task = asyncio.create_task(source.run())
+    try:
+        await eventually(lambda: source._retry.failures >= 1)
+        api.come_up()
+        source.reconnect_soon(0.2)
+        await eventually(lambda: config.all_sources_ready(), timeout=10.0)
+        assert [p["metadata"]["name"] for p in config.get_pods()] == ["made-during-the-outage"]
+        assert source.connected
+        source.reconnect_soon(0.2)  # connected: nothing to cut, nothing scheduled
+        assert source._wake_timer is None
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -175,6 +175,9 @@ async def test_healthz(server, node):
         assert (one.status_code, one.text) == (500, "500 internal server error: PLEG is not healthy: "
                                                     "pleg was last seen active 3m5s ago\n")
         assert (await client.get("/healthz/syncloop")).text == "ok"
+        node.pleg = (True, "relisted 0.2s ago")
+        assert (await client.get("/healthz/pleg?verbose")).text == "ok: relisted 0.2s ago\n"
+        assert (await client.get("/healthz/pleg")).text == "ok"
         assert (await client.get("/healthz/nothing")).status_code == 404
 
 

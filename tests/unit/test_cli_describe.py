@@ -192,3 +192,21 @@ def test_select_events(namespace, for_object, reasons):
 def test_find_pod(namespace, name, found):
     pod = find_pod([POD], namespace, name, "edge-1")
     assert (pod["metadata"]["name"] if pod else None) == found
+
+
+def test_describe_node_shows_the_tunnel_as_recorded():
+    from edgelet.cli_describe import describe_node
+
+    tunnel = {"agentID": "edge-1", "agentIdentifiers": "host=edge-1&ipv4=10.0.0.5", "serverCount": 2,
+              "streams": [{"address": "10.0.0.1:8132", "serverID": "srv-a", "connectedSince": NOW - 90, "lastError": ""},
+                          {"address": "10.0.0.2:8132", "serverID": "", "connectedSince": 0,
+                           "lastError": "UNAVAILABLE: Connection refused"}],
+              "connections": 3, "dialsRefused": 1}
+    text = describe_node("edge-1", tunnel, [], NOW)
+    lines = [line.split() for line in text.splitlines()]
+    assert ["Name:", "edge-1"] in lines
+    assert ["Agent", "Identifiers:", "host=edge-1&ipv4=10.0.0.5"] in lines
+    assert ["Server", "Count:", "2"] in lines and ["Dials", "Refused:", "1"] in lines
+    assert ["10.0.0.1:8132", "srv-a", "90s", "<none>"] in lines
+    assert ["10.0.0.2:8132", "<none>", "no", "UNAVAILABLE:", "Connection", "refused"] in lines
+    assert "Tunnel:\t<none>" not in text and "Tunnel:  <none>" in describe_node("edge-1", None, [], NOW)

@@ -53,8 +53,14 @@ def test_the_parts_are_wired_to_each_other_and_take_the_cluster_settings(tmp_pat
     api = cluster_api(tmp_path, Downstream(), PodManager(), lease_duration=20.0, lease_renew_interval=5.0,
                       node_status_update_frequency=4.0, node_status_report_frequency=60.0, status_resync=3.0)
     assert api.source.handle is api.splitter
-    # The Lease's lapse ending makes the node status look at the server (the controller may have marked it).
-    assert api.lease._on_lapse_ended == api.node_status.reconcile_with_server
+    # The Lease's lapse ending makes the node status look at the server (the controller may have marked it), the
+    # pod watch end its backoff within 1.2 renew intervals, and whatever else asked (the tunnel) reconnect.
+    seen: list = []
+    api.node_status.reconcile_with_server = lambda: seen.append("node status")
+    api.source.reconnect_soon = lambda spread: seen.append(("pod watch", spread))
+    api.when_link_back(lambda: seen.append("tunnel"))
+    api.lease._on_lapse_ended()
+    assert seen == ["node status", ("pod watch", 6.0), "tunnel"]
     api.node_status.node_uid = "uid-1"
     assert api.lease._node_uid_provider() == "uid-1" and api.status._node_uid() == "uid-1"
     assert (api.lease.duration, api.lease.renew_interval) == (20, 5.0)

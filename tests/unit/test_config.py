@@ -247,11 +247,12 @@ def test_example_config_loads():
 
 def test_example_documents_every_setting_with_its_default():
     example = _uncommented_example()
-    defaults = parse_config({"node_name": "n", "cluster": {"kubeconfig": "/k"}}, base_dir="/").to_dict()
+    defaults = parse_config({"node_name": "n", "cluster": {"kubeconfig": "/k", "tunnel": {"servers": ["a:1"]}}},
+                            base_dir="/").to_dict()
     # Values that legitimately differ from the defaults in the example (placeholders, local-run paths).
     placeholders = {"node_name", "root_dir", "runtime.endpoint", "pods.manifest_dir", "cluster.kubeconfig",
                     "cluster.node_labels", "cluster.server", "cluster.ca_file", "cluster.ca_cert_hash",
-                    "cluster.bootstrap_token"}
+                    "cluster.bootstrap_token", "cluster.tunnel.servers"}
 
     def walk(expected: dict, actual: dict, prefix: str = "") -> None:
         assert set(actual) == set(expected), f"example keys differ in [{prefix or 'top level'}]"
@@ -284,3 +285,30 @@ def test_kubelet_api_table_errors_name_the_key(table, key, words):
     with pytest.raises(ConfigError) as error:
         parse_config({"kubelet_api": table}, "edgelet.toml")
     assert error.value.key == key and words in error.value.message
+
+
+def test_tunnel_settings_and_their_errors(tmp_path):
+    from edgelet.config import load_config
+
+    def load(text: str):
+        path = tmp_path / "edgelet.toml"
+        path.write_text(text)
+        return load_config(path)
+
+    base = '[cluster]\nkubeconfig = "/etc/edgelet/kubeconfig"\n[cluster.tunnel]\n'
+    tunnel = load(base + 'servers = ["10.0.0.1:8132", "[fd00::1]:8132"]\nconnection_buffer = "1Mi"\n').cluster.tunnel
+    assert tunnel.servers == ("10.0.0.1:8132", "[fd00::1]:8132")
+    assert tunnel.connection_buffer == 1024 * 1024 and tunnel.max_connections == 64 and tunnel.idle_timeout == 4 * 3600
+    assert load('[cluster]\nkubeconfig = "/k"\n').cluster.tunnel is None
+    for text, key, words in [
+        (base, "cluster.tunnel.servers", "at least one"),
+        (base + 'servers = ["10.0.0.1"]\n', "cluster.tunnel.servers", "host:port"),
+        (base + 'servers = ["a:1"]\nallowed_destinations = ["b"]\n', "cluster.tunnel.allowed_destinations", "host:port"),
+        (base + 'servers = ["a:1"]\nmax_connections = 0\n', "cluster.tunnel.max_connections", "between"),
+        (base + 'servers = ["a:1"]\nnope = 1\n', "cluster.tunnel.nope", "unknown setting"),
+        ('[kubelet_api]\naddress = ""\n' + base + 'servers = ["a:1"]\n', "cluster.tunnel", "kubelet API"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            load(text)
+        assert caught.value.key == key and words in caught.value.message, (text, caught.value)
+        assert str(tmp_path / "edgelet.toml") in str(caught.value)
