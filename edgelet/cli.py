@@ -104,6 +104,10 @@ def _build_agent(args: argparse.Namespace) -> Agent | int:
     if config is None:
         return EXIT_BAD_CONFIG
     setup_logging(args.log_level or config.log_level)
+    # gRPC's C core prints ERROR lines of its own for each failed connect or TLS alert (three per retry of a tunnel
+    # stream konnectivity-server refuses); edgelet says what a failure means once per streak. Read when grpc loads;
+    # GRPC_VERBOSITY set in the environment wins.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     import uvloop
 
     from .agent import Agent

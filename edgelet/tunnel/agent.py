@@ -80,6 +80,11 @@ class ServerStream:
         self._ids = itertools.count(1)
 
     async def send(self, packet: pb.Packet) -> None:
+        # A write cancelled half-way cancels the whole call in grpc.aio (every connection on the stream): a
+        # cancelled sender leaves its write to finish on its own.
+        await asyncio.shield(self._write(packet))
+
+    async def _write(self, packet: pb.Packet) -> None:
         async with self._send_lock:  # grpc.aio allows one write at a time
             await self._call.write(packet)
 
@@ -94,6 +99,8 @@ class ServerStream:
                 await self._handle(packet)
         except grpc.aio.AioRpcError as e:
             return f"{e.code().name}: {e.details()}"
+        except (asyncio.InvalidStateError, grpc.aio.UsageError) as e:  # a write after the call ended
+            return f"the stream ended ({e})"
         finally:
             sweeper.cancel()
             for task in list(self._pending.values()):
@@ -164,6 +171,8 @@ class ServerStream:
             log.info("tunnel: dial %s (%s:%d) failed: %s", request.address, *target, e or "timeout")
             await self._send_quietly(_packet_dial_response(request.random, error=f"dial {request.address}: {e or 'timeout'}"))
             return
+        # Connected: a DIAL_CLS from now on comes too late to cancel this (the connection would be left behind).
+        self._pending.pop(request.random, None)
         writer.transport.set_write_buffer_limits(high=self.tunnel.config.connection_buffer)
         conn = Connection(next(self._ids), request.address, reader, writer)
         self.connections[conn.connect_id] = conn
@@ -204,18 +213,16 @@ class ServerStream:
         except (OSError, grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
             pass
         finally:
-            await self._close(conn, from_pump=True)
+            await self._close(conn)
 
-    async def _close(self, conn: Connection, *, notify: bool = True, from_pump: bool = False) -> None:
+    async def _close(self, conn: Connection, *, notify: bool = True) -> None:
         """Closes the local side once and, as konnectivity-agent does, tells the server with CLOSE_RSP."""
         if conn.closed:
             return
         conn.closed = True
         self.connections.pop(conn.connect_id, None)
         self.tunnel.changed()
-        if conn.pump is not None and not from_pump:
-            conn.pump.cancel()
-        conn.writer.close()
+        conn.writer.close()  # the pump reads the end of it and stops: never cancelled in the middle of a write
         if notify:
             await self._send_quietly(_packet_close_response(conn.connect_id))
 
@@ -317,6 +324,9 @@ class Tunnel:
             self.changed()
             try:
                 ended = await stream.serve()
+            except Exception as e:  # noqa: BLE001 - a bug in one stream must not end the slot for good
+                log.exception("tunnel: the stream to server %s failed", stream.server_id)
+                ended = f"{type(e).__name__}: {e}"
             finally:
                 self._streams.pop(stream.server_id, None)
                 slot.server_id, slot.connected_since = "", 0.0

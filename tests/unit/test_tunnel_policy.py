@@ -89,6 +89,8 @@ def test_stream_slots_follow_the_announced_server_count(configured, announced, s
     ("Ssl handshake failed: SSL_ERROR_SSL: error:10000412:SSL routines:OPENSSL_internal:SSLV3_ALERT_BAD_CERTIFICATE",
      "refused the node's client certificate"),
     ("error:1000045c:SSL routines:OPENSSL_internal:TLSV1_ALERT_CERTIFICATE_REQUIRED", "refused the node's client certificate"),
+    ("failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:8132: Unwrap failed "
+     "(TSI_DATA_CORRUPTED)", "refused the node's client certificate"),  # TLS 1.3: the alert after the handshake
     ("SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED",
      "serving certificate is not trusted"),
     ("failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:8132: Connection refused",
