@@ -80,7 +80,8 @@ test-package: package-deps build
 	$(PY) -m pytest -q -p no:cacheprovider -m package tests/package
 
 # The agent joined to a real kube-apiserver 1.20.2 + etcd + kube-controller-manager, driven with kubectl.
-# The first run builds the control plane from Debian's source package (cached; see hack/control-plane.sh).
+# The first run builds the control plane from Debian's source package (cached; see hack/control-plane.sh)
+# and konnectivity-server from Debian unstable's (cached; see hack/konnectivity.sh).
 test-e2e: e2e-deps build
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
 
@@ -88,6 +89,7 @@ e2e-deps: deps
 	@command -v kubectl >/dev/null || { echo "installing kubectl (kubernetes-client)"; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends kubernetes-client; }
 	hack/control-plane.sh build >/dev/null
+	hack/konnectivity.sh build >/dev/null
 
 # The unit suite once more on the pure-Python twin (the compiled-only cases skip by design).
 test-pure: venv

@@ -12,7 +12,8 @@
 #
 # Test knobs (environment, read by start): EDGELET_E2E_KCM=0 (no controller-manager),
 # EDGELET_E2E_TOLERATION_SECONDS (default 300), EDGELET_E2E_NODE_MONITOR_GRACE (default 40s),
-# EDGELET_E2E_SIGNING_DURATION (default 24h).
+# EDGELET_E2E_SIGNING_DURATION (default 24h), EDGELET_E2E_EGRESS_SELECTOR_CONFIG (a file for the apiserver's
+# --egress-selector-config-file, e.g. its traffic to nodes through konnectivity-server; default none).
 #
 # Binaries are cached under ${EDGELET_CACHE:-/var/cache/edgelet}/control-plane/<version>; a second build is
 # a no-op. Everything this needs from Debian it installs itself (it must run as root for that).
@@ -220,6 +221,8 @@ start_etcd() {
 start_apiserver() {
     local dir=$1 pki=$1/pki
     . "$dir/env"
+    local extra=()
+    [[ -n ${EGRESS_SELECTOR_CONFIG:-} ]] && extra+=(--egress-selector-config-file="$EGRESS_SELECTOR_CONFIG")
     setsid "$BIN/kube-apiserver" \
         --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
         --insecure-port=0 --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
@@ -237,7 +240,7 @@ start_apiserver() {
         --default-not-ready-toleration-seconds="$TOLERATION_SECONDS" \
         --default-unreachable-toleration-seconds="$TOLERATION_SECONDS" \
         --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/audit.log" \
-        --audit-log-maxsize=1024 --event-ttl=1h \
+        --audit-log-maxsize=1024 --event-ttl=1h "${extra[@]}" \
         >>"$dir/apiserver.log" 2>&1 </dev/null &
     echo $! > "$dir/apiserver.pid"
     wait_healthy "$dir" apiserver "$APISERVER/readyz" 120
@@ -289,6 +292,7 @@ KCM_PORT=$(free_port)
 TOLERATION_SECONDS=${EDGELET_E2E_TOLERATION_SECONDS:-300}
 NODE_MONITOR_GRACE=${EDGELET_E2E_NODE_MONITOR_GRACE:-40s}
 SIGNING_DURATION=${EDGELET_E2E_SIGNING_DURATION:-24h}
+EGRESS_SELECTOR_CONFIG=${EDGELET_E2E_EGRESS_SELECTOR_CONFIG:-}
 EOF
     make_pki "$dir/pki"
     write_audit_policy "$dir/audit-policy.yaml"
