@@ -71,30 +71,36 @@ prepare() {
     fi
 }
 
-# One suite's state is changed by one process at a time (tests and helpers may fetch concurrently).
+# One suite's apt state is changed by one process at a time (tests and helpers may fetch concurrently); what
+# is already extracted is read without the lock, so a long download elsewhere never holds up a cached fetch.
 locked() {
     local suite=$1
     shift
     mkdir -p "$ROOT"
+    local lock_fd
     exec {lock_fd}>"$ROOT/.lock-$suite"
     flock "$lock_fd"
     "$@"
+    local status=$?
     exec {lock_fd}>&-
+    return $status
 }
 
-# Downloads PKG from SUITE into a directory of its own in the suite's deb cache; prints the .deb's path.
+# Downloads the packages from SUITE in one apt run into a fresh directory DEBS (under the suite's lock).
 download() {
-    local pkg=$1 suite=$2
-    local debs=$ROOT/debs/$suite/$pkg
+    local debs=$1 suite=$2
+    shift 2
     rm -rf "$debs" && mkdir -p "$debs"
     prepare deb "$suite"
     # Name the suite: a machine with a same-named package of a higher epoch would make apt pick that one.
-    if ! (cd "$debs" && suite_apt deb "$suite" download "$pkg/$suite" >/dev/null 2>"$debs/.err"); then
+    local names=() pkg
+    for pkg in "$@"; do names+=("$pkg/$suite"); done
+    if ! (cd "$debs" && suite_apt deb "$suite" download "${names[@]}" >/dev/null 2>"$debs/.err"); then
         prepare deb "$suite" force
-        (cd "$debs" && suite_apt deb "$suite" download "$pkg/$suite" >/dev/null 2>"$debs/.err") \
-            || die "cannot download $pkg from $suite: $(grep -m1 '^E:' "$debs/.err" || tail -1 "$debs/.err")"
+        (cd "$debs" && suite_apt deb "$suite" download "${names[@]}" >/dev/null 2>"$debs/.err") \
+            || die "cannot download $* from $suite: $(grep -m1 '^E:' "$debs/.err" || tail -1 "$debs/.err")"
     fi
-    ls "$debs"/*.deb 2>/dev/null | head -1 | grep . || die "downloaded $pkg from $suite but found no .deb"
+    rm -f "$debs/.err"
 }
 
 candidate() {
@@ -105,19 +111,24 @@ candidate() {
 
 do_fetch() {
     local pkg=$1 suite=$2
-    local dest=$ROOT/$suite/$pkg
+    local dest=$ROOT/$suite/$pkg debs=$ROOT/debs/$suite/$pkg
     if [[ -s $dest/.version ]]; then
         echo "$dest"
         return
     fi
+    locked "$suite" download "$debs" "$suite" "$pkg"
     local deb
-    deb=$(download "$pkg" "$suite")
-    rm -rf "$dest.tmp"
-    mkdir -p "$dest.tmp"
-    dpkg-deb -x "$deb" "$dest.tmp"
-    dpkg-deb -f "$deb" Version >"$dest.tmp/.version"
-    rm -rf "$dest" && mv "$dest.tmp" "$dest"
-    log "$pkg $(cat "$dest/.version") from $suite in $dest"
+    deb=$(ls "$debs"/*.deb)
+    rm -rf "$dest.tmp.$$"
+    mkdir -p "$dest.tmp.$$"
+    dpkg-deb -x "$deb" "$dest.tmp.$$"
+    dpkg-deb -f "$deb" Version >"$dest.tmp.$$/.version"
+    # Two first fetches at once: the first to finish wins, the other's copy is dropped.
+    if [[ ! -s $dest/.version ]]; then
+        rm -rf "$dest" && mv "$dest.tmp.$$" "$dest"
+        log "$pkg $(cat "$dest/.version") from $suite in $dest"
+    fi
+    rm -rf "$dest.tmp.$$" "$debs"
     echo "$dest"
 }
 
@@ -129,15 +140,17 @@ do_tree() {
     if [[ -f $dir/.debian-archive && $(cut -d' ' -f1 "$dir/.debian-archive") == "$wanted" ]]; then
         return
     fi
+    local debs=$ROOT/debs/$suite/tree-$$ deb
+    # shellcheck disable=SC2086  # package names have no spaces
+    locked "$suite" download "$debs" "$suite" $wanted
     rm -rf "$dir.tmp"
     mkdir -p "$dir.tmp"
-    local pkg deb
-    for pkg in $wanted; do
-        deb=$(download "$pkg" "$suite")
+    for deb in "$debs"/*.deb; do
         dpkg-deb -x "$deb" "$dir.tmp"
-        echo "$pkg $(dpkg-deb -f "$deb" Version)" >>"$dir.tmp/.debian-archive"
+        echo "$(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)" >>"$dir.tmp/.debian-archive"
     done
-    rm -rf "$dir" && mv "$dir.tmp" "$dir"
+    LC_ALL=C sort -o "$dir.tmp/.debian-archive" "$dir.tmp/.debian-archive"
+    rm -rf "$debs" "$dir" && mv "$dir.tmp" "$dir"
     log "$(wc -l <"$dir/.debian-archive") packages from $suite in $dir"
 }
 
@@ -168,7 +181,7 @@ do_version() {
     if [[ -s $ROOT/$suite/$pkg/.version ]]; then
         cat "$ROOT/$suite/$pkg/.version"
     else
-        prepare deb "$suite"
+        locked "$suite" prepare deb "$suite"
         candidate "$pkg" "$suite"
     fi
 }
@@ -182,11 +195,11 @@ main() {
     local cmd=${1:-}
     shift || true
     case $cmd in
-        fetch) [[ $# -eq 2 ]] || usage; locked "$2" do_fetch "$@" ;;
-        tree) [[ $# -ge 3 ]] || usage; locked "$2" do_tree "$@" ;;
+        fetch) [[ $# -eq 2 ]] || usage; do_fetch "$@" ;;
+        tree) [[ $# -ge 3 ]] || usage; do_tree "$@" ;;
         closure) [[ $# -ge 2 ]] || usage; locked "$1" do_closure "$@" ;;
         source) [[ $# -eq 3 ]] || usage; locked "$2" do_source "$@" ;;
-        version) [[ $# -eq 2 ]] || usage; locked "$2" do_version "$@" ;;
+        version) [[ $# -eq 2 ]] || usage; do_version "$@" ;;
         *) usage ;;
     esac
 }
