@@ -135,6 +135,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from .keygen import main as keygen_main
+
+    return keygen_main()
+
+
 def version_text() -> str:
     from . import core
 
@@ -299,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=cmd_version)
+    keygen = sub.add_parser("keygen", help="make a key with a CSR or a self-signed certificate (JSON in and out; "
+                                           "the agent runs it as a child so cryptography never loads in it)")
+    keygen.set_defaults(func=cmd_keygen)
 
     from .simulate import cli as simulate_cli
 

@@ -1,12 +1,11 @@
 """CertificateSigningRequests as the kubelet makes them, and when to make the next one.
 
-Key generation and the PKCS#10 signature use `cryptography`, imported only here and only when a
-certificate is requested (it costs ~10 MB of RSS; a node with a valid certificate never loads it).
+Key generation and the PKCS#10 signature use `cryptography` in a child process (edgelet.keygen): the agent
+never loads it.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import random
 from dataclasses import dataclass
 
@@ -32,24 +31,15 @@ def node_user(node_name: str) -> str:
 
 def new_key_and_request(common_name: str, organization: str, *, dns_names: tuple[str, ...] = (),
                         ip_addresses: tuple[str, ...] = ()) -> KeyAndRequest:
-    """A new ECDSA P-256 key (the kubelet's choice) and a CSR for it with this subject and SANs."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    """A new ECDSA P-256 key (the kubelet's choice) and a CSR for it with this subject and SANs.
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
-                         x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    builder = x509.CertificateSigningRequestBuilder().subject_name(subject)
-    names = [x509.DNSName(name) for name in dns_names]
-    names += [x509.IPAddress(ipaddress.ip_address(address)) for address in ip_addresses]
-    if names:
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    request = builder.sign(key, hashes.SHA256())
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return KeyAndRequest(key_pem, request.public_bytes(serialization.Encoding.PEM))
+    Blocking (a child process makes them): call it from a thread in async code. Raises KeygenError.
+    """
+    from edgelet.keygen import in_child
+
+    made = in_child({"kind": "csr", "common_name": common_name, "organization": organization,
+                     "dns_names": list(dns_names), "ip_addresses": list(ip_addresses)})
+    return KeyAndRequest(made["key"].encode("ascii"), made["csr"].encode("ascii"))
 
 
 def csr_object(generate_name: str, csr_pem: bytes, signer: str, usages: tuple[str, ...]) -> dict:

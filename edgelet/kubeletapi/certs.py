@@ -1,10 +1,9 @@
 """TLS for the kubelet API: the serving certificate (a self-signed one made once when none is configured, as
-the kubelet does) and the server context that asks callers for a client certificate.
+the kubelet does, by `edgelet keygen` in a child) and the server context that asks callers for a client certificate.
 """
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import os
 import ssl
@@ -13,6 +12,7 @@ import time
 from collections.abc import Iterable
 
 from edgelet.errors import PermanentError
+from edgelet.keygen import KeygenError, in_child
 
 SELF_SIGNED_DAYS = 365
 
@@ -37,34 +37,6 @@ def subject_alt_names(names: Iterable[str]) -> tuple[list[str], list[str]]:
     return dns, ips
 
 
-def self_signed_pem(common_name: str, dns_names: Iterable[str], ip_addresses: Iterable[str], *,
-                    now: float, days: int = SELF_SIGNED_DAYS) -> tuple[bytes, bytes]:
-    """(key PEM, certificate PEM): a new ECDSA P-256 key and a serving certificate it signs itself."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    start = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-    alt_names = [x509.DNSName(n) for n in dns_names] + [x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses]
-    certificate = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start).not_valid_after(start + datetime.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, content_commitment=False,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                                     crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return key_pem, certificate.public_bytes(serialization.Encoding.PEM)
-
-
 def ensure_self_signed(directory: str, node_name: str, addresses: Iterable[str]) -> tuple[str, str]:
     """(cert, key) under `directory`, made on the first call and kept: `kubelet.crt` and a 0600 `kubelet.key`."""
     cert_path = os.path.join(directory, "kubelet.crt")
@@ -74,7 +46,12 @@ def ensure_self_signed(directory: str, node_name: str, addresses: Iterable[str])
     os.makedirs(directory, mode=0o700, exist_ok=True)
     dns_names, ip_addresses = subject_alt_names([node_name, "localhost", *addresses])
     now = time.time()
-    key_pem, cert_pem = self_signed_pem(f"{node_name}@{int(now)}", dns_names, ip_addresses, now=now)
+    try:
+        made = in_child({"kind": "self-signed", "common_name": f"{node_name}@{int(now)}", "dns_names": dns_names,
+                         "ip_addresses": ip_addresses, "not_before": now, "days": SELF_SIGNED_DAYS})
+    except KeygenError as exc:
+        raise TLSSetupError(f"kubelet_api: cannot make a self-signed serving certificate: {exc}") from None
+    key_pem, cert_pem = made["key"].encode("ascii"), made["certificate"].encode("ascii")
     with tempfile.TemporaryDirectory(dir=directory) as work:
         tmp_cert, tmp_key = os.path.join(work, "crt"), os.path.join(work, "key")
         _write_private(tmp_key, key_pem)
