@@ -1,4 +1,4 @@
-"""Async client for the Kubernetes REST API on httpx (HTTP/1.1, keep-alive, timeouts).
+"""Async client for the Kubernetes REST API on edgelet.http11 (HTTP/1.1, keep-alive, timeouts).
 
 Requests return decoded JSON dicts; failures raise the types of `edgelet.kubeapi.errors`.
 `watch` streams line-delimited JSON events and turns ERROR events into exceptions.
@@ -11,12 +11,13 @@ import contextlib
 import platform
 import ssl
 import time
-from typing import Any, AsyncIterator, Generator, Mapping
+from urllib.parse import urlsplit
+from typing import Any, AsyncIterator, Mapping
 
-import httpx
 import orjson
 
 from edgelet import __version__
+from edgelet.http11 import HttpError, HttpTimeout, Pool, target
 from edgelet.kubeapi.errors import ApiError, Gone, ServerError, WatchStreamError, error_from_status
 from edgelet.kubeapi.kubeconfig import KubeConfig, load_kubeconfig, read_token_file, ssl_context
 
@@ -35,7 +36,7 @@ _WATCH_READ_SLACK = 30.0
 _TOKEN_FILE_RELOAD_SECONDS = 60.0
 
 
-class BearerAuth(httpx.Auth):
+class BearerAuth:
     """Adds `Authorization: Bearer ...`; a token file is re-read each minute so rotated tokens work."""
 
     def __init__(self, token: str | None, token_file: str | None = None, *, kubeconfig_path: str = "", field: str = ""):
@@ -57,11 +58,9 @@ class BearerAuth(httpx.Auth):
                 pass
         return self._token
 
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+    def headers(self) -> list[tuple[str, str]]:
         token = self._current()
-        if token:
-            request.headers["Authorization"] = f"Bearer {token}"
-        yield request
+        return [("Authorization", f"Bearer {token}")] if token else []
 
 
 class ApiClient:
@@ -79,28 +78,19 @@ class ApiClient:
         kubeconfig_path: str = "",
     ):
         self.server = server.rstrip("/")
+        self._prefix = urlsplit(self.server).path
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._auth = BearerAuth(token, token_file, kubeconfig_path=kubeconfig_path, field="tokenFile") if token or token_file else None
         self._http = self._new_http(tls)
         # Pools replaced by `use_tls`, with the number of requests and watches still running on each.
-        self._in_flight: dict[httpx.AsyncClient, int] = {}
+        self._in_flight: dict[Pool, int] = {}
 
-    def _new_http(self, tls: Any) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=self.server,
-            auth=self._auth,
-            verify=tls if tls is not None else True,
-            http1=True,
-            http2=False,
-            trust_env=False,  # proxy variables must never reroute the API connection
-            timeout=httpx.Timeout(self._timeout, connect=self._connect_timeout),
-            limits=httpx.Limits(max_connections=10, max_keepalive_connections=5, keepalive_expiry=60.0),
-            headers={
-                "Accept": "application/json",
-                "User-Agent": f"edgelet/{__version__} ({platform.system().lower()}/{platform.machine()})",
-            },
-        )
+    def _new_http(self, tls: ssl.SSLContext | None) -> Pool:
+        """A pool to the server; with no context an https server is verified against the system's CAs."""
+        return Pool(self.server, tls=tls, connect_timeout=self._connect_timeout, max_idle=5, keepalive_expiry=60.0,
+                    headers=[("Accept", "application/json"),
+                             ("User-Agent", f"edgelet/{__version__} ({platform.system().lower()}/{platform.machine()})")])
 
     def use_tls(self, tls: ssl.SSLContext) -> None:
         """New connections use `tls` (a rotated client certificate). Requests and watches already running
@@ -110,7 +100,7 @@ class ApiClient:
             _close_later(old)
 
     @contextlib.asynccontextmanager
-    async def _pool(self) -> AsyncIterator[httpx.AsyncClient]:
+    async def _pool(self) -> AsyncIterator[Pool]:
         http = self._http
         self._in_flight[http] = self._in_flight.get(http, 0) + 1
         try:
@@ -188,18 +178,24 @@ class ApiClient:
         query = dict(params or {})
         query["watch"] = "true"
         server_seconds = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_SECONDS)
-        timeout = httpx.Timeout(self._timeout, connect=self._connect_timeout, read=server_seconds + _WATCH_READ_SLACK)
         try:
-            async with self._pool() as http, http.stream("GET", path, params=query, timeout=timeout) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    raise error_from_status(response.status_code, _json_or_none(response.content), method="WATCH", path=path)
-                async for event in _decode_events(response.aiter_bytes(), path):
+            async with self._pool() as http, http.stream("GET", target(self._path(path), query), headers=self._auth_headers(),
+                                                         timeout=server_seconds + _WATCH_READ_SLACK) as response:
+                if response.status != 200:
+                    raise error_from_status(response.status, _json_or_none(await response.read()), method="WATCH", path=path)
+                async for event in _decode_events(response.chunks, path):
                     yield event
-        except httpx.TimeoutException:
+        except HttpTimeout:
             raise ServerError(0, "Timeout", "no data from the watch stream in time", method="WATCH", path=path) from None
-        except httpx.RequestError as e:
+        except HttpError as e:
             raise ServerError(0, "StreamBroken", _transport_message(e), method="WATCH", path=path) from None
+
+    def _path(self, path: str) -> str:
+        """The request target of an API path on this server (a server URL may carry a path prefix)."""
+        return self._prefix + path
+
+    def _auth_headers(self) -> list[tuple[str, str]]:
+        return self._auth.headers() if self._auth is not None else []
 
     async def _request(
         self,
@@ -210,23 +206,26 @@ class ApiClient:
         body: bytes | None = None,
         content_type: str | None = None,
     ) -> dict[str, Any]:
-        headers = {"Content-Type": content_type} if content_type else None
+        headers = self._auth_headers()
+        if content_type:
+            headers.append(("Content-Type", content_type))
         try:
             async with self._pool() as http:
-                response = await http.request(method, path, params=params, content=body, headers=headers)
-        except httpx.TimeoutException:
+                response = await http.request(method, target(self._path(path), params), headers=headers,
+                                              body=body or b"", timeout=self._timeout)
+        except HttpTimeout:
             raise ServerError(0, "Timeout", f"no answer within {self._timeout:g}s", method=method, path=path) from None
-        except httpx.RequestError as e:
+        except HttpError as e:
             raise ServerError(0, "ConnectionError", _transport_message(e), method=method, path=path) from None
-        decoded = _json_or_none(response.content)
-        if not 200 <= response.status_code < 300:
-            raise error_from_status(response.status_code, decoded, method=method, path=path)
+        decoded = _json_or_none(response.body)
+        if not 200 <= response.status < 300:
+            raise error_from_status(response.status, decoded, method=method, path=path)
         if not isinstance(decoded, dict):
-            raise ServerError(response.status_code, "InvalidResponse", "the response is not a JSON object", method=method, path=path)
+            raise ServerError(response.status, "InvalidResponse", "the response is not a JSON object", method=method, path=path)
         return decoded
 
 
-def _close_later(http: httpx.AsyncClient) -> None:
+def _close_later(http: Pool) -> None:
     """Close a replaced pool without making its caller wait (nothing is running on it any more)."""
     task = asyncio.get_running_loop().create_task(http.aclose())
     _CLOSING.add(task)
@@ -288,7 +287,7 @@ def _json_or_none(content: bytes) -> Any:
         return None
 
 
-def _transport_message(e: httpx.RequestError) -> str:
+def _transport_message(e: HttpError) -> str:
     return str(e) or type(e).__name__
 
 

@@ -1,6 +1,6 @@
 """The probe and hook actions: their spec (parsed and checked once) and the checks themselves.
 
-exec runs through CRI ExecSync, httpGet through httpx, tcpSocket is a plain connect and grpc calls
+exec runs through CRI ExecSync, httpGet through edgelet.http11, tcpSocket is a plain connect and grpc calls
 grpc.health.v1.Health/Check with the messages generated from health_v1.proto. The rules follow the kubelet's
 pkg/probe: failures are verdicts about the container; errors (nothing could be asked) are not.
 """
@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
+from urllib.parse import urljoin, urlsplit
 
 from google.protobuf.message import DecodeError
 from grpc import StatusCode, aio
@@ -19,6 +21,7 @@ from grpc import StatusCode, aio
 from edgelet import KUBELET_COMPAT_VERSION
 from edgelet.cri import RuntimeCallError
 from edgelet.errors import ConfigError, EdgeletError
+from edgelet.http11 import Connection, HttpError, Origin
 from edgelet.kuberuntime.env import expand
 from edgelet.prober import health_v1_pb2
 
@@ -217,7 +220,7 @@ def expand_static(command: Sequence[str], container: Mapping[str, Any]) -> list[
 
 
 def describe(exc: BaseException) -> str:
-    """An exception's message, or its type when it has none (httpx timeouts often have none)."""
+    """An exception's message, or its type when it has none (timeouts often have none)."""
     return str(exc) or type(exc).__name__
 
 
@@ -260,55 +263,60 @@ class RedirectLimit(HttpGetError):
 
 
 class HttpGetter:
-    """One httpx client for every probe or hook GET: no certificate checks, no proxies, no keep-alive.
-
-    Created on first use, bound to the loop that makes it; `close()` releases it. httpx is imported
-    only then: a node without HTTP probes or hooks does not carry it in memory.
-    """
+    """Every probe or hook GET: one connection each (probes see the server as a fresh client would), HTTPS
+    certificates not checked (as the kubelet's prober), no proxies, redirects on the same host followed."""
 
     def __init__(self) -> None:
-        self._client = None
+        self._unverified: ssl.SSLContext | None = None
 
     async def get(self, url: str, headers: Sequence[tuple[str, str]], timeout: float | None) -> int:
         """The status of GET `url`, following redirects that stay on the same host (at most ten).
 
-        Raises HttpGetError (RedirectLimit among them), OSError or TimeoutError.
+        Raises HttpGetError (RedirectLimit among them) or TimeoutError.
         """
-        import httpx
-
-        try:
-            return await self._get(httpx, url, headers, timeout)
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise HttpGetError(describe(exc)) from exc
-
-    async def _get(self, httpx, url: str, headers: Sequence[tuple[str, str]], timeout: float | None) -> int:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                verify=False, trust_env=False, follow_redirects=False, timeout=None,
-                limits=httpx.Limits(max_keepalive_connections=0),
-            )
-        first = current = httpx.URL(url)
+        first_host = urlsplit(url).hostname
+        current = url
         followed = 0
         async with asyncio.timeout(timeout):
             while True:
-                request = self._client.build_request("GET", current, headers=headers)
-                response = await self._client.send(request, stream=True)
-                await response.aclose()  # the body says nothing a status does not
-                location = response.headers.get("location")
-                if response.status_code not in _REDIRECT_CODES or not location:
-                    return response.status_code
-                target = current.join(location)
-                if target.host != first.host:
-                    return response.status_code  # not followed: the kubelet reports it as is
+                status, location = await self._get_once(current, headers)
+                if status not in _REDIRECT_CODES or not location:
+                    return status
+                next_url = urljoin(current, location)
+                if urlsplit(next_url).hostname != first_host:
+                    return status  # not followed: the kubelet reports it as is
                 if followed == MAX_REDIRECTS:
                     raise RedirectLimit(f"stopped after {MAX_REDIRECTS} redirects")
                 followed += 1
-                current = target
+                current = next_url
+
+    async def _get_once(self, url: str, headers: Sequence[tuple[str, str]]) -> tuple[int, str | None]:
+        """(status, Location) of one GET; the body says nothing a status does not, so it is not read."""
+        try:
+            origin = Origin.of(url)
+            parts = urlsplit(url)
+            request_target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            connection = await Connection.open(origin, self._tls() if origin.scheme == "https" else None, None)
+            try:
+                await connection.send("GET", request_target, [("Host", origin.host_header), *headers], b"")
+                head = await connection.response_head(None)
+            finally:
+                connection.close()
+        except HttpError as exc:
+            raise HttpGetError(describe(exc)) from exc
+        location = next((v.decode("latin-1") for k, v in head.headers if k == b"location"), None)
+        return head.status_code, location
+
+    def _tls(self) -> ssl.SSLContext:
+        if self._unverified is None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            self._unverified = context
+        return self._unverified
 
     async def close(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+        """Nothing stays open between GETs; kept so owners close what they were given."""
 
 
 async def http_check(getter: HttpGetter, url: str, headers: Sequence[tuple[str, str]], timeout: float) -> Outcome:

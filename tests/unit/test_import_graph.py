@@ -165,6 +165,15 @@ agent._root_lock.release()
 print(json.dumps(sorted(name for name, module in sys.modules.items() if module is not None)))
 """
 
+def modules_run_loads(config: pathlib.Path) -> set[str]:
+    """The modules `edgelet run --config CONFIG` has loaded once its listeners are bound (in a fresh process)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", _RUN_IMPORTS, str(config)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout))
+
+
 # Loaded only by the command that needs them, in cluster mode, or under a setting that is not the default.
 _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.cli_pods", "edgelet.cli_describe", "edgelet.labelselector", "resource",  # other subcommands
@@ -184,10 +193,26 @@ def test_a_standalone_run_leaves_cluster_and_other_commands_modules_unloaded(tmp
     config.write_text(f'node_name = "n1"\nroot_dir = "{tmp_path / "root"}"\n'
                       f'[runtime]\nendpoint = "unix://{tmp_path / "none.sock"}"\n'
                       f'[pods]\nmanifest_dir = "{tmp_path}"\n[server]\naddress = "127.0.0.1:0"\n')
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", _RUN_IMPORTS, str(config)], env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    loaded = set(json.loads(done.stdout))
+    loaded = modules_run_loads(config)
     assert {"edgelet.agent", "edgelet.cri.client", "edgelet.config"} <= loaded  # it did import what run imports
     assert sorted(loaded & set(_NOT_FOR_A_STANDALONE_RUN)) == []
+
+
+# Libraries a cluster node never loads: keys are made by `edgelet keygen` in a child, HTTP goes through edgelet.http11.
+_NOT_FOR_A_CLUSTER_RUN = ["cryptography", "httpx", "httpcore", "anyio", "sniffio", "certifi", "edgelet.podconfig.http"]
+
+
+def test_a_cluster_run_with_the_kubelet_api_loads_neither_cryptography_nor_httpx(tmp_path):
+    from tests.kubeapi_double import ApiServerDouble
+
+    with ApiServerDouble() as api:  # only written into the kubeconfig: building the agent sends nothing
+        kubeconfig = api.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    config = tmp_path / "edgelet.toml"
+    config.write_text(f'node_name = "n1"\nroot_dir = "{tmp_path / "root"}"\n'
+                      f'[runtime]\nendpoint = "unix://{tmp_path / "none.sock"}"\n'
+                      f'[pods]\nmanifest_dir = "{tmp_path}"\n[server]\naddress = "127.0.0.1:0"\n'
+                      f'[cluster]\nkubeconfig = "{kubeconfig}"\n[kubelet_api]\naddress = "127.0.0.1:0"\n')
+    loaded = {name if name.startswith("edgelet.") else name.split(".")[0] for name in modules_run_loads(config)}
+    assert {"edgelet.kubeletapi", "edgelet.kubeapi.client", "edgelet.http11"} <= loaded
+    assert sorted(loaded & set(_NOT_FOR_A_CLUSTER_RUN)) == []
+    assert (tmp_path / "root" / "pki" / "kubelet.crt").exists()  # the serving certificate was made, by the child
