@@ -16,6 +16,18 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def pss_mb(pid: int) -> float | None:
+    """Pss from /proc/<pid>/smaps_rollup, in MiB: resident pages with each shared one divided among its sharers."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of every thread of the process so far (/proc/<pid>/stat fields 14 and 15)."""
     with open(f"/proc/{pid}/stat") as stat:

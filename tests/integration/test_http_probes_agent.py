@@ -1,9 +1,10 @@
-"""HTTP probes and hooks in the real agent, on a standalone node and on a cluster node alike.
+"""HTTP probes and hooks in the real agent, on a standalone node and on cluster nodes alike.
 
 One pod-network pod whose busybox httpd answers its httpGet readiness and liveness probes and whose
 postStart hook GETs an HTTPS server of the test (a throwaway certificate, so unverified as the kubelet's);
 the pod becomes Ready, a server that starts failing its liveness probe gets its container restarted, and
-each start calls the hook.
+each start calls the hook. The cluster nodes: one with a kubeconfig, and one as the benchmark runs it (a
+bootstrap-token join over TLS with the CA pin, its client certificate rotated, the kubelet API serving).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import http.server
 import json
 import ssl
+import time
 import threading
 import urllib.request
 from pathlib import Path
@@ -18,9 +20,10 @@ from typing import Iterator
 
 import pytest
 
-from tests.integration.agent_harness import AgentProcess, container_state, wait_for
+from tests.integration.agent_harness import AgentProcess, container_state, free_port, wait_for
 from tests.integration.test_cluster import api_get, cluster_agent, unmount_below
 from tests.kubeapi_double import ApiServerDouble
+from tests.kubeapi_double.joining import CLIENT_SIGNER, ClusterPKI, cluster_info, crypto_mapped, join_toml
 from tests.kubeapi_double.testcerts import TEST_CERT, TEST_KEY
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
@@ -126,9 +129,40 @@ class ClusterNode:
         unmount_below(self.workdir)
 
 
-@pytest.fixture(params=["standalone", "cluster"])
+class JoinedNode(ClusterNode):
+    """A bootstrap-token join over TLS (discovery with the CA pin, a CSR the double signs, the first certificate
+    short-lived so it is rotated during the test) with the kubelet API on: the benchmark's cluster mode."""
+
+    KUBELET_API_TOKEN = "kubelet-api-caller"
+
+    def __init__(self, workdir: Path, endpoint: str):
+        self.pki = ClusterPKI(workdir / "pki")
+        self.api = ApiServerDouble(ssl_context=self.pki.server_context(), bookmark_interval=0.5,
+                                   node_name=NODE).start()
+        self.api.csr_signer = self.pki.sign
+        self.api.token_users[self.KUBELET_API_TOKEN] = ("edgelet-test", ("system:masters",))
+        self.api.authorize = lambda spec: spec.get("user") == "edgelet-test"
+        self.api.create("configmaps", cluster_info(self.api.url, self.pki.ca_pem), "kube-public")
+        self.kubelet_api_port = free_port()
+        self.agent = AgentProcess(workdir, endpoint, node_name=NODE, extra_toml=join_toml(
+            self.api.url, self.pki.ca_cert_hash(), self.kubelet_api_port))
+        self.workdir = workdir
+
+    def kubelet_api_pods(self) -> list[str]:
+        unverified = ssl.create_default_context()
+        unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+        request = urllib.request.Request(f"https://127.0.0.1:{self.kubelet_api_port}/pods",
+                                         headers={"Authorization": f"Bearer {self.KUBELET_API_TOKEN}"})
+        with urllib.request.urlopen(request, timeout=10, context=unverified) as reply:
+            return [pod["metadata"]["name"] for pod in json.loads(reply.read())["items"]]
+
+
+NODES = {"standalone": StandaloneNode, "cluster": ClusterNode, "joined": JoinedNode}
+
+
+@pytest.fixture(params=sorted(NODES))
 def node(request, tmp_path, containerd) -> Iterator[StandaloneNode | ClusterNode]:
-    made = (StandaloneNode if request.param == "standalone" else ClusterNode)(tmp_path, containerd.endpoint)
+    made = NODES[request.param](tmp_path, containerd.endpoint)
     yield made
     made.close()
 
@@ -157,3 +191,11 @@ def test_http_readiness_liveness_and_post_start_hook(node, hook_server):
                          and ready(p) and p, 60, interval=0.2, what="the container restarted and Ready again")
     assert "terminated" in container_state(restarted)["lastState"]
     assert len([r for r in hook_server.requests if r[0] == "/started"]) >= 2  # each start runs postStart
+
+    if isinstance(node, JoinedNode):  # the rest of what the benchmarked mode runs
+        assert node.kubelet_api_pods() == ["web"]
+        wait_for(lambda: node.pki.issued.count(CLIENT_SIGNER) >= 2, 60, what="the client certificate rotated")
+        time.sleep(2)  # the rotated certificate in use
+        assert ready(node.pod("web"))
+        assert node.kubelet_api_pods() == ["web"]
+        assert not crypto_mapped(node.agent.proc.pid), "cryptography was loaded into the agent"

@@ -90,6 +90,9 @@ class ApiServerDouble:
         # Reviews the kubelet API asks for: token -> (user, groups); a SubjectAccessReview spec -> allowed.
         self.token_users: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.authorize: Callable[[dict[str, Any]], bool] = lambda spec: False
+        # What kube-controller-manager's approver and signer do to a new CertificateSigningRequest: the status
+        # it gets (conditions, certificate), or None to leave it pending.
+        self.csr_signer: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
         self.panics: list[str] = []  # requests that would have made kube-apiserver panic
         self._ssl = ssl_context
         self._store = Store(history_size=history_size)
@@ -418,7 +421,13 @@ class ApiServerDouble:
                 return 200, {"kind": f"{route.resource.kind}List", "apiVersion": route.resource.api_version,
                              "metadata": {"resourceVersion": str(rv)}, "items": items}
             if method == "POST":
-                return 201, store.create(plural, route.namespace, decode_body(body))
+                created = store.create(plural, route.namespace, decode_body(body))
+                if plural == "certificatesigningrequests" and self.csr_signer is not None:
+                    status = self.csr_signer(created)
+                    if status is not None:
+                        created = store.patch(plural, None, created["metadata"]["name"], "merge", {"status": status},
+                                              "status")
+                return 201, created
         else:
             if method == "GET":
                 return 200, store.get(plural, route.namespace, route.name)

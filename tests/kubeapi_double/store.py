@@ -36,6 +36,7 @@ RESOURCES = {
         Resource("secrets", "v1", "Secret", True, False),
         Resource("events", "v1", "Event", True, False),
         Resource("leases", "coordination.k8s.io/v1", "Lease", True, False),
+        Resource("certificatesigningrequests", "certificates.k8s.io/v1", "CertificateSigningRequest", False, True),
     )
 }
 # events.k8s.io/v1 events share the plural; they are discarded all the same.
