@@ -174,10 +174,11 @@ class Agent:
         # The pods' lifecycle: their syncer and workers.
         self.syncer = PodSyncer(
             pod_manager=self.pod_manager, pleg=self.pleg, runtime_manager=self.runtime_manager, prober=self.prober,
-            status=self.status, volumes=self.volumes, node_ip=self.node_ip,
+            status=self.status, volumes=self.volumes, node_ip=self.node_ip, recorder=self.recorder,
             release_resources=self.cpu_manager.remove, on_removed=self._on_pod_removed,
         )
-        self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated)
+        self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated,
+                                  resync_interval=config.sync.sync_frequency)
 
         # Node pressure, node shutdown, the control plane.
         self.eviction = EvictionManager(

@@ -37,6 +37,11 @@ class PermanentError(EdgeletError):
     """Retrying the same input cannot help (invalid spec, missing file, 4xx)."""
 
 
+class CredentialsRefused(PermanentError):
+    """A server refused edgelet's credentials (the API server's 401): retrying soon will not help, later may.
+    Here, not with the API client, so that the retry helper knows it without loading that client."""
+
+
 class ConfigError(PermanentError):
     """A config or manifest problem, naming the file and the key or field."""
 

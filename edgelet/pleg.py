@@ -236,7 +236,7 @@ class GenericPLEG:
             for uid in [uid for uid in self.cache.uids() if uid not in changed and uid not in present]:
                 self.cache.delete(uid, observed_at)
             self._forget_gone(snapshot)
-            self.cache.update_time(observed_at, except_uids=self._reinspect)
+            self.cache.update_time(observed_at)
 
             events = [PodLifecycleEvent(uid, kind, cid) for uid, kind, cid in raw_events]
             for event in events:
@@ -271,8 +271,10 @@ class GenericPLEG:
         try:
             self.cache.set(await self._inspect(uid, snapshot, observed_at))
         except EdgeletError as exc:
-            # The kubelet retries a failed inspection at the next relist; so do we.
+            # The kubelet stores the error in the cache (the pod's sync fails and is retried, its termination
+            # goes on with what was last seen) and inspects the pod again at the next relist; so do we.
             log.info("PLEG: inspecting pod %s failed, retrying next relist: %s", uid, exc)
+            self.cache.set_error(uid, str(exc), observed_at)
             self._reinspect.add(uid)
 
     def _forget_gone(self, snapshot: core.Snapshot) -> None:

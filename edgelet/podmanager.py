@@ -1,6 +1,6 @@
 """The pod manager (the kubelet's pod/pod_manager.go): the one owner of the desired pods by uid, of the mirror
-pods standing for static pods in the API, of the pods the node stopped for good (evicted) and of the pods
-admission refused.
+pods standing for static pods in the API, and of why the node stopped a pod for good (evicted, stopped at node
+shutdown, past its deadline) for its final status. Where a pod is in its life is the pod workers'.
 
 Everyone else asks it; nothing else keeps its own list of desired pods or mirror pods. A mirror pod is never a
 desired pod: it is paired with the static pod of the same full name (`name_namespace`), as the kubelet pairs them.
@@ -18,7 +18,6 @@ class PodManager:
         self._pods: dict[str, Pod] = {}
         # uid -> (reason, message) of the final status of a pod the node stopped for good, until it is gone.
         self._evicted: dict[str, tuple[str, str]] = {}
-        self._rejected: set[str] = set()  # refused at admission: reported once, never run
         self._mirrors: dict[str, Pod] = {}  # full name -> the mirror pod in the API
 
     # -- desired pods -----------------------------------------------------------------------------
@@ -39,13 +38,11 @@ class PodManager:
     def remove(self, uid: str) -> None:
         """The pod is no longer desired (its source removed it); its eviction record stays until it is gone."""
         self._pods.pop(uid, None)
-        self._rejected.discard(uid)
 
     def forget(self, uid: str) -> None:
         """The pod is gone from the node: nothing about it is kept."""
         self._pods.pop(uid, None)
         self._evicted.pop(uid, None)
-        self._rejected.discard(uid)
 
     def uids(self) -> list[str]:
         return list(self._pods)
@@ -109,7 +106,7 @@ class PodManager:
         pod = self.pod_by_mirror_pod(mirror) if mirror is not None else None
         return pod_uid(pod) if pod is not None else uid
 
-    # -- evicted and rejected ---------------------------------------------------------------------
+    # -- stopped for good ---------------------------------------------------------------------------
 
     def mark_evicted(self, uid: str, reason: str, message: str) -> None:
         """The node stopped the pod for good: it never runs again and its final status says why."""
@@ -121,10 +118,3 @@ class PodManager:
 
     def is_evicted(self, uid: str) -> bool:
         return uid in self._evicted
-
-    def reject(self, uid: str) -> bool:
-        """Records that admission refused the pod; True the first time (the refusal is reported once)."""
-        if uid in self._rejected:
-            return False
-        self._rejected.add(uid)
-        return True

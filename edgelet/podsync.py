@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import metrics, podutil
 from .errors import EdgeletError
+from .events import NO_EVENTS, NORMAL, Recorder, pod_ref
 from .eviction import evicted_status
-from .kubetime import format_time
+from .kubetime import format_time, parse_time
+from .kuberuntime.cache import InspectionError
 from .kuberuntime.types import ContainerState, PodRuntimeStatus
 from .podutil import Pod
-from .podworkers import SyncOutcome
+from .podworkers import TERMINAL_PHASES, SyncOutcome
 from .status.generate import generate_pod_status
 
 if TYPE_CHECKING:  # the collaborators, for their types only
@@ -28,6 +30,23 @@ if TYPE_CHECKING:  # the collaborators, for their types only
     from .volumes import VolumeManager
 
 log = logging.getLogger(__name__)
+
+# The kubelet's active deadline handler: a pod past spec.activeDeadlineSeconds fails with this reason.
+DEADLINE_REASON = "DeadlineExceeded"
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+
+
+def active_deadline_left(pod: Pod, start_time: str | None, now: float) -> float | None:
+    """Seconds until the pod passes its activeDeadlineSeconds, counted from its status startTime (<= 0: past
+    it); None when it has no deadline or has not started."""
+    deadline = podutil.spec(pod).get("activeDeadlineSeconds")
+    if not isinstance(deadline, int) or isinstance(deadline, bool) or not start_time:
+        return None
+    try:
+        started = parse_time(start_time)
+    except ValueError:
+        return None
+    return started + deadline - now
 
 
 def log_reason_changes(pod: Pod, before: dict[str, tuple[str, str]], after: dict[str, tuple[str, str]]) -> None:
@@ -48,6 +67,7 @@ class PodSyncer:
         status: StatusManager,
         volumes: VolumeManager,
         node_ip: str,
+        recorder: Recorder = NO_EVENTS,
         release_resources: Callable[[str], None] = lambda uid: None,
         on_removed: Callable[[Pod], None] = lambda pod: None,
     ):
@@ -60,6 +80,7 @@ class PodSyncer:
         self._status = status
         self._volumes = volumes
         self._node_ip = node_ip
+        self._recorder = recorder
         self._release_resources = release_resources
         self._on_removed = on_removed
         self.waiting: dict[str, dict[str, tuple[str, str]]] = {}
@@ -72,8 +93,14 @@ class PodSyncer:
         self.first_seen.setdefault(uid, time.monotonic())
 
     async def sync_pod(self, pod: Pod) -> SyncOutcome:
+        """One sync; the outcome says when to look again and whether the pod reached a terminal phase (the
+        worker then stops it for good). A failed inspection of the pod fails the sync (it is retried)."""
         uid = podutil.uid(pod)
         runtime_status = await self._fresh_status(uid)
+        old_status = self._status.get_status(uid) or {}
+        deadline_left = active_deadline_left(pod, old_status.get("startTime"), time.time())
+        if deadline_left is not None and deadline_left <= 0:  # the kubelet's activeDeadlineHandler
+            return self._deadline_exceeded(pod, runtime_status)
         try:
             result = await self._runtime_manager.sync_pod(
                 pod, runtime_status,
@@ -91,8 +118,22 @@ class PodSyncer:
             runtime_status = await self._pleg.inspect_now(uid)
         log_reason_changes(pod, self.waiting.get(uid) or {}, result.waiting_reasons)
         self.waiting[uid] = result.waiting_reasons
-        self.publish_status(pod, runtime_status, result.waiting_reasons)
-        return SyncOutcome(requeue_after=result.requeue_after)
+        status = self.publish_status(pod, runtime_status, result.waiting_reasons)
+        requeue = result.requeue_after
+        deadline_left = active_deadline_left(pod, status.get("startTime"), time.time())
+        if deadline_left is not None:  # look again when the deadline passes
+            requeue = deadline_left if requeue is None else min(requeue, deadline_left)
+        return SyncOutcome(requeue_after=requeue, terminal=status.get("phase") in TERMINAL_PHASES)
+
+    def _deadline_exceeded(self, pod: Pod, runtime_status: PodRuntimeStatus) -> SyncOutcome:
+        """Phase Failed, reason DeadlineExceeded, an event; the worker then kills the containers."""
+        uid = podutil.uid(pod)
+        if self._pods.eviction(uid) is None:
+            log.warning("pod %s: %s", podutil.full_name(pod), DEADLINE_MESSAGE)
+            self._pods.mark_evicted(uid, DEADLINE_REASON, DEADLINE_MESSAGE)
+            self._recorder.event(pod_ref(pod), NORMAL, DEADLINE_REASON, DEADLINE_MESSAGE)
+        self.publish_status(pod, runtime_status, self.waiting.get(uid) or {})
+        return SyncOutcome(terminal=True)
 
     async def _fresh_status(self, uid: str) -> PodRuntimeStatus:
         """The pod's runtime status, observed after the worker's last action on it."""
@@ -111,7 +152,9 @@ class PodSyncer:
             host_ip=self._node_ip,
         )
         eviction = self._pods.eviction(uid)  # evicted, or stopped at node shutdown: (reason, message)
-        if eviction is not None:
+        if eviction is not None and eviction[0] == DEADLINE_REASON:  # the kubelet's ShouldEvict: no DisruptionTarget
+            status = {**status, "phase": "Failed", "reason": eviction[0], "message": eviction[1]}
+        elif eviction is not None:
             status = evicted_status(status, eviction[1], format_time(time.time()), reason=eviction[0])
         self._status.set_pod_status(pod, status)
         self._observe_start(uid, runtime_status)
@@ -131,7 +174,11 @@ class PodSyncer:
     async def terminate_pod(self, pod: Pod, grace: int | None) -> None:
         uid = podutil.uid(pod)
         self._prober.stop_liveness_and_startup(uid)
-        runtime_status = await self._fresh_status(uid)
+        try:
+            runtime_status = await self._fresh_status(uid)
+        except InspectionError as exc:  # termination never waits for the runtime to answer about the pod
+            log.warning("pod %s: killing what was last seen of it: %s", podutil.full_name(pod), exc)
+            runtime_status = exc.last_known
         try:
             await self._runtime_manager.kill_pod(pod, runtime_status, grace)
         finally:
@@ -150,7 +197,11 @@ class PodSyncer:
         if uid in self._pods and not podutil.deletion_requested(pod):
             return False
         # The cache holds terminate_pod's inspection after the kill, or something newer.
-        await self._runtime_manager.remove_pod(await self._fresh_status(uid))
+        try:
+            runtime_status = await self._fresh_status(uid)
+        except InspectionError as exc:  # what is left, container GC removes
+            runtime_status = exc.last_known
+        await self._runtime_manager.remove_pod(runtime_status)
         try:
             await self._volumes.teardown_pod(uid)
         except EdgeletError as exc:

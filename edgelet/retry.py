@@ -7,7 +7,7 @@ import logging
 import random
 
 from edgelet.backoff import JitteredBackoff
-from edgelet.kubeapi.errors import Unauthorized
+from edgelet.errors import CredentialsRefused
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,13 @@ class Retrier:
         self._credentials_reported = False
         self.failures = 0  # in the current streak
 
-    def failed(self, error: BaseException | str, consequence: str = "", *, level: int | None = None) -> float:
+    def failed(self, error: BaseException | str, consequence: str = "", *, level: int | None = None,
+               traceback: bool = False) -> float:
         """Counts a failure and returns how long to wait; `consequence` tells what the failure means meanwhile
-        ("keeping 3 known pods"); `level`, when given, is that of this streak's first line instead of the loop's."""
+        ("keeping 3 known pods"); `level`, when given, is that of this streak's first line instead of the loop's;
+        `traceback` adds the error's traceback to that line (a bug, not a failure of the world)."""
         self.failures += 1
-        refused = isinstance(error, Unauthorized)
+        refused = isinstance(error, CredentialsRefused)  # the API client's Unauthorized
         delay = self._backoff.next(at_least=self._backoff.initial * AUTH_SLOWDOWN if refused else 0.0)
         then = f"{consequence}, retrying in {delay:.1f}s" if consequence else f"retrying in {delay:.1f}s"
         if refused and not self._credentials_reported:
@@ -47,7 +49,8 @@ class Retrier:
                             "user or the client certificate; %s", self.what, error.status, error.reason,
                             error.message, then)
         elif self.failures == 1:
-            self._log.log(self._level if level is None else level, "%s: %s; %s", self.what, error, then)
+            self._log.log(self._level if level is None else level, "%s: %s; %s", self.what, error, then,
+                          exc_info=error if traceback and isinstance(error, BaseException) else None)
         else:
             self._log.debug("%s: still failing (%s); next try in %.1fs", self.what, error, delay)
         return delay

@@ -99,7 +99,6 @@ class SyncLoop:
         pleg_get: asyncio.Task | None = None
         probe_get: asyncio.Task | None = None
         next_housekeeping = time.monotonic() + self._settings.housekeeping_interval
-        next_resync = time.monotonic() + self._settings.sync_frequency
         try:
             while True:
                 config_get = config_get or asyncio.create_task(self._pod_config.updates.get())
@@ -119,12 +118,8 @@ class SyncLoop:
                 if probe_get in done:
                     self.sync_if_known(probe_get.result())
                     probe_get = None
-                for uid in self._workers.due():
-                    self.sync_if_known(uid)
-                if now >= next_resync:
-                    next_resync = now + self._settings.sync_frequency
-                    for uid in self._pods.uids():
-                        self.sync_if_known(uid)
+                # Requeues, retries after failures and the periodic resync, each pod at its own time.
+                self._workers.sync_due()
                 if now >= next_housekeeping:
                     next_housekeeping = now + self._settings.housekeeping_interval
                     await self._guarded_housekeeping()
@@ -225,6 +220,8 @@ class SyncLoop:
         self._on_pods_changed()
 
     def _handle_pod(self, op: Op, pod: Pod) -> None:
+        """Where each pod is in its life is the pod workers' to decide: a sync of a pod whose termination was
+        asked for (evicted, refused, terminal, stopped) is dropped there, whatever op brought it."""
         uid = podutil.uid(pod)
         if op in (Op.ADD, Op.UPDATE) and podutil.deletion_requested(pod):
             # Deleted before the agent knew it (say, while it was down): terminate it, as the
@@ -233,7 +230,11 @@ class SyncLoop:
             self._workers.update(pod, WorkType.TERMINATE, podutil.grace_period_seconds(pod))
             self._prober.update_pod(pod)
         elif op in (Op.ADD, Op.UPDATE):
-            if op is Op.ADD and not self._admit(pod):
+            # Admission decides every pod the workers do not know yet, whichever op brings it first.
+            if not self._workers.known(uid) and not self._admit(pod):
+                return
+            if self._workers.is_terminating(uid):
+                self._pods.set(pod)  # the newest copy, for its status; it never runs again
                 return
             self._pods.set(pod)
             self._syncer.seen(uid)
@@ -258,11 +259,12 @@ class SyncLoop:
         verdict = admit(pod, active_pods=active, max_pods=self._max_pods, extra=self._admit_checks)
         if verdict.admit:
             return True
-        uid = podutil.uid(pod)
-        if self._pods.reject(uid):  # reported once, not on every resend of the source
-            log.warning("pod %s rejected: %s: %s", podutil.full_name(pod), verdict.reason, verdict.message)
-            self._status.set_pod_status(pod, rejected_status(verdict))
-            self._recorder.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
+        # Kept as desired and finished: later copies from the source are never admitted again, nor reported.
+        log.warning("pod %s rejected: %s: %s", podutil.full_name(pod), verdict.reason, verdict.message)
+        self._pods.set(pod)
+        self._workers.reject(pod)
+        self._status.set_pod_status(pod, rejected_status(verdict))
+        self._recorder.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
         return False
 
     def _handle_pleg(self, event: PodLifecycleEvent) -> None:
@@ -271,8 +273,9 @@ class SyncLoop:
         self.sync_if_known(event.pod_uid)
 
     def sync_if_known(self, uid: str) -> None:
+        """A sync of a desired pod (the pod workers drop it for a pod whose termination was asked for)."""
         pod = self._pods.get(uid)
-        if pod is not None and not self._pods.is_evicted(uid):  # an evicted pod never runs again
+        if pod is not None:
             self._workers.update(pod)
 
     # -- housekeeping -------------------------------------------------------------------------------

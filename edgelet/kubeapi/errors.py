@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgelet.errors import EdgeletError, PermanentError, TemporaryError
+from edgelet.errors import CredentialsRefused, EdgeletError, PermanentError, TemporaryError
 
 
 class ApiError(EdgeletError):
@@ -45,7 +45,7 @@ class Invalid(ApiError, PermanentError):
     """400 / 422: the server refused the object or the request as malformed."""
 
 
-class Unauthorized(ApiError, PermanentError):
+class Unauthorized(ApiError, CredentialsRefused):
     """401: the credentials were refused; retrying soon will not help, retrying later may."""
 
 

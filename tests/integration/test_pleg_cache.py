@@ -12,6 +12,7 @@ import pytest
 from edgelet import pleg as pleg_module
 from edgelet import podutil
 from edgelet.errors import TemporaryError
+from edgelet.kuberuntime.cache import InspectionError
 from edgelet.kuberuntime.types import ContainerState
 from edgelet.pleg import GenericPLEG
 
@@ -136,18 +137,21 @@ async def test_a_relist_inspects_changed_pods_side_by_side_each_once(cri, contai
     assert runtime.most_in_flight > 1
 
 
-async def test_a_failed_inspection_is_retried_at_the_next_relist_and_holds_back_only_its_pod(cri, containerd):
+async def test_a_failed_inspection_is_stored_for_its_pod_and_retried_at_the_next_relist(cri, containerd):
     (broken_uid, broken_id), (good_uid, _) = [await start_pod(cri, containerd) for _ in range(2)]
     runtime = CountedStatusCalls(cri, fail_once={broken_id})
     pleg = GenericPLEG(runtime)
     before = time.monotonic()
     await pleg.relist()
-    assert pleg.cache.is_newer_than(good_uid, before)
-    assert not pleg.cache.is_newer_than(broken_uid, before)  # its worker waits for a successful inspection
+    assert (await pleg.cache.get_newer_than(good_uid, before)).latest_container("main").state == ContainerState.RUNNING
+    # The broken pod's worker gets the error at once (its sync fails and is retried), never a wait for ever.
+    with pytest.raises(InspectionError, match="runtime busy"):
+        await asyncio.wait_for(pleg.cache.get_newer_than(broken_uid, before), 5)
     events = await pleg.relist()  # nothing changed in the runtime, yet the broken pod is inspected again
     assert events == []
-    assert pleg.get_status(broken_uid).latest_container("main").state == ContainerState.RUNNING
-    assert pleg.cache.is_newer_than(broken_uid, before)
+    assert pleg.cache.error(broken_uid) is None
+    status = await asyncio.wait_for(pleg.cache.get_newer_than(broken_uid, before), 5)
+    assert status.latest_container("main").state == ContainerState.RUNNING
 
 
 async def test_the_sandbox_status_names_the_pod_source(cri, containerd):

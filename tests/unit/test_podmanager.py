@@ -44,14 +44,6 @@ def test_eviction_outlives_removal_until_the_pod_is_gone():
     assert not pods.is_evicted("a") and pods.eviction("a") is None
 
 
-def test_rejection_is_reported_once_until_the_source_removes_the_pod():
-    pods = PodManager()
-    assert pods.reject("r") is True
-    assert pods.reject("r") is False
-    pods.remove("r")
-    assert pods.reject("r") is True
-
-
 # -- mirror pods ------------------------------------------------------------------------------------------
 
 def static(uid: str, name: str = "web-node", namespace: str = "default") -> dict:

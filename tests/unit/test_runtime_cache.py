@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from edgelet.kuberuntime.cache import PodCache
+from edgelet.kuberuntime.cache import InspectionError, PodCache
 from edgelet.kuberuntime.types import PodRuntimeStatus
 
 
@@ -68,16 +68,33 @@ async def test_get_newer_than_waits_for_a_later_observation():
     assert (await asyncio.wait_for(waiter, 1)).name == "new"
 
 
-async def test_a_pod_whose_inspection_failed_waits_while_the_others_go_on():
+async def test_a_failed_inspection_is_an_observation_its_reader_gets_at_once():
+    """The kubelet's cache stores the error: the pod's worker fails its sync (and retries) instead of waiting for
+    ever, its termination goes on with the last status seen, and the other pods are not held back."""
     cache = PodCache()
     cache.set(status("broken", 10.0, "old"))
     cache.set(status("fine", 10.0, "old"))
-    cache.update_time(12.0, except_uids={"broken"})  # the relist could not inspect "broken"
-    assert cache.is_newer_than("fine", 11.0) and not cache.is_newer_than("broken", 11.0)
-    waiter = asyncio.ensure_future(cache.get_newer_than("broken", 11.0))
-    await asyncio.sleep(0)
-    cache.update_time(13.0, except_uids={"broken"})
+    assert cache.set_error("broken", "rpc error: deadline exceeded", 12.0)
+    cache.update_time(12.0)
+    assert cache.is_newer_than("fine", 11.0) and cache.is_newer_than("broken", 11.0)
+    assert (await asyncio.wait_for(cache.get_newer_than("fine", 11.0), 1)).name == "old"
+    with pytest.raises(InspectionError) as failed:
+        await asyncio.wait_for(cache.get_newer_than("broken", 11.0), 1)
+    assert "deadline exceeded" in str(failed.value) and failed.value.last_known.name == "old"
+    assert cache.get("broken").name == "old" and cache.error("broken") == "rpc error: deadline exceeded"
+    assert not cache.set_error("broken", "late", 11.0)  # an error observed before the stored one loses
+    cache.set(status("broken", 14.0, "inspected"))  # the next relist's inspection succeeded
+    assert cache.error("broken") is None
+    assert (await asyncio.wait_for(cache.get_newer_than("broken", 13.0), 1)).name == "inspected"
+    assert not cache.set_error("broken", "stale", 13.0)  # nor does an error observed before a success
+
+
+async def test_a_reader_waiting_for_a_pod_gets_the_error_of_its_next_inspection():
+    cache = PodCache()
+    cache.set(status("u", 10.0, "old"))
+    waiter = asyncio.ensure_future(cache.get_newer_than("u", 10.0))
     await asyncio.sleep(0)
     assert not waiter.done()
-    cache.set(status("broken", 14.0, "inspected"))  # the next relist's inspection succeeded
-    assert (await asyncio.wait_for(waiter, 1)).name == "inspected"
+    cache.set_error("u", "connection refused", 11.0)
+    with pytest.raises(InspectionError):
+        await asyncio.wait_for(waiter, 1)
