@@ -82,15 +82,6 @@ class Registry:
             lines.extend(sample_line(*sample) for sample in family.samples())
         return "".join(lines).encode()
 
-    def sample_value(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
-        """The value of one sample as it is scraped (`..._total`, `..._bucket` with `le`), or None."""
-        wanted = dict(labels or {})
-        for family in self._families.values():
-            for sample_name, sample_labels, value in family.samples():
-                if sample_name == name and dict(sample_labels) == wanted:
-                    return value
-        return None
-
 
 # --- metric families and their children -----------------------------------------------------------
 #
@@ -298,12 +289,6 @@ pleg_relist_duration_seconds = Histogram(
     buckets=_DEFAULT_BUCKETS,
     registry=REGISTRY,
 )
-pleg_relist_interval_seconds = Histogram(
-    "kubelet_pleg_relist_interval_seconds",
-    "Interval in seconds between relisting in PLEG.",
-    buckets=_DEFAULT_BUCKETS,
-    registry=REGISTRY,
-)
 pleg_last_seen_seconds = Gauge(
     "kubelet_pleg_last_seen_seconds",
     "Timestamp in seconds when PLEG was last seen active.",
@@ -317,14 +302,15 @@ pleg_evented = Gauge(
 
 pod_worker_duration_seconds = Histogram(
     "kubelet_pod_worker_duration_seconds",
-    "Duration in seconds to sync a single pod, by operation type: create, update or sync.",
+    "Duration in seconds of one step of a pod worker, by the pod's state: syncing, terminating or terminated "
+    "(its clean-up).",
     ["operation_type"],
     buckets=_DEFAULT_BUCKETS,
     registry=REGISTRY,
 )
 pod_start_sli_duration_seconds = Histogram(
     "kubelet_pod_start_sli_duration_seconds",
-    "Duration in seconds to start a pod, excluding image pulls, from first sight to all containers running.",
+    "Duration in seconds to start a pod, from first sight to all containers running, image pulls included.",
     buckets=_POD_START_SLI_BUCKETS,
     registry=REGISTRY,
 )

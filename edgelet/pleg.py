@@ -33,14 +33,6 @@ from .plegstream import ContainerEventStream
 
 log = logging.getLogger(__name__)
 
-EVENT_NAMES = {
-    core.CONTAINER_STARTED: "ContainerStarted",
-    core.CONTAINER_DIED: "ContainerDied",
-    core.CONTAINER_REMOVED: "ContainerRemoved",
-    core.POD_SYNC: "PodSync",
-    core.CONTAINER_CHANGED: "ContainerChanged",
-}
-
 NAMESPACE_MODE_NODE = 2  # runtime.v1.NamespaceMode.NODE
 # Pods inspected at once by a relist: enough to overlap the round trips of a node's worth of changed pods
 # (the first relist after a restart), few enough that the runtime is not flooded. More calls in flight also
@@ -61,10 +53,6 @@ class PodLifecycleEvent:
     pod_uid: str
     type: int
     data: str  # container or sandbox id
-
-    @property
-    def type_name(self) -> str:
-        return EVENT_NAMES.get(self.type, str(self.type))
 
     def is_sync_worthy(self) -> bool:
         """The kubelet does not sync a pod for the removal of a container it already saw die."""
@@ -383,9 +371,6 @@ class GenericPLEG:
 
     def runtime_pod_uids(self) -> set[str]:
         return self._snapshot.pod_uids() if self._snapshot is not None else set()
-
-    def snapshot(self) -> core.Snapshot | None:
-        return self._snapshot
 
     async def wait_first_relist(self) -> None:
         await self._first_relist.wait()

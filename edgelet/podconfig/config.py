@@ -157,7 +157,6 @@ class PodConfig:
         self.updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
         self._pods: dict[str, dict[str, Pod]] = {}
         self._ready: set[str] = set()
-        self._ready_event = asyncio.Event()
         self.source_became_ready = asyncio.Event()  # set, and replaced by a new one, when a source becomes ready
         self._reported: dict[str, set[tuple[str, str]]] = {}
 
@@ -166,7 +165,6 @@ class PodConfig:
         if name not in self._pods:
             self._pods[name] = {}
             self._reported[name] = set()
-            self._ready_event.clear()
         return SourceHandle(self, name)
 
     def sources(self) -> list[str]:
@@ -176,17 +174,8 @@ class PodConfig:
         """The merged current pods of every source, in source registration order."""
         return [pod for pods in self._pods.values() for pod in pods.values()]
 
-    def get_pod(self, pod_uid: str) -> Pod | None:
-        for pods in self._pods.values():
-            if pod_uid in pods:
-                return pods[pod_uid]
-        return None
-
     def all_sources_ready(self) -> bool:
         return self._ready.issuperset(self._pods)
-
-    async def wait_ready(self) -> None:
-        await self._ready_event.wait()
 
     def _mark_ready(self, name: str) -> None:
         if name not in self._ready:
@@ -194,8 +183,6 @@ class PodConfig:
             self._ready.add(name)
             became_ready, self.source_became_ready = self.source_became_ready, asyncio.Event()
             became_ready.set()
-        if self.all_sources_ready():
-            self._ready_event.set()
 
     def _set(self, name: str, pods: Iterable[Pod]) -> None:
         if name not in self._pods:

@@ -14,6 +14,7 @@ from edgelet import metrics
 from edgelet.cri import CRIError, NotFound, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
+from tests.scrape import sample_value
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -55,7 +56,7 @@ async def start_pod(cri, containerd, **sandbox_kwargs) -> tuple[str, str, pb.Pod
 
 
 def sample(name: str, operation: str) -> float:
-    return metrics.REGISTRY.sample_value(name, {"operation_type": operation}) or 0.0
+    return sample_value(metrics.REGISTRY, name, {"operation_type": operation}) or 0.0
 
 
 async def test_version_and_status(cri):

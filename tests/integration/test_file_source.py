@@ -74,11 +74,17 @@ async def wait_until(predicate) -> None:
     await asyncio.wait_for(poll(), WAIT)
 
 
+async def wait_ready(config) -> None:
+    """Until every source registered with the pod config gave its first full view."""
+    while not config.all_sources_ready():
+        await config.source_became_ready.wait()
+
+
 async def test_initial_pods_then_add_change_and_delete(tmp_path):
     write_atomically(tmp_path, "web.yaml", pod_yaml("web"))
     async with running(tmp_path) as (config, _):
         await wait_for_pods(config, {"web-node1"})
-        await config.wait_ready()
+        await wait_ready(config)
         old_uid = podutil.uid(config.get_pods()[0])
 
         write_atomically(tmp_path, "db.yaml", pod_yaml("db"))
@@ -97,7 +103,7 @@ async def test_initial_pods_then_add_change_and_delete(tmp_path):
 
 async def test_in_place_write_is_noticed(tmp_path):
     async with running(tmp_path) as (config, _):
-        await config.wait_ready()
+        await wait_ready(config)
         with open(tmp_path / "web.yaml", "w") as file:  # create + write + close: IN_CREATE then IN_CLOSE_WRITE
             file.write(pod_yaml("web"))
         await wait_for_pods(config, {"web-node1"})
@@ -112,7 +118,7 @@ async def test_a_burst_of_files_is_scanned_a_few_times_not_once_per_file(tmp_pat
     for i in range(110):
         (staging / f"pod{i:03d}.yaml").write_text(pod_yaml(f"pod{i:03d}"))
     async with running(manifests) as (config, source):
-        await config.wait_ready()
+        await wait_ready(config)
         scans_before = source.scan_count
 
         def move_all() -> None:
@@ -147,7 +153,7 @@ async def test_broken_file_is_reported_once_and_the_rest_proceeds(tmp_path, capl
 
 async def test_ignored_files_make_no_pods(tmp_path):
     async with running(tmp_path) as (config, _):
-        await config.wait_ready()
+        await wait_ready(config)
         for name in (".web.yaml", "web.yaml~", ".web.yaml.swp", "web.yaml.dpkg-new"):
             (tmp_path / name).write_text(pod_yaml(name.strip(".~").split(".")[0] + "x"))
         (tmp_path / "sub").mkdir()
@@ -162,7 +168,7 @@ async def test_missing_directory_is_waited_for_quietly(tmp_path, caplog):
     manifests = tmp_path / "etc" / "edgelet" / "manifests"
     with caplog.at_level(logging.INFO, logger="edgelet.podconfig"):
         async with running(manifests) as (config, _):
-            await config.wait_ready()  # ready with no pods, as the kubelet is
+            await wait_ready(config)  # ready with no pods, as the kubelet is
             assert config.get_pods() == []
             manifests.mkdir(parents=True)
             write_atomically(manifests, "web.yaml", pod_yaml("web"))
@@ -192,7 +198,7 @@ async def test_directory_moved_away_and_back(tmp_path):
 
 async def test_polling_without_inotify(tmp_path):
     async with running(tmp_path, check_frequency=0.05, use_inotify=False) as (config, _):
-        await config.wait_ready()
+        await wait_ready(config)
         write_atomically(tmp_path, "web.yaml", pod_yaml("web"))
         await wait_for_pods(config, {"web-node1"})
 
@@ -200,7 +206,7 @@ async def test_polling_without_inotify(tmp_path):
 async def test_single_manifest_file(tmp_path):
     path = tmp_path / "web.yaml"
     async with running(path) as (config, _):
-        await config.wait_ready()
+        await wait_ready(config)
         write_atomically(tmp_path, "web.yaml", pod_yaml("web"))
         await wait_for_pods(config, {"web-node1"})
         write_atomically(tmp_path, "other.yaml", pod_yaml("other"))  # not the file we serve

@@ -10,6 +10,7 @@ from edgelet.kuberuntime.types import ContainerState, ContainerStatus
 from edgelet.prober.probes import ProbeSpec
 from edgelet.prober.results import Outcome, ProbeError, ProbeType, Result, ResultsCache
 from edgelet.prober.worker import ProbeWorker
+from tests.scrape import sample_value
 
 S, F, U = Result.SUCCESS, Result.FAILURE, Result.UNKNOWN
 NOW = 1_700_000_000.0
@@ -206,7 +207,7 @@ async def test_metrics_count_each_result():
     labels = {"probe_type": "Readiness", "container": "app", "pod": "metered", "namespace": "ns"}
 
     def count(result):
-        return metrics.REGISTRY.sample_value("prober_probe_total", {**labels, "result": result}) or 0.0
+        return sample_value(metrics.REGISTRY, "prober_probe_total", {**labels, "result": result}) or 0.0
 
     await harness.ticks(S, S, F)
     assert (count("successful"), count("failed")) == (2.0, 1.0)
