@@ -152,16 +152,19 @@ def test_kubectl_exec_with_stdin_tty_and_exit_codes(node, kubectl):
     assert kubectl.run("exec", "shell", "-c", "nosuch", "--", "true", check=False).returncode != 0
 
 
-def test_kubectl_exec_true_round_trip(node, kubectl):
-    """The figure the issue asks for: `kubectl exec -- true` end to end (printed, not asserted)."""
+def test_kubectl_exec_true_round_trip(node, kubectl, record_property):
+    """`kubectl exec -- true` end to end, five times: each answers with the command's exit code (the figure, the
+    median round trip, is recorded for the report; timings are not asserted on a shared machine)."""
     run_pod(kubectl, node, "quick", "exec sleep 3600")
-    kubectl("exec", "quick", "--", "true")
     times = []
-    for _ in range(5):
+    for command in ["true", "false"] * 3:
         started = time.monotonic()
-        kubectl("exec", "quick", "--", "true")
+        result = kubectl.run("exec", "quick", "--", command, check=False)
         times.append(time.monotonic() - started)
-    print(f"\nkubectl exec -- true: median {sorted(times)[2] * 1000:.0f} ms over 5")
+        assert (result.returncode, result.stdout) == ((0 if command == "true" else 1), "")
+    median_ms = sorted(times)[len(times) // 2] * 1000
+    record_property("kubectl_exec_true_median_ms", round(median_ms))
+    print(f"\nkubectl exec round trip: median {median_ms:.0f} ms over {len(times)}")
 
 
 def test_kubectl_attach(node, kubectl, control_plane):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import statistics
 import time
 import uuid
@@ -163,7 +164,11 @@ async def test_update_resources_and_reopen_log(cri, containerd):
     exit_code, stdout, _ = await cri.exec_sync(container_id, ["sh", "-c", files], 5)
     assert (exit_code, int(stdout)) == (0, limit)
 
+    # Log rotation's part: the file moved aside, the runtime opens a new one at the same path.
+    log_path = (await cri.container_status(container_id)).log_path
+    os.rename(log_path, f"{log_path}.1")
     await cri.reopen_container_log(container_id)
+    assert os.path.exists(log_path) and os.path.exists(f"{log_path}.1")
 
 
 async def test_pod_network_sandbox_gets_an_address_on_the_bridge(cri, containerd):
@@ -189,6 +194,8 @@ async def test_deletes_are_idempotent(cri, containerd):
     await cri.stop_pod_sandbox(gone)
     await cri.remove_pod_sandbox(gone)
     await cri.remove_image("docker.io/library/never-pulled:1")
+    assert sandbox_id not in {s.id for s in await cri.list_pod_sandbox()}
+    assert container_id not in {c.id for c in await cri.list_containers()}
 
 
 async def test_images(cri, containerd):
