@@ -196,7 +196,7 @@ class GenericPLEG:
                 return
             # A whole period without an event: the runtime had nothing to report from its start on, so every pod's
             # cached status held then (the kubelet's evented PLEG vouches for the cache the same way).
-            self.cache.update_time(quiet_since, except_uids=self._reinspect)
+            self.cache.update_time(quiet_since)  # a pod whose inspection failed keeps its error, newer still
             self._last_relist = self._clock()
             metrics.pleg_last_seen_seconds.set(time.time())
 

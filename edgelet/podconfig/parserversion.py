@@ -22,7 +22,7 @@ PARSER_MODULES = (
     "edgelet.podutil",
     "edgelet.quantity",
 )
-PARSER_DIGEST = "sha256:7662d3681986358c8f0b9202cf8ec6acc9e4519a34d55049b6719f73777b6632"
+PARSER_DIGEST = "sha256:1d1ebc6637ee5e67d372e184dc551716c1e72f7306c7e3877a62b80ea7bb7d0e"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:
