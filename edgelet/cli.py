@@ -64,7 +64,7 @@ def load_checked_config(path: str, *, referenced_files: bool = True):
 
 def check_referenced_files(config) -> None:
     """Files named by the config that `run` reads before anything starts (the kubeconfig and its certificates,
-    or the CA file of a bootstrap token join)."""
+    or the CA file of a bootstrap token join; the tunnel's CA file)."""
     if config.cluster is not None and config.cluster.kubeconfig:
         from .kubeapi.kubeconfig import load_kubeconfig, ssl_context
 
@@ -73,6 +73,10 @@ def check_referenced_files(config) -> None:
         from .bootstrap.manager import read_ca_file
 
         read_ca_file(config.cluster.ca_file)
+    if config.cluster is not None and config.cluster.tunnel is not None and config.cluster.tunnel.ca_file:
+        from .tunnel.wiring import read_pem_file
+
+        read_pem_file(config.cluster.tunnel.ca_file, "the konnectivity-server CA (cluster.tunnel.ca_file)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -98,3 +98,24 @@ def test_stream_slots_follow_the_announced_server_count(configured, announced, s
 ])
 def test_stream_errors_name_what_to_fix(details, says):
     assert says in describe_stream_error(details)
+
+
+def test_an_unreadable_tunnel_ca_file_is_one_error_naming_the_file_and_the_setting(tmp_path):
+    from edgelet.cli import check_referenced_files
+    from edgelet.config import parse_config
+    from edgelet.errors import ConfigError
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+                          "users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                          "current-context: x\n")
+    for content, words in [(None, "cannot read the konnectivity-server CA (cluster.tunnel.ca_file)"),
+                           ("not a certificate", "is not PEM text")]:
+        ca = tmp_path / "konnectivity-ca.crt"
+        if content is not None:
+            ca.write_text(content)
+        config = parse_config({"cluster": {"kubeconfig": str(kubeconfig),
+                                           "tunnel": {"servers": ["127.0.0.1:8132"], "ca_file": str(ca)}}})
+        with pytest.raises(ConfigError) as caught:
+            check_referenced_files(config)
+        assert str(ca) in str(caught.value) and words in str(caught.value)
