@@ -19,6 +19,7 @@ from edgelet.tunnel import konnectivity_pb2_grpc as pb_grpc
 from edgelet.tunnel.agent import Tunnel
 from edgelet.tunnel.policy import Destinations, agent_identifiers
 from tests.kubeapi_double import eventually
+from tests.scrape import sample_value
 
 
 def openssl(*args: str) -> None:
@@ -120,7 +121,7 @@ def dial(random_id: int, address: str) -> pb.Packet:
 
 
 def refused_total() -> float:
-    return sum(metrics.REGISTRY.sample_value("edgelet_tunnel_dials_refused_total", {"reason": r}) or 0
+    return sum(sample_value(metrics.REGISTRY, "edgelet_tunnel_dials_refused_total", {"reason": r}) or 0
                for r in ("destination", "limit"))
 
 
@@ -198,7 +199,7 @@ async def test_a_slow_local_reader_holds_the_stream_instead_of_queueing_without_
             await servicer.to_agent.put(dial(6, f"edge-1:{kubelet}"))
             connect_id = (await servicer.next_packet()).dialResponse.connectID
             chunk, count = b"x" * 65536, 640
-            delivered = metrics.REGISTRY.sample_value("edgelet_tunnel_bytes_total", {"direction": "from_server"}) or 0
+            delivered = sample_value(metrics.REGISTRY, "edgelet_tunnel_bytes_total", {"direction": "from_server"}) or 0
             for _ in range(count):  # 40 MiB: far beyond the socket buffers and the connection's limit
                 await servicer.to_agent.put(pb.Packet(type=pb.DATA, data=pb.Data(connectID=connect_id, data=chunk)))
             await asyncio.sleep(3)
@@ -206,7 +207,7 @@ async def test_a_slow_local_reader_holds_the_stream_instead_of_queueing_without_
             assert conn.writer.transport.get_write_buffer_size() <= 65536 + len(chunk)
             # The agent stopped taking DATA: what it took fits the kernel's socket buffers; the rest waits on the
             # server's side, held by gRPC's flow control.
-            taken = metrics.REGISTRY.sample_value("edgelet_tunnel_bytes_total", {"direction": "from_server"}) - delivered
+            taken = sample_value(metrics.REGISTRY, "edgelet_tunnel_bytes_total", {"direction": "from_server"}) - delivered
             assert taken < count * len(chunk) / 2, taken
     finally:
         stalled.set()
