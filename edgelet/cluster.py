@@ -26,7 +26,7 @@ from .nodestatus.facts import gather_node_info
 from .cm.cgroups import reserved_total
 from .nodestatus.setters import PressureThresholds, Reserved
 from .objectstore import ObjectStore
-from .podconfig.cache import CachingHandle, PodCache
+from .podconfig.cache import CachingHandle, PodCheckpoints
 from .podconfig.config import PodConfig
 from .podmanager import PodManager
 from .podutil import Pod
@@ -96,8 +96,8 @@ class ClusterConnection:
         self._on_joined: list[Callable[[], None]] = []
         self.objects = ObjectSyncer(self.client, object_store, os.path.join(config.cache_dir, "objects"),
                                     refresh=OBJECTS_REFRESH)
-        self.pod_cache = PodCache(os.path.join(config.cache_dir, "pods"), node_name)
-        self.caching = CachingHandle(pod_config.source(API_SOURCE), self.pod_cache,
+        self.pod_checkpoints = PodCheckpoints(os.path.join(config.cache_dir, "pods"), node_name)
+        self.caching = CachingHandle(pod_config.source(API_SOURCE), self.pod_checkpoints,
                                      before_apply=lambda pods: self.objects.ensure(pods, OBJECTS_WAIT))
         root_dir = config.root_dir
         report = NodeReport(

@@ -11,7 +11,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Collection
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Mapping, Protocol
 
 from .. import metrics, podutil
 from ..backoff import Backoff
@@ -26,6 +26,11 @@ from .container import make_container_config
 from .sandbox import make_sandbox_config, pod_log_dir
 from .termination import TerminationOrdering
 from .types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
+
+if TYPE_CHECKING:  # the collaborators, for their types only
+    from ..images.manager import ImageManager
+    from ..objectstore import ObjectStore
+    from ..volumes import VolumeManager
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +62,22 @@ class SyncResult:
         self.requeue_after = delay if self.requeue_after is None else min(self.requeue_after, delay)
 
 
+class LifecycleHooks(Protocol):
+    """What the manager asks of the hook runner (edgelet.prober.HookRunner, which imports this module)."""
+
+    async def post_start(self, pod: Pod, container: Mapping[str, Any], container_id: str) -> str | None: ...
+
+    async def pre_stop(self, pod: Pod, name: str, container_id: str, grace: int) -> int: ...
+
+
 @dataclass(slots=True)
 class Collaborators:
     """What the manager needs from the other managers; each is optional for a bare node."""
 
-    images: object  # edgelet.images.manager.ImageManager
-    volumes: object | None = None  # edgelet.volumes.VolumeManager
-    store: object | None = None  # edgelet.objectstore.ObjectStore
-    hooks: object | None = None  # edgelet.prober lifecycle hook runner
+    images: ImageManager
+    volumes: VolumeManager | None = None
+    store: ObjectStore | None = None  # ConfigMaps and Secrets for env and pull secrets
+    hooks: LifecycleHooks | None = None
     recorder: Recorder = NO_EVENTS  # the kubelet's container and sandbox events
 
 

@@ -1,4 +1,5 @@
-"""The on-disk pod cache behind offline autonomy: every pod accepted from the API, persisted crash-safely.
+"""The pod checkpoints behind offline autonomy: every pod accepted from the API, persisted crash-safely (not the
+runtime status cache, which is kuberuntime.cache.PodCache).
 
 At start the cached pods are handed to the pod config before the API server has answered, so a device
 that reboots with no network brings its pods back; once the API answers, its list replaces the cached
@@ -42,8 +43,8 @@ def content_version(pod: Pod) -> int:
     return core.status_hash({"metadata": meta, "spec": podutil.spec(pod)})
 
 
-class PodCache:
-    """The cached pods of one node, one checkpoint per uid in `directory` (blocking I/O)."""
+class PodCheckpoints:
+    """The saved pods of one node, one checkpoint per uid in `directory` (blocking I/O)."""
 
     def __init__(self, directory: str, node_name: str):
         # Pods may carry secrets in env values: root-only like every other checkpoint.
@@ -143,7 +144,7 @@ class CachingHandle:
     first. `mark_ready` takes effect only after the sets before it were applied.
     """
 
-    def __init__(self, handle: SourceHandle, cache: PodCache, *,
+    def __init__(self, handle: SourceHandle, cache: PodCheckpoints, *,
                  before_apply: Callable[[list[Pod]], Awaitable[None]] | None = None):
         self._handle = handle
         self._cache = cache

@@ -14,7 +14,7 @@ import pytest
 
 from edgelet import checkpoint, podutil
 from edgelet.checkpoint import CheckpointStore, key_to_filename
-from edgelet.podconfig.cache import POD_KIND, CachingHandle, PodCache, content_version
+from edgelet.podconfig.cache import POD_KIND, CachingHandle, PodCheckpoints, content_version
 from edgelet.podconfig.config import Op, PodConfig
 
 NODE = "edge-1"
@@ -37,32 +37,32 @@ def entry_path(directory, uid: str):
     return directory / key_to_filename(uid)
 
 
-# -- PodCache ---------------------------------------------------------------------------------------------
+# -- PodCheckpoints ---------------------------------------------------------------------------------------------
 
 
 def test_round_trip_and_completeness(tmp_path):
-    cache = PodCache(str(tmp_path), NODE)
+    cache = PodCheckpoints(str(tmp_path), NODE)
     assert cache.load() == ([], False)  # never written: not a list anyone may trust
     pods = [api_pod("a"), api_pod("b")]
     cache.sync(pods)
-    restored, complete = PodCache(str(tmp_path), NODE).load()
+    restored, complete = PodCheckpoints(str(tmp_path), NODE).load()
     assert complete is True
     assert sorted(restored, key=podutil.uid) == pods
 
 
 def test_empty_list_from_the_api_is_complete(tmp_path):
-    PodCache(str(tmp_path), NODE).sync([])
-    assert PodCache(str(tmp_path), NODE).load() == ([], True)
+    PodCheckpoints(str(tmp_path), NODE).sync([])
+    assert PodCheckpoints(str(tmp_path), NODE).load() == ([], True)
 
 
 def test_cache_of_another_node_name_is_not_trusted(tmp_path):
-    PodCache(str(tmp_path), "old-name").sync([api_pod("a", node="old-name")])
-    pods, complete = PodCache(str(tmp_path), NODE).load()
+    PodCheckpoints(str(tmp_path), "old-name").sync([api_pod("a", node="old-name")])
+    pods, complete = PodCheckpoints(str(tmp_path), NODE).load()
     assert (pods, complete) == ([], False)
 
 
 def test_status_changes_are_not_rewritten_but_spec_changes_are(tmp_path):
-    cache = PodCache(str(tmp_path), NODE)
+    cache = PodCheckpoints(str(tmp_path), NODE)
     pod = api_pod("a")
     cache.sync([pod])
     assert cache.writes == 1
@@ -76,20 +76,20 @@ def test_status_changes_are_not_rewritten_but_spec_changes_are(tmp_path):
     deleting = api_pod("a", image="busybox:2", deletionTimestamp="2026-01-01T00:00:00Z")
     cache.sync([deleting])
     assert cache.writes == 3
-    assert PodCache(str(tmp_path), NODE).load()[0] == [deleting]
+    assert PodCheckpoints(str(tmp_path), NODE).load()[0] == [deleting]
 
 
 def test_pods_gone_from_the_api_are_removed(tmp_path):
-    cache = PodCache(str(tmp_path), NODE)
+    cache = PodCheckpoints(str(tmp_path), NODE)
     cache.sync([api_pod("a"), api_pod("b")])
     cache.sync([api_pod("b")])
     assert not entry_path(tmp_path, "a").exists()
-    assert [podutil.uid(p) for p in PodCache(str(tmp_path), NODE).load()[0]] == ["b"]
+    assert [podutil.uid(p) for p in PodCheckpoints(str(tmp_path), NODE).load()[0]] == ["b"]
 
 
 def test_entries_are_root_only(tmp_path):
     cache_dir = tmp_path / "cache"
-    PodCache(str(cache_dir), NODE).sync([api_pod("a")])
+    PodCheckpoints(str(cache_dir), NODE).sync([api_pod("a")])
     assert stat.S_IMODE(os.stat(cache_dir).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(entry_path(cache_dir, "a")).st_mode) == 0o600
 
@@ -123,10 +123,10 @@ def damage_garbage(path):
 
 @pytest.mark.parametrize("damage", [damage_truncate, damage_flip, damage_empty, damage_garbage])
 def test_damaged_entries_are_set_aside_and_the_rest_restored(tmp_path, caplog, damage):
-    PodCache(str(tmp_path), NODE).sync([api_pod("a"), api_pod("b")])
+    PodCheckpoints(str(tmp_path), NODE).sync([api_pod("a"), api_pod("b")])
     damage(entry_path(tmp_path, "a"))
     with caplog.at_level(logging.WARNING):
-        pods, complete = PodCache(str(tmp_path), NODE).load()
+        pods, complete = PodCheckpoints(str(tmp_path), NODE).load()
     assert [podutil.uid(p) for p in pods] == ["b"] and not complete
     assert not entry_path(tmp_path, "a").exists()
     assert len(corrupt_files(tmp_path)) == 1
@@ -155,10 +155,10 @@ def write_entry(directory, key: str, payload: bytes, kind: str = POD_KIND) -> No
     ],
 )
 def test_foreign_entries_are_set_aside(tmp_path, caplog, key, payload, kind, reason):
-    PodCache(str(tmp_path), NODE).sync([api_pod("b")])
+    PodCheckpoints(str(tmp_path), NODE).sync([api_pod("b")])
     write_entry(tmp_path, key, payload, kind)
     with caplog.at_level(logging.WARNING):
-        pods, _ = PodCache(str(tmp_path), NODE).load()
+        pods, _ = PodCheckpoints(str(tmp_path), NODE).load()
     assert [podutil.uid(p) for p in pods] == ["b"]
     assert len(corrupt_files(tmp_path)) == 1
     assert reason in caplog.text
@@ -166,7 +166,7 @@ def test_foreign_entries_are_set_aside(tmp_path, caplog, key, payload, kind, rea
 
 def test_pods_bound_to_another_node_are_dropped_not_kept(tmp_path):
     write_entry(tmp_path, "a", orjson.dumps(api_pod("a", node="other-node")))
-    cache = PodCache(str(tmp_path), NODE)
+    cache = PodCheckpoints(str(tmp_path), NODE)
     assert cache.load() == ([], False)
     cache.sync([])
     assert not entry_path(tmp_path, "a").exists() and corrupt_files(tmp_path) == []
@@ -175,8 +175,8 @@ def test_pods_bound_to_another_node_are_dropped_not_kept(tmp_path):
 def test_stray_files_are_left_alone(tmp_path):
     (tmp_path / "README").write_text("notes")
     (tmp_path / ".tmp-123-a.ckpt").write_bytes(b"half a write")  # what a crash mid-write leaves
-    PodCache(str(tmp_path), NODE).sync([api_pod("a")])
-    pods, _ = PodCache(str(tmp_path), NODE).load()
+    PodCheckpoints(str(tmp_path), NODE).sync([api_pod("a")])
+    pods, _ = PodCheckpoints(str(tmp_path), NODE).load()
     assert [podutil.uid(p) for p in pods] == ["a"]
     assert (tmp_path / "README").exists() and not (tmp_path / ".tmp-123-a.ckpt").exists()
 
@@ -194,13 +194,13 @@ def drain_updates(config: PodConfig) -> list[tuple[Op, list[str]]]:
 
 async def test_restore_applies_cached_pods_and_marks_ready_only_when_complete(tmp_path):
     config = PodConfig()
-    handle = CachingHandle(config.source("api"), PodCache(str(tmp_path), NODE))
+    handle = CachingHandle(config.source("api"), PodCheckpoints(str(tmp_path), NODE))
     assert handle.restore() == []
     assert not config.all_sources_ready()  # no evidence of a complete list: wait for the API
 
-    PodCache(str(tmp_path / "c2"), NODE).sync([api_pod("a")])
+    PodCheckpoints(str(tmp_path / "c2"), NODE).sync([api_pod("a")])
     config = PodConfig()
-    handle = CachingHandle(config.source("api"), PodCache(str(tmp_path / "c2"), NODE))
+    handle = CachingHandle(config.source("api"), PodCheckpoints(str(tmp_path / "c2"), NODE))
     assert [podutil.uid(p) for p in handle.restore()] == ["a"]
     assert config.all_sources_ready()
     assert drain_updates(config) == [(Op.ADD, ["a"])]
@@ -221,7 +221,7 @@ async def test_sets_are_persisted_before_they_are_applied(tmp_path):
 
         ready = property(lambda self: api.ready)
 
-    handle = CachingHandle(Probe(), PodCache(str(tmp_path), NODE))
+    handle = CachingHandle(Probe(), PodCheckpoints(str(tmp_path), NODE))
     handle.set([api_pod("a")])
     handle.mark_ready()
     assert not config.all_sources_ready()  # nothing applied yet: ready must wait for the set before it
@@ -240,7 +240,7 @@ async def test_newest_set_wins_and_before_apply_runs_first(tmp_path):
         prepared.append([podutil.uid(p) for p in pods])
         await gate.wait()
 
-    handle = CachingHandle(config.source("api"), PodCache(str(tmp_path), NODE), before_apply=before_apply)
+    handle = CachingHandle(config.source("api"), PodCheckpoints(str(tmp_path), NODE), before_apply=before_apply)
     handle.set([api_pod("a")])
     await asyncio.sleep(0)
     handle.set([api_pod("b")])
@@ -253,7 +253,7 @@ async def test_newest_set_wins_and_before_apply_runs_first(tmp_path):
 
 
 async def test_a_failing_disk_or_helper_never_keeps_pods_from_the_agent(tmp_path, caplog):
-    class FullDisk(PodCache):
+    class FullDisk(PodCheckpoints):
         def sync(self, pods):
             raise OSError(28, "No space left on device")
 
@@ -271,17 +271,17 @@ async def test_a_failing_disk_or_helper_never_keeps_pods_from_the_agent(tmp_path
 
 def test_a_damaged_entry_makes_the_list_incomplete(tmp_path):
     # The damaged entry may have been a running pod: trusting the rest as complete would remove it offline.
-    PodCache(str(tmp_path), NODE).sync([api_pod("a"), api_pod("b")])
+    PodCheckpoints(str(tmp_path), NODE).sync([api_pod("a"), api_pod("b")])
     damage_flip(entry_path(tmp_path, "a"))
-    pods, complete = PodCache(str(tmp_path), NODE).load()
+    pods, complete = PodCheckpoints(str(tmp_path), NODE).load()
     assert [podutil.uid(p) for p in pods] == ["b"] and complete is False
 
 
 @pytest.mark.parametrize("payload", [b"null", b"[]", b'{"node": 7}', b"{not json"])
 def test_cache_state_with_wrong_content_is_set_aside_and_the_list_not_trusted(tmp_path, caplog, payload):
-    PodCache(str(tmp_path), NODE).sync([api_pod("a")])
+    PodCheckpoints(str(tmp_path), NODE).sync([api_pod("a")])
     CheckpointStore(tmp_path / "state", kind="pod-cache-state").write("state", payload)
     with caplog.at_level(logging.WARNING):
-        pods, complete = PodCache(str(tmp_path), NODE).load()
+        pods, complete = PodCheckpoints(str(tmp_path), NODE).load()
     assert [podutil.uid(p) for p in pods] == ["a"] and not complete
     assert "state.ckpt" in caplog.text and len(list((tmp_path / "state" / "corrupt").iterdir())) == 1
