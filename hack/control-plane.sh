@@ -10,10 +10,16 @@
 #   hack/control-plane.sh kubeconfig DIR NAME CN [ORG]   a client certificate + kubeconfig for any user
 #   hack/control-plane.sh restart-apiserver DIR [DOWN_SECONDS] | stop-apiserver DIR | start-apiserver DIR
 #
-# Test knobs (environment, read by start): EDGELET_E2E_KCM=0 (no controller-manager),
-# EDGELET_E2E_TOLERATION_SECONDS (default 300), EDGELET_E2E_NODE_MONITOR_GRACE (default 40s),
-# EDGELET_E2E_SIGNING_DURATION (default 24h), EDGELET_E2E_EGRESS_SELECTOR_CONFIG (a file for the apiserver's
-# --egress-selector-config-file, e.g. its traffic to nodes through konnectivity-server; default none).
+# Test knobs (environment, read by start): EDGELET_E2E_KCM=0 (no controller-manager, and so no ServiceAccount
+# admission: nothing would make the default ServiceAccounts it waits for), EDGELET_E2E_TOLERATION_SECONDS
+# (default 300), EDGELET_E2E_NODE_MONITOR_GRACE (default 40s), EDGELET_E2E_SIGNING_DURATION (default 24h),
+# EDGELET_E2E_EGRESS_SELECTOR_CONFIG (a file for the apiserver's --egress-selector-config-file, e.g. its traffic
+# to nodes through konnectivity-server; default none).
+#
+# Pods get what a current cluster gives them: the ServiceAccount admission with 1.20's
+# BoundServiceAccountTokenVolume gate injects the `kube-api-access-*` projected volume (a TokenRequest token,
+# the kube-root-ca.crt ConfigMap the root-ca-cert-publisher makes, the namespace), and EphemeralContainers
+# opens the pods/ephemeralcontainers subresource. Both are start flags only: the binaries stay as built.
 #
 # Binaries are cached under ${EDGELET_CACHE:-/var/cache/edgelet}/control-plane/<version>; a second build is
 # a no-op. Everything this needs from Debian it installs itself (it must run as root for that).
@@ -28,6 +34,8 @@ RECIPE=2
 GO=/usr/lib/go-1.19/bin/go
 BUILD_PACKAGES=(golang-1.19-go golang-github-modern-go-reflect2-dev dpkg-dev)
 RUN_PACKAGES=(etcd-server openssl curl)
+FEATURE_GATES=BoundServiceAccountTokenVolume=true,EphemeralContainers=true
+SERVICE_ACCOUNT_ISSUER=https://kubernetes.default.svc
 
 log() { echo "control-plane: $*" >&2; }
 die() { echo "control-plane: $*" >&2; exit 1; }
@@ -227,8 +235,9 @@ start_apiserver() {
         --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
         --insecure-port=0 --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
         --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
-        --disable-admission-plugins=ServiceAccount --enable-bootstrap-token-auth=true \
-        --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$pki/sa.pub" \
+        --disable-admission-plugins="$DISABLED_ADMISSION" --enable-bootstrap-token-auth=true \
+        --feature-gates="$FEATURE_GATES" --service-account-issuer="$SERVICE_ACCOUNT_ISSUER" \
+        --api-audiences="$SERVICE_ACCOUNT_ISSUER" --service-account-key-file="$pki/sa.pub" \
         --service-account-signing-key-file="$pki/sa.key" --service-cluster-ip-range=10.96.0.0/24 \
         --endpoint-reconciler-type=none --allow-privileged=true \
         --client-ca-file="$pki/ca.crt" --tls-cert-file="$pki/apiserver.crt" \
@@ -252,6 +261,7 @@ start_controller_manager() {
     setsid "$BIN/kube-controller-manager" --kubeconfig="$dir/controller-manager.kubeconfig" \
         --port=0 --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
         --controllers='*,bootstrapsigner,tokencleaner' --use-service-account-credentials=false \
+        --feature-gates="$FEATURE_GATES" \
         --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
         --cluster-signing-duration="$SIGNING_DURATION" \
         --node-monitor-grace-period="$NODE_MONITOR_GRACE" --node-monitor-period=1s \
@@ -259,6 +269,16 @@ start_controller_manager() {
         --leader-elect=false \
         >>"$dir/controller-manager.log" 2>&1 </dev/null &
     echo $! > "$dir/controller-manager.pid"
+}
+
+# The ServiceAccount admission refuses pods until their namespace's ServiceAccount exists, and kubelets fail
+# the kube-api-access volume until kube-root-ca.crt does: wait for both controllers' work in `default`.
+wait_service_accounts() {
+    local dir=$1
+    . "$dir/env"
+    for object in serviceaccounts/default configmaps/kube-root-ca.crt; do
+        wait_healthy "$dir" controller-manager "$APISERVER/api/v1/namespaces/default/$object" 90
+    done
 }
 
 stop_pidfile() {
@@ -293,6 +313,7 @@ TOLERATION_SECONDS=${EDGELET_E2E_TOLERATION_SECONDS:-300}
 NODE_MONITOR_GRACE=${EDGELET_E2E_NODE_MONITOR_GRACE:-40s}
 SIGNING_DURATION=${EDGELET_E2E_SIGNING_DURATION:-24h}
 EGRESS_SELECTOR_CONFIG=${EDGELET_E2E_EGRESS_SELECTOR_CONFIG:-}
+DISABLED_ADMISSION=$([[ ${EDGELET_E2E_KCM:-1} == 1 ]] && echo "" || echo ServiceAccount)
 EOF
     make_pki "$dir/pki"
     write_audit_policy "$dir/audit-policy.yaml"
@@ -302,7 +323,10 @@ EOF
     [[ -n $node ]] && cmd_kubeconfig "$dir" "node-$node" "system:node:$node" system:nodes >/dev/null
     start_etcd "$dir"
     start_apiserver "$dir"
-    [[ ${EDGELET_E2E_KCM:-1} == 1 ]] && start_controller_manager "$dir"
+    if [[ ${EDGELET_E2E_KCM:-1} == 1 ]]; then
+        start_controller_manager "$dir"
+        wait_service_accounts "$dir"
+    fi
     log "up: $(. "$dir/env" && echo "$APISERVER"), admin kubeconfig $dir/admin.kubeconfig"
 }
 
