@@ -196,6 +196,8 @@ class Agent:
         self.node_health: dict[str, Callable[[], tuple[bool, str]]] = {
             "runtime": self.runtime_state.health, "pleg": self.pleg.healthy}
         self.cluster = self._make_cluster() if config.cluster is not None else None
+        if self.cluster is not None:
+            self._serve_cluster_identity()
         self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
@@ -227,6 +229,19 @@ class Agent:
             pressure_provider=self.eviction.pressure,
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
         )
+
+    def _serve_cluster_identity(self) -> None:
+        """What pods of a cluster node get from it: service-account tokens (TokenRequest as the node) and the
+        `kubernetes` Service's variables, pointing at the API server this agent uses."""
+        from .kuberuntime.env import api_server_address, kubernetes_service_env
+        from .volumes.tokens import TokenManager
+
+        cluster = self.config.cluster
+        self.volumes.use_tokens(TokenManager(self.cluster.client, recorder=self.recorder,
+                                             max_age=cluster.service_account_token_max_age))
+        host, port = api_server_address(self.cluster.client.server, cluster.kubernetes_service_host,
+                                        cluster.kubernetes_service_port)
+        self.runtime_manager.use_service_env(kubernetes_service_env(host, port))
 
     def _node_health(self) -> dict[str, tuple[bool, str]]:
         """What the node's Ready condition reports, by check (`node_health`)."""

@@ -362,6 +362,19 @@ def _token_error(value: str) -> str | None:
     return token_error(value)
 
 
+def _service_host_error(value: str) -> str | None:
+    if any(c in value for c in "/:[] ") and not _is_ipv6(value):
+        return f"must be a host name or IP address (no scheme or port), got {value!r}"
+    return None
+
+
+def _is_ipv6(value: str) -> bool:
+    try:
+        return ipaddress.ip_address(value).version == 6
+    except ValueError:
+        return False
+
+
 def _secret(check: Callable[[str], str | None]) -> _Kind:
     """A secret string: checked like any other, never shown by `check-config` or in logs."""
     return dataclasses.replace(_string(check), write=lambda value: "<redacted>" if value else "")
@@ -410,6 +423,12 @@ class ClusterConfig:
     status_resync: float = setting("10s", _duration())
     node_labels: Mapping[str, str] = setting({}, _string_table(qualified_name_error, label_value_error),
                                              factory=lambda: MappingProxyType({}))
+    # What pods see as KUBERNETES_SERVICE_HOST/PORT. An edge node has no kube-proxy to reach the `kubernetes`
+    # Service's ClusterIP, so empty means the API server this agent itself talks to.
+    kubernetes_service_host: str = setting("", _string(_service_host_error))
+    kubernetes_service_port: int = setting(0, _integer(0, 65535))
+    # The kubelet refreshes a service-account token older than 24 h whatever its lifetime.
+    service_account_token_max_age: float = setting("24h", _duration())
     tunnel: TunnelConfig | None = field(default=None, metadata={"section": TunnelConfig, "optional": True})
 
     def problems(self) -> Iterator[tuple[str, str]]:

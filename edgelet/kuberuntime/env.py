@@ -5,6 +5,7 @@ and valueFrom references to pod fields, resources, ConfigMaps and Secrets.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from .. import podutil
@@ -229,6 +230,30 @@ def _text(value: bytes, secret: str, key: str) -> str:
         return value.decode()
     except UnicodeDecodeError:
         raise EnvError(f'secret "{secret}" key {key!r} is not UTF-8 text; use a volume for binary data') from None
+
+
+def kubernetes_service_env(host: str, port: int) -> dict[str, str]:
+    """The variables the kubelet derives from the `kubernetes` Service (port 443 named https) for every pod,
+    here pointing at `host`:`port` (envvars.FromServices' names and forms)."""
+    address = f"[{host}]" if ":" in host else host
+    url = f"tcp://{address}:{port}"
+    prefix = f"KUBERNETES_PORT_{port}_TCP"
+    return {
+        "KUBERNETES_SERVICE_HOST": host,
+        "KUBERNETES_SERVICE_PORT": str(port),
+        "KUBERNETES_SERVICE_PORT_HTTPS": str(port),
+        "KUBERNETES_PORT": url,
+        prefix: url,
+        f"{prefix}_PROTO": "tcp",
+        f"{prefix}_PORT": str(port),
+        f"{prefix}_ADDR": host,
+    }
+
+
+def api_server_address(server: str, host: str = "", port: int = 0) -> tuple[str, int]:
+    """Where pods are told the API is: `host`/`port` where set, else those of the agent's `server` URL."""
+    parsed = urllib.parse.urlsplit(server)
+    return host or parsed.hostname or "", port or parsed.port or 443
 
 
 def resolve_env(

@@ -113,11 +113,16 @@ class RuntimeManager:
         self._node_allocatable = node_allocatable
         self._cpuset_for = cpuset_for
         self._cgroup_parent = cgroup_parent
+        self._service_env: dict[str, str] = {}
         self._start_gate = asyncio.Semaphore(MAX_PARALLEL_STARTS)
         self._failed_starts: set[str] = set()  # containers whose StartContainer failed in this agent
         if hasher is None:
             from ..core import container_hash as hasher
         self._hash = hasher
+
+    def use_service_env(self, variables: dict[str, str]) -> None:
+        """The Service variables every container gets (cluster mode: the `kubernetes` Service's)."""
+        self._service_env = dict(variables)
 
     # -- SyncPod ------------------------------------------------------------------------------
 
@@ -436,8 +441,8 @@ class RuntimeManager:
         from .resources import linux_resources
 
         pod_ips = [pod_ip] if pod_ip else []
-        env = resolve_env(pod, container, store=self._store, node_ip=self._node_ip(), pod_ip=pod_ip,
-                          pod_ips=pod_ips, node_allocatable=self._node_allocatable)
+        env = resolve_env(pod, container, store=self._store, service_env=self._service_env, node_ip=self._node_ip(),
+                          pod_ip=pod_ip, pod_ips=pod_ips, node_allocatable=self._node_allocatable)
         command, args = expand_command(container, env)
         mounts = (self._volumes.mounts_for(pod, container, volume_paths, env=env, pod_ips=pod_ips)
                   if self._volumes is not None else [])

@@ -24,10 +24,11 @@ MAX_FILE_NAME_LENGTH = 255
 
 @dataclass(frozen=True, slots=True)
 class FileProjection:
-    """One file of a volume: its bytes and permission bits."""
+    """One file of a volume: its bytes, permission bits and, for a token file, the user that owns it."""
 
     data: bytes
     mode: int = 0o644
+    owner: int | None = None
 
 
 def path_error(path: str) -> str | None:
@@ -120,6 +121,8 @@ def _write_files(data_dir: str, payload: Mapping[str, FileProjection]) -> None:
         fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             _write_all(fd, projection.data)
+            if projection.owner is not None:
+                os.fchown(fd, projection.owner, -1)
             os.fchmod(fd, projection.mode & 0o7777)  # exact bits, whatever the umask
         finally:
             os.close(fd)

@@ -16,11 +16,12 @@ from .. import podutil
 from ..podutil import Pod
 from ..quantity import parse_quantity, to_int_ceil
 from . import plugins
-from .atomic_writer import FileProjection
+from .atomic_writer import FileProjection, path_error
 from .errors import VolumeError
 from .hosts import TEMP_SUFFIX, pod_hosts_file, write_hosts_file
 from .mountutil import MountInfo, read_mounts, remove_tree, unmount_all_under
-from .projection import Store, volume_payload
+from .projection import Store, token_sources, volume_payload
+from .tokens import NoTokens, TokenSource
 from .subpath import expand_subpath_expr, prepare_safe_subpath, subpath_error
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class VolumeManager:
         node_allocatable: Mapping[str, Any] | None = None,
         cluster_domain: str = "cluster.local",
         node_hosts_file: str = ETC_HOSTS,
+        tokens: TokenSource | None = None,
     ):
         # Resolved once: the mount table lists resolved paths, and teardown compares against it.
         self.pods_dir = os.path.realpath(pods_dir)
@@ -85,8 +87,14 @@ class VolumeManager:
         self.node_allocatable = dict(node_allocatable or {})
         self.cluster_domain = cluster_domain
         self.node_hosts_file = node_hosts_file
+        # Service-account tokens: from the API server in cluster mode (`use_tokens`), refused standalone.
+        self.tokens: TokenSource = tokens or NoTokens()
         self._locks: dict[str, asyncio.Lock] = {}
         self._warned: dict[str, set[str]] = {}
+
+    def use_tokens(self, tokens: TokenSource) -> None:
+        """Serve serviceAccountToken sources from `tokens` (the cluster connection's token manager)."""
+        self.tokens = tokens
 
     def pod_dir(self, pod_uid: str) -> str:
         return os.path.join(self.pods_dir, _component(pod_uid, "pod uid"))
@@ -117,7 +125,9 @@ class VolumeManager:
         """
         uid = podutil.uid(pod)
         pod_dir = self.pod_dir(uid)
-        plans, errors = self._plan(pod)
+        tokens, errors = await self._service_account_tokens(pod)
+        plans, plan_errors = self._plan(pod, tokens)
+        errors += plan_errors
         async with self._lock(uid):
             paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod))
         errors += apply_errors
@@ -125,8 +135,32 @@ class VolumeManager:
             raise VolumeError("; ".join(errors))
         return paths
 
-    def _plan(self, pod: Pod) -> tuple[list[_Plan], list[str]]:
-        """The pure part of set-up: sources, payloads and sizes, read from the pod and the store."""
+    async def _service_account_tokens(self, pod: Pod) -> tuple[dict[str, dict[str, bytes]], list[str]]:
+        """Each projected volume's tokens by source path: the file in the volume while it is current, else a
+        new one. A volume whose token cannot be had is left as it is, and named in the errors."""
+        tokens: dict[str, dict[str, bytes]] = {}
+        errors: list[str] = []
+        for volume in podutil.spec(pod).get("volumes") or []:
+            sources = token_sources(volume.get("projected") or {}) if isinstance(volume, dict) else []
+            if not sources:
+                continue
+            name = volume.get("name")
+            try:
+                directory = self.volume_dir(podutil.uid(pod), "projected", _component(name, "volume name"))
+                found: dict[str, bytes] = {}
+                for source in sources:
+                    path = source.get("path", "")
+                    if (problem := path_error(path)) is not None:
+                        raise VolumeError(problem)
+                    current = await asyncio.to_thread(_read_current, directory, path)
+                    found[path] = await self.tokens.token(pod, name, source, current)
+                tokens[name] = found
+            except VolumeError as exc:
+                errors.append(_failed(str(name), exc.message))
+        return tokens, errors
+
+    def _plan(self, pod: Pod, tokens: Mapping[str, Mapping[str, bytes]]) -> tuple[list[_Plan], list[str]]:
+        """The pure part of set-up: sources, payloads and sizes, read from the pod, the store and the tokens."""
         uid = podutil.uid(pod)
         plans, errors, warnings = [], [], []
         allocatable_memory = self._allocatable_memory()
@@ -134,6 +168,8 @@ class VolumeManager:
             name = volume.get("name")
             try:
                 _component(name, "volume name")
+                if token_sources(volume.get("projected") or {}) and name not in tokens:
+                    continue  # its token failed: reported, and the files in place stay as they are
                 kind = _volume_kind(volume)
                 source = volume.get(kind) or {}
                 if kind == "hostPath":
@@ -143,7 +179,8 @@ class VolumeManager:
                     continue
                 plan = _Plan(name, kind, self.volume_dir(uid, kind, name), source)
                 if kind in plugins.WRITTEN_KINDS:
-                    plan.payload = volume_payload(pod, kind, source, self.store, self.node_allocatable, warnings)
+                    plan.payload = volume_payload(pod, kind, source, self.store, self.node_allocatable, warnings,
+                                                  tokens.get(name), plugins.fs_group(pod))
                 plan.in_memory = kind in plugins.MEMORY_BACKED_KINDS or (
                     kind == "emptyDir" and source.get("medium") == "Memory")
                 if plan.in_memory:
@@ -331,6 +368,15 @@ class VolumeManager:
         for entry in entries:
             if entry.name not in keep and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)
+
+
+def _read_current(volume_dir: str, path: str) -> bytes | None:
+    """The file a written volume shows at `path` now (through its `..data` link), or None."""
+    try:
+        with open(os.path.join(volume_dir, path), "rb") as stream:
+            return stream.read()
+    except (OSError, ValueError):
+        return None
 
 
 def _mount(container_path: str, host_path: str, propagation: int = 0, *, readonly: bool = False) -> dict[str, Any]:

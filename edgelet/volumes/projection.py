@@ -13,6 +13,7 @@ from ..objectstore import InvalidObjectError, configmap_binary_data, configmap_d
 from ..podutil import Pod
 from .atomic_writer import FileProjection
 from .errors import VolumeError
+from .tokens import fs_user, token_file_mode
 
 DEFAULT_MODE = 0o644
 
@@ -104,16 +105,31 @@ def downward_api_payload(pod: Pod, items: list[dict] | None, default_mode: int,
     return payload
 
 
+def token_sources(source: dict[str, Any]) -> list[dict[str, Any]]:
+    """The serviceAccountToken sources of a projected volume."""
+    return [part["serviceAccountToken"] for part in source.get("sources") or []
+            if isinstance(part, dict) and isinstance(part.get("serviceAccountToken"), dict)]
+
+
 def projected_payload(pod: Pod, source: dict[str, Any], store: Store | None,
-                      node_allocatable: Mapping[str, Any] | None, warnings: list[str]) -> Payload:
+                      node_allocatable: Mapping[str, Any] | None, warnings: list[str],
+                      tokens: Mapping[str, bytes] | None = None, fs_group: int | None = None) -> Payload:
     """The merged files of a projected volume's sources.
 
-    serviceAccountToken and clusterTrustBundle sources need the API's token and bundle services, which
-    a node agent without them cannot serve: they are skipped and reported in `warnings`.
+    `tokens` holds the service-account token of each serviceAccountToken source by its path (fetched
+    beforehand: that takes the API). clusterTrustBundle and podCertificate sources need API services
+    this node agent does not use: they are skipped and reported in `warnings`.
     """
     default_mode = _mode(source.get("defaultMode"), "projected.defaultMode")
     payload: Payload = {}
     for part in source.get("sources") or []:
+        if part.get("serviceAccountToken") is not None:
+            path = part["serviceAccountToken"].get("path", "")
+            if tokens is None or path not in tokens:
+                raise VolumeError(f"no service-account token for path {path!r}")
+            owner = fs_user(pod)
+            payload[path] = FileProjection(tokens[path], token_file_mode(default_mode, owner, fs_group), owner)
+            continue
         if part.get("configMap") is not None:
             payload.update(configmap_payload(pod, part["configMap"], store, default_mode))
         elif part.get("secret") is not None:
@@ -129,10 +145,11 @@ def projected_payload(pod: Pod, source: dict[str, Any], store: Store | None,
 
 
 def volume_payload(pod: Pod, kind: str, source: dict[str, Any], store: Store | None,
-                   node_allocatable: Mapping[str, Any] | None, warnings: list[str]) -> Payload:
+                   node_allocatable: Mapping[str, Any] | None, warnings: list[str],
+                   tokens: Mapping[str, bytes] | None = None, fs_group: int | None = None) -> Payload:
     """The payload of one configMap, secret, downwardAPI or projected volume."""
     if kind == "projected":
-        return projected_payload(pod, source, store, node_allocatable, warnings)
+        return projected_payload(pod, source, store, node_allocatable, warnings, tokens, fs_group)
     default_mode = _mode(source.get("defaultMode"), f"{kind}.defaultMode")
     if kind == "configMap":
         return configmap_payload(pod, source, store, default_mode)

@@ -262,7 +262,8 @@ def cluster_agent(control_plane: ControlPlane, containerd, tmp_path: Path, kubec
     agents: list[AgentProcess] = []
 
     def start(extra_toml: str = "", *, node: str | None = None, workdir: Path | None = None,
-              kubeconfig: Path | None = None, server_address: str = "") -> AgentProcess:
+              kubeconfig: Path | None = None, server_address: str = "",
+              cluster_settings: str = "") -> AgentProcess:
         node = node or control_plane.node
         # The kubelet API on a free loopback port (the Node reports it), with a cluster-signed certificate.
         port = free_port()
@@ -270,7 +271,7 @@ def cluster_agent(control_plane: ControlPlane, containerd, tmp_path: Path, kubec
         kubelet_api = "" if "[kubelet_api]" in extra_toml else KUBELET_API_TOML.format(port=port, cert=cert, key=key)
         agent = AgentProcess(workdir or tmp_path / f"agent-{len(agents)}", containerd.endpoint, node_name=node,
                              extra_toml=cluster_toml(kubeconfig or control_plane.node_kubeconfig(node))
-                             + kubelet_api + extra_toml, server_address=server_address)
+                             + cluster_settings + kubelet_api + extra_toml, server_address=server_address)
         agent.kubelet_api_port = port
         agents.append(agent)
         return agent.start()

@@ -255,3 +255,27 @@ def test_expand_command_and_args():
     assert command == ["/bin/sh", "-c"]
     assert args == ["echo hi $(MSG) $(NOPE)", ""]
     assert expand_command({}, []) == ([], [])
+
+
+def test_the_kubernetes_service_variables_point_where_the_agent_reaches_the_api():
+    from edgelet.kuberuntime.env import api_server_address, kubernetes_service_env
+
+    assert api_server_address("https://10.0.0.1:6443") == ("10.0.0.1", 6443)
+    assert api_server_address("https://api.example.com") == ("api.example.com", 443)
+    assert api_server_address("https://10.0.0.1:6443", "10.96.0.1", 443) == ("10.96.0.1", 443)
+    assert kubernetes_service_env("10.0.0.1", 6443) == {
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "6443",
+        "KUBERNETES_SERVICE_PORT_HTTPS": "6443", "KUBERNETES_PORT": "tcp://10.0.0.1:6443",
+        "KUBERNETES_PORT_6443_TCP": "tcp://10.0.0.1:6443", "KUBERNETES_PORT_6443_TCP_PROTO": "tcp",
+        "KUBERNETES_PORT_6443_TCP_PORT": "6443", "KUBERNETES_PORT_6443_TCP_ADDR": "10.0.0.1"}
+    assert kubernetes_service_env("fd00::1", 443)["KUBERNETES_PORT"] == "tcp://[fd00::1]:443"
+    assert api_server_address("https://[fd00::1]:6443") == ("fd00::1", 6443)
+
+
+def test_service_variables_come_last_and_a_container_can_override_them():
+    pod = _pod([{"name": "KUBERNETES_SERVICE_PORT", "value": "1"},
+                {"name": "URL", "value": "https://$(KUBERNETES_SERVICE_HOST)"}])
+    env = resolve_env(pod, pod["spec"]["containers"][0], store=None,
+                      service_env={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"})
+    assert env == [("KUBERNETES_SERVICE_PORT", "1"), ("URL", "https://10.0.0.1"),
+                   ("KUBERNETES_SERVICE_HOST", "10.0.0.1")]

@@ -95,7 +95,46 @@ def test_payload_errors(kind, source, message):
 def test_unsupported_projected_sources_are_skipped_with_a_warning():
     warnings: list[str] = []
     payload = _payload("projected", {"sources": [
-        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        {"clusterTrustBundle": {"path": "bundle.pem", "signerName": "example.com/signer"}},
         {"configMap": {"name": "cfg", "items": [{"key": "extra", "path": "ca.crt"}]}}]}, warnings)
     assert payload == {"ca.crt": FileProjection(b"x", 0o644)}
-    assert warnings == ["projected source serviceAccountToken is not supported by this node agent and was skipped"]
+    assert warnings == ["projected source clusterTrustBundle is not supported by this node agent and was skipped"]
+
+
+KUBE_API_ACCESS = {"defaultMode": 0o644, "sources": [
+    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+    {"configMap": {"name": "cfg", "items": [{"key": "extra", "path": "ca.crt"}]}},
+    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}
+
+
+def _with_users(pod_user=None, container_users=(), init_users=()):
+    def container(name, user):
+        return {"name": name, **({"securityContext": {"runAsUser": user}} if user is not None else {})}
+    spec = {"containers": [container(f"c{i}", u) for i, u in enumerate(container_users or [None])],
+            "initContainers": [container(f"i{i}", u) for i, u in enumerate(init_users)]}
+    if pod_user is not None:
+        spec["securityContext"] = {"runAsUser": pod_user}
+    return {**POD, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("pod", "fs_group", "mode", "owner"),
+    [
+        (POD, None, 0o644, None),  # defaultMode, as kube-api-access asks
+        (POD, 2000, 0o600, None),  # fsGroup: 0600, and SetVolumeOwnership adds group read
+        (_with_users(pod_user=1000), None, 0o600, 1000),  # every container runs as 1000: it owns the token
+        (_with_users(container_users=[1000, 1000], init_users=[1000]), None, 0o600, 1000),
+        (_with_users(container_users=[1000, 1001]), None, 0o644, None),  # two users: no owner
+        (_with_users(pod_user=1000, init_users=[0]), None, 0o644, None),  # an init container runs as root
+    ],
+)
+def test_the_token_file_mode_follows_the_kubelets_owner_rules(pod, fs_group, mode, owner):
+    payload = volume_payload(pod, "projected", KUBE_API_ACCESS, _store(), {}, [], {"token": b"jwt"}, fs_group)
+    assert payload["token"] == FileProjection(b"jwt", mode, owner)
+    assert payload["ca.crt"] == FileProjection(b"x", 0o644)  # the other sources keep defaultMode
+    assert payload["namespace"] == FileProjection(b"prod", 0o644)
+
+
+def test_a_token_source_without_its_token_is_an_error():
+    with pytest.raises(VolumeError, match="no service-account token for path 'token'"):
+        volume_payload(POD, "projected", KUBE_API_ACCESS, _store(), {}, [], {}, None)
