@@ -43,7 +43,32 @@ def unsupported_features(pod: Pod) -> list[str]:
         unsupported = [k for k in kinds if k not in SUPPORTED_VOLUME_SOURCES]
         if unsupported:
             problems.append(f"spec.volumes[{i}] ({volume.get('name', '?')}): {unsupported[0]} volumes")
+    return problems + _features_left_out(pod)
+
+
+def _features_left_out(pod: Pod) -> list[str]:
+    """Node features of 1.29-1.36 edgelet does not implement (README, "Kubernetes node features")."""
+    spec = podutil.spec(pod)
+    problems = []
+    if spec.get("hostUsers") is False:
+        problems.append("spec.hostUsers: false (user namespaces)")
+    if spec.get("resources"):
+        problems.append("spec.resources (pod-level resources)")
+    for kind, containers in (("initContainers", podutil.init_containers(pod)), ("containers", podutil.containers(pod))):
+        for i, container in enumerate(containers):
+            for j, mount in enumerate(container.get("volumeMounts") or []):
+                if mount.get("recursiveReadOnly") == "Enabled":
+                    problems.append(f"spec.{kind}[{i}].volumeMounts[{j}]: recursiveReadOnly: Enabled")
     return problems
+
+
+def supplemental_groups_check(pod: Pod, runtime_supports_strict: bool) -> Verdict:
+    """The kubelet's refusal of supplementalGroupsPolicy Strict where the runtime cannot keep it (1.33+)."""
+    policy = (podutil.spec(pod).get("securityContext") or {}).get("supplementalGroupsPolicy")
+    if policy == "Strict" and not runtime_supports_strict:
+        return Verdict(False, "SupplementalGroupsPolicyNotSupported",
+                       "SupplementalGroupsPolicy=Strict is not supported in this node")
+    return ADMIT
 
 
 def admit(pod: Pod, *, active_pods: int, max_pods: int, extra: Iterable[Check] = ()) -> Verdict:

@@ -18,7 +18,7 @@ from typing import Callable
 import orjson
 
 from . import metrics, podutil
-from .admission import Verdict
+from .admission import Verdict, supplemental_groups_check
 from .backoff import Backoff
 from .cm.cpumanager.manager import CPUManager
 from .cm.cpumanager.state import CPUStateStore
@@ -201,7 +201,8 @@ class Agent:
         self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
-                             lambda pod: Verdict(*self.cpu_manager.admit(pod))]
+                             lambda pod: Verdict(*self.cpu_manager.admit(pod)),
+                             self._admit_supplemental_groups]
         if self.shutdown is not None:
             self.admit_checks.append(self.shutdown.admit)
 
@@ -228,6 +229,7 @@ class Agent:
             health_provider=self._node_health,
             pressure_provider=self.eviction.pressure,
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
+            runtime_features_provider=lambda: self.runtime_state.features,
         )
 
     def _serve_cluster_identity(self) -> None:
@@ -242,6 +244,10 @@ class Agent:
         host, port = api_server_address(self.cluster.client.server, cluster.kubernetes_service_host,
                                         cluster.kubernetes_service_port)
         self.runtime_manager.use_service_env(kubernetes_service_env(host, port))
+
+    def _admit_supplemental_groups(self, pod: Pod) -> Verdict:
+        features = self.runtime_state.features  # None: the runtime has not said, so it cannot be relied on
+        return supplemental_groups_check(pod, features is not None and features.supplemental_groups_policy)
 
     def _node_health(self) -> dict[str, tuple[bool, str]]:
         """What the node's Ready condition reports, by check (`node_health`)."""

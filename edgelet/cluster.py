@@ -24,7 +24,7 @@ from .kubeapi.errors import Unauthorized
 from .kubeapi.objects import ObjectSyncer
 from .nodestatus.facts import gather_node_info
 from .cm.cgroups import reserved_total
-from .nodestatus.setters import PressureThresholds, Reserved
+from .nodestatus.setters import PressureThresholds, Reserved, RuntimeFeatures
 from .objectstore import ObjectStore
 from .podconfig.cache import CachingHandle, PodCheckpoints
 from .podconfig.config import PodConfig
@@ -74,6 +74,7 @@ class ClusterConnection:
         health_provider: Callable[[], Mapping[str, tuple[bool, str]]],
         runtime_version_provider: Callable[[], str | Awaitable[str]],
         node_ip: str,
+        runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
         recorder: EventRecorder | None = None,
     ):
@@ -104,6 +105,7 @@ class ClusterConnection:
             facts=lambda: asyncio.to_thread(gather_node_info, root_dir, hostname=node_name, node_ip=node_ip),
             health=health_provider,
             runtime_version=runtime_version_provider,
+            runtime_features=runtime_features_provider,
             pressure=pressure_provider,
             thresholds=pressure_thresholds(config.eviction),
             reserved=reserved_for_pods(config),

@@ -19,7 +19,7 @@ from .events.apisink import ApiEventSink
 from .kubeapi.client import ApiClient
 from .nodestatus.lease import LeaseController
 from .nodestatus.manager import NodeStatusManager
-from .nodestatus.setters import NodeInfo, PressureThresholds, Reserved
+from .nodestatus.setters import NodeInfo, PressureThresholds, Reserved, RuntimeFeatures
 from .podconfig.apiserver import ApiServerSource
 from .podmanager import PodManager
 from .podutil import Pod
@@ -44,6 +44,7 @@ class NodeReport:
     reserved: Reserved = Reserved()
     max_pods: int = 110
     daemon_port: int = 0  # the kubelet API's port (0: none)
+    runtime_features: Callable[[], RuntimeFeatures | None] = lambda: None  # runtimeHandlers, features
 
 
 class PodHandle(Protocol):
@@ -113,6 +114,7 @@ class ClusterApi:
             facts_provider=report.facts,
             health_provider=report.health,
             runtime_version_provider=report.runtime_version,
+            runtime_features_provider=report.runtime_features,
             pressure_provider=report.pressure,
             node_labels=cluster.node_labels,
             update_frequency=cluster.node_status_update_frequency,

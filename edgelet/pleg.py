@@ -98,6 +98,14 @@ class PodEventQueue:
         return not self._pending
 
 
+def _linux_user(status: pb.ContainerStatus) -> tuple[int, int, tuple[int, ...]] | None:
+    """The identity of the container's first process, where the runtime reports it (containerd 2.0+)."""
+    if not status.HasField("user") or not status.user.HasField("linux"):
+        return None
+    linux = status.user.linux
+    return linux.uid, linux.gid, tuple(linux.supplemental_groups)
+
+
 def _int_annotation(annotations, key: str, default: int) -> int:
     try:
         return int(annotations.get(key, default))
@@ -360,6 +368,7 @@ class GenericPLEG:
             attempt=st.metadata.attempt,
             log_path=st.log_path,
             grace_period=_int_annotation(annotations, labels.TERMINATION_GRACE_PERIOD, -1),
+            user=_linux_user(st),
         )
         self._inspected[cid] = result
         return result

@@ -19,6 +19,7 @@ from .kuberuntime.cache import InspectionError
 from .kuberuntime.types import ContainerState, PodRuntimeStatus
 from .podutil import Pod
 from .podworkers import TERMINAL_PHASES, SyncOutcome
+from .status.extras import add_newer_fields
 from .status.generate import generate_pod_status
 
 if TYPE_CHECKING:  # the collaborators, for their types only
@@ -151,6 +152,7 @@ class PodSyncer:
             started=self._prober.started(uid),
             host_ip=self._node_ip,
         )
+        add_newer_fields(status, pod, runtime_status)
         eviction = self._pods.eviction(uid)  # evicted, or stopped at node shutdown: (reason, message)
         if eviction is not None and eviction[0] == DEADLINE_REASON:  # the kubelet's ShouldEvict: no DisruptionTarget
             status = {**status, "phase": "Failed", "reason": eviction[0], "message": eviction[1]}

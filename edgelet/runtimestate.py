@@ -6,10 +6,29 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from .cri import runtime_v1_pb2 as pb
 from .cri.client import RuntimeClient
 from .errors import EdgeletError
+from .nodestatus.setters import RuntimeFeatures, RuntimeHandlerInfo
 
 log = logging.getLogger(__name__)
+
+# What edgelet itself does with a handler's features: it refuses pods with hostUsers: false and
+# recursiveReadOnly: Enabled mounts (admission.py), so the node reports neither whatever the runtime can do.
+PASSES_USER_NAMESPACES = False
+PASSES_RECURSIVE_READ_ONLY_MOUNTS = False
+
+
+def runtime_features(reply: pb.StatusResponse) -> RuntimeFeatures:
+    """The Node's runtimeHandlers and features from a CRI Status reply (empty from runtimes before them)."""
+    return RuntimeFeatures(
+        handlers=tuple(RuntimeHandlerInfo(
+            name=handler.name,
+            recursive_read_only_mounts=handler.features.recursive_read_only_mounts and PASSES_RECURSIVE_READ_ONLY_MOUNTS,
+            user_namespaces=handler.features.user_namespaces and PASSES_USER_NAMESPACES,
+        ) for handler in reply.runtime_handlers),
+        supplemental_groups_policy=reply.features.supplemental_groups_policy,
+    )
 
 
 class RuntimeState:
@@ -19,6 +38,7 @@ class RuntimeState:
         self._listeners: list[Callable[[], None]] = []  # told when the readiness verdict flips
         self._health = (False, f"waiting for the container runtime at {runtime.endpoint}")
         self.lost = False  # the relist cannot reach the runtime (the sync loop watches it)
+        self.features: RuntimeFeatures | None = None  # from the last Status reply
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """`listener()` runs whenever the readiness verdict flips (the heartbeat is written at once)."""
@@ -40,6 +60,7 @@ class RuntimeState:
             reply = await self._runtime.status()
         except EdgeletError as exc:
             return False, f"container runtime is down: {exc}"
+        self.features = runtime_features(reply)
         failing = [f"{c.type}={c.status} ({c.reason}: {c.message})"
                    for c in reply.status.conditions if not c.status and c.type == "RuntimeReady"]
         return (False, "container runtime not ready: " + "; ".join(failing)) if failing else (True, "ok")

@@ -58,6 +58,8 @@ def security_context(pod: Pod, container: dict, pid_target: str = "") -> pb.Linu
         readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
         no_new_privs=sc.get("allowPrivilegeEscalation") is False,
         supplemental_groups=[int(g) for g in pod_sc.get("supplementalGroups") or []],
+        # Admission refused Strict where the runtime does not report it can keep it.
+        supplemental_groups_policy=pb.Strict if pod_sc.get("supplementalGroupsPolicy") == "Strict" else pb.Merge,
     )
     run_as_user = sc.get("runAsUser", pod_sc.get("runAsUser"))
     if run_as_user is not None:

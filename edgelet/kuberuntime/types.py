@@ -56,6 +56,7 @@ class ContainerStatus:
     attempt: int = 0
     log_path: str = ""
     grace_period: int = -1  # io.kubernetes.pod.terminationGracePeriod; -1 when absent
+    user: tuple[int, int, tuple[int, ...]] | None = None  # (uid, gid, supplemental groups) of its first process
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from edgelet.nodestatus.setters import (
     NodeInfo,
     PressureThresholds,
     Reserved,
+    RuntimeFeatures,
     StatusInputs,
     compute_status,
     initial_node,
@@ -49,6 +50,7 @@ class NodeStatusManager:
         facts_provider: Callable[[], NodeInfo | Awaitable[NodeInfo]],
         health_provider: Callable[[], Health],
         runtime_version_provider: Callable[[], str | Awaitable[str]] = lambda: "",
+        runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
         node_labels: Mapping[str, str] | None = None,
         update_frequency: float = 10.0,
@@ -75,6 +77,7 @@ class NodeStatusManager:
         self._facts_provider = facts_provider
         self._health_provider = health_provider
         self._runtime_version_provider = runtime_version_provider
+        self._runtime_features_provider = runtime_features_provider
         self._pressure_provider = pressure_provider
         self._node_labels = dict(node_labels or {})
         self._max_pods = max_pods
@@ -210,6 +213,7 @@ class NodeStatusManager:
             reserved=self._reserved,
             pressure=pressure,
             daemon_port=self._daemon_port,
+            runtime_features=self._runtime_features_provider(),
         )
 
 

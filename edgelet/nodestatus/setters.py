@@ -65,6 +65,23 @@ class Reserved:
 
 
 @dataclass(frozen=True, slots=True)
+class RuntimeHandlerInfo:
+    """One runtime handler (RuntimeClass) and what pods can use of it through this node."""
+
+    name: str  # "" for the default handler
+    recursive_read_only_mounts: bool = False
+    user_namespaces: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeFeatures:
+    """What the runtime's CRI Status says it can do, as far as edgelet passes it on to pods."""
+
+    handlers: tuple[RuntimeHandlerInfo, ...] = ()
+    supplemental_groups_policy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class StatusInputs:
     facts: NodeInfo
     now: float  # seconds since the epoch
@@ -77,6 +94,7 @@ class StatusInputs:
     reserved: Reserved = Reserved()
     pressure: Mapping[str, bool] | None = None  # {"memory", "disk", "pid"} from an eviction manager
     daemon_port: int = 0
+    runtime_features: RuntimeFeatures | None = None  # None until the runtime answered a Status call
 
 
 
@@ -143,6 +161,24 @@ def set_node_info(node: Node, inputs: StatusInputs) -> None:
         "operatingSystem": facts.operating_system,
         "architecture": facts.architecture,
     }
+
+
+def set_runtime_handlers(node: Node, inputs: StatusInputs) -> None:
+    """status.runtimeHandlers as the kubelet fills it from CRI Status (1.30+)."""
+    features = inputs.runtime_features
+    if features is None:
+        return
+    node.setdefault("status", {})["runtimeHandlers"] = [
+        {"name": handler.name, "features": {"recursiveReadOnlyMounts": handler.recursive_read_only_mounts,
+                                            "userNamespaces": handler.user_namespaces}}
+        for handler in features.handlers]
+
+
+def set_features(node: Node, inputs: StatusInputs) -> None:
+    """status.features (1.31+): whether pods can ask for supplementalGroupsPolicy Strict here."""
+    if inputs.runtime_features is not None:
+        node.setdefault("status", {})["features"] = {
+            "supplementalGroupsPolicy": inputs.runtime_features.supplemental_groups_policy}
 
 
 def set_daemon_endpoints(node: Node, inputs: StatusInputs) -> None:
@@ -238,6 +274,8 @@ STATUS_SETTERS: tuple[Callable[[Node, StatusInputs], None], ...] = (
     set_addresses,
     set_node_info,
     set_daemon_endpoints,
+    set_runtime_handlers,
+    set_features,
     set_memory_pressure_condition,
     set_disk_pressure_condition,
     set_pid_pressure_condition,

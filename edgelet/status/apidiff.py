@@ -25,7 +25,7 @@ STATUS_MERGE_KEYS = {
 # (nominatedNodeName, conditions written by controllers) are left alone.
 OWNED_STATUS_FIELDS = frozenset({
     "phase", "message", "reason", "startTime", "qosClass", "hostIP", "hostIPs", "podIP", "podIPs",
-    "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses",
+    "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "observedGeneration",
 })
 # Conditions the agent writes; the others belong to controllers and readiness-gate owners.
 OWNED_CONDITIONS = KUBELET_CONDITIONS | {DISRUPTION_TARGET}

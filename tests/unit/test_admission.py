@@ -83,3 +83,30 @@ def test_unsupported_features_lists_every_problem():
 def test_rejected_status_is_failed_with_reason():
     assert rejected_status(Verdict(False, "OutOfpods", "m")) == {
         "phase": "Failed", "reason": "OutOfpods", "message": "m"}
+
+
+def test_node_features_edgelet_leaves_out_are_refused_by_name():
+    from edgelet.admission import unsupported_features
+
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
+        "hostUsers": False, "resources": {"limits": {"cpu": "1"}},
+        "volumes": [{"name": "tools", "image": {"reference": "tools:1"}}],
+        "containers": [{"name": "c", "volumeMounts": [{"name": "tools", "mountPath": "/t", "readOnly": True,
+                                                         "recursiveReadOnly": "Enabled"},
+                                                        {"name": "tools", "mountPath": "/u",
+                                                         "recursiveReadOnly": "IfPossible"}]}]}}
+    assert unsupported_features(pod) == [
+        "spec.volumes[0] (tools): image volumes", "spec.hostUsers: false (user namespaces)",
+        "spec.resources (pod-level resources)", "spec.containers[0].volumeMounts[0]: recursiveReadOnly: Enabled"]
+
+
+def test_a_strict_supplemental_groups_policy_needs_a_runtime_that_keeps_it():
+    from edgelet.admission import supplemental_groups_check
+
+    strict = {"spec": {"securityContext": {"supplementalGroupsPolicy": "Strict"}, "containers": []}}
+    merge = {"spec": {"securityContext": {"supplementalGroupsPolicy": "Merge"}, "containers": []}}
+    verdict = supplemental_groups_check(strict, False)
+    assert (verdict.admit, verdict.reason, verdict.message) == (
+        False, "SupplementalGroupsPolicyNotSupported", "SupplementalGroupsPolicy=Strict is not supported in this node")
+    assert supplemental_groups_check(strict, True).admit
+    assert supplemental_groups_check(merge, False).admit

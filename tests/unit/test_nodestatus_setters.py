@@ -237,3 +237,25 @@ def test_lease_body() -> None:
     owned["metadata"]["ownerReferences"].insert(0, other)
     moved = renewed_lease(owned, "edge-1", 40, T0 + 20, "node-uid-2")
     assert moved["metadata"]["ownerReferences"] == [other, {"apiVersion": "v1", "kind": "Node", "name": "edge-1", "uid": "node-uid-2"}]
+
+
+def test_runtime_handlers_and_features_come_from_the_runtime_as_edgelet_passes_them_on() -> None:
+    from edgelet.cri import runtime_v1_pb2 as pb
+    from edgelet.runtimestate import runtime_features
+
+    reply = pb.StatusResponse(
+        runtime_handlers=[pb.RuntimeHandler(name="", features=pb.RuntimeHandlerFeatures(
+                              recursive_read_only_mounts=True, user_namespaces=True)),
+                          pb.RuntimeHandler(name="runc")],
+        features=pb.RuntimeFeatures(supplemental_groups_policy=True))
+    status = compute_status(None, inputs(runtime_features=runtime_features(reply)))
+    # edgelet refuses hostUsers: false and recursiveReadOnly: Enabled, so it offers neither.
+    assert status["runtimeHandlers"] == [
+        {"name": "", "features": {"recursiveReadOnlyMounts": False, "userNamespaces": False}},
+        {"name": "runc", "features": {"recursiveReadOnlyMounts": False, "userNamespaces": False}}]
+    assert status["features"] == {"supplementalGroupsPolicy": True}
+    # A runtime before these fields (containerd 1.x): none, and no Strict policy.
+    status = compute_status(None, inputs(runtime_features=runtime_features(pb.StatusResponse())))
+    assert status["runtimeHandlers"] == [] and status["features"] == {"supplementalGroupsPolicy": False}
+    # Not asked yet: nothing said.
+    assert "runtimeHandlers" not in compute_status(None, inputs()) and "features" not in compute_status(None, inputs())
