@@ -24,7 +24,8 @@ from .kubeapi.errors import Unauthorized
 from .kubeapi.objects import ObjectSyncer
 from .nodestatus.facts import gather_node_info
 from .cm.cgroups import reserved_total
-from .nodestatus.setters import PressureThresholds, Reserved, RuntimeFeatures
+from .kuberuntime.types import RuntimeFeatures
+from .nodestatus.setters import PressureThresholds, Reserved
 from .objectstore import ObjectStore
 from .podconfig.cache import CachingHandle, PodCheckpoints
 from .podconfig.config import PodConfig

@@ -19,7 +19,8 @@ from .events.apisink import ApiEventSink
 from .kubeapi.client import ApiClient
 from .nodestatus.lease import LeaseController
 from .nodestatus.manager import NodeStatusManager
-from .nodestatus.setters import NodeInfo, PressureThresholds, Reserved, RuntimeFeatures
+from .kuberuntime.types import RuntimeFeatures
+from .nodestatus.setters import NodeInfo, PressureThresholds, Reserved
 from .podconfig.apiserver import ApiServerSource
 from .podmanager import PodManager
 from .podutil import Pod

@@ -9,7 +9,7 @@ from typing import Callable
 from .cri import runtime_v1_pb2 as pb
 from .cri.client import RuntimeClient
 from .errors import EdgeletError
-from .nodestatus.setters import RuntimeFeatures, RuntimeHandlerInfo
+from .kuberuntime.types import RuntimeFeatures, RuntimeHandlerInfo
 
 log = logging.getLogger(__name__)
 

@@ -57,6 +57,24 @@ class ContainerStatus:
     log_path: str = ""
     grace_period: int = -1  # io.kubernetes.pod.terminationGracePeriod; -1 when absent
     user: tuple[int, int, tuple[int, ...]] | None = None  # (uid, gid, supplemental groups) of its first process
+    resources: tuple[int, int, int, int] | None = None  # cgroup (cpu shares, quota, period, memory limit) reported
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeHandlerInfo:
+    """One runtime handler (RuntimeClass) and what pods can use of it through this node."""
+
+    name: str  # "" for the default handler
+    recursive_read_only_mounts: bool = False
+    user_namespaces: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeFeatures:
+    """What the runtime's CRI Status says it can do, as far as edgelet passes it on to pods."""
+
+    handlers: tuple[RuntimeHandlerInfo, ...] = ()
+    supplemental_groups_policy: bool = False
 
 
 @dataclass(slots=True)

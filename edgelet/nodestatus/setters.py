@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 
 from edgelet import KUBELET_COMPAT_VERSION, __version__
 from edgelet.kubetime import format_time
+from edgelet.kuberuntime.types import RuntimeFeatures
 from edgelet.quantity import cpu_quantity
 
 KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}-edgelet.{__version__}"  # the suffix says who actually runs
@@ -62,23 +63,6 @@ class Reserved:
 
     cpu_millis: int = 0
     memory_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeHandlerInfo:
-    """One runtime handler (RuntimeClass) and what pods can use of it through this node."""
-
-    name: str  # "" for the default handler
-    recursive_read_only_mounts: bool = False
-    user_namespaces: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeFeatures:
-    """What the runtime's CRI Status says it can do, as far as edgelet passes it on to pods."""
-
-    handlers: tuple[RuntimeHandlerInfo, ...] = ()
-    supplemental_groups_policy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
