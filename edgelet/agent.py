@@ -35,6 +35,7 @@ from .images.gc import ImageGC
 from .images.manager import ImageManager
 from .kuberuntime.gc import ContainerGC, GCPolicy
 from .kuberuntime.manager import Collaborators, RuntimeManager
+from .kuberuntime.resizer import Resizer
 from .nodestatus.facts import default_ipv4_address, read_meminfo
 from .objectstore import ObjectStore
 from .cm.cgroups import node_allocatable
@@ -147,10 +148,12 @@ class Agent:
             reconcile_period=config.cpu.reconcile_period,
         )
         self.pod_cgroups = PodCgroups(config.cgroups, self.runtime, allocatable, active_pods=self.active_pods)
+        self.resizer = Resizer(self.runtime, node_allocatable=self.node_allocatable, active_pods=self.active_pods,
+                               recorder=self.recorder)
         self.runtime_manager = RuntimeManager(
             self.runtime,
             Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks,
-                          recorder=self.recorder),
+                          recorder=self.recorder, resizer=self.resizer),
             logs_root=config.logs_dir,
             crash_backoff=Backoff(config.backoff.crashloop_initial, config.backoff.crashloop_max),
             cluster_dns=list(config.pods.cluster_dns),

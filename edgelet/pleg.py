@@ -106,6 +106,14 @@ def _linux_user(status: pb.ContainerStatus) -> tuple[int, int, tuple[int, ...]] 
     return linux.uid, linux.gid, tuple(linux.supplemental_groups)
 
 
+def _linux_resources(status: pb.ContainerStatus) -> tuple[int, int, int, int] | None:
+    """The cgroup settings the runtime reports for a container (what an in-place resize compares with)."""
+    if not status.HasField("resources") or not status.resources.HasField("linux"):
+        return None
+    linux = status.resources.linux
+    return linux.cpu_shares, linux.cpu_quota, linux.cpu_period, linux.memory_limit_in_bytes
+
+
 def _int_annotation(annotations, key: str, default: int) -> int:
     try:
         return int(annotations.get(key, default))
@@ -369,6 +377,7 @@ class GenericPLEG:
             log_path=st.log_path,
             grace_period=_int_annotation(annotations, labels.TERMINATION_GRACE_PERIOD, -1),
             user=_linux_user(st),
+            resources=_linux_resources(st),
         )
         self._inspected[cid] = result
         return result

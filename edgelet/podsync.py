@@ -152,7 +152,7 @@ class PodSyncer:
             started=self._prober.started(uid),
             host_ip=self._node_ip,
         )
-        add_newer_fields(status, pod, runtime_status)
+        add_newer_fields(status, pod, runtime_status, self._runtime_manager.resize_view(pod))
         eviction = self._pods.eviction(uid)  # evicted, or stopped at node shutdown: (reason, message)
         if eviction is not None and eviction[0] == DEADLINE_REASON:  # the kubelet's ShouldEvict: no DisruptionTarget
             status = {**status, "phase": "Failed", "reason": eviction[0], "message": eviction[1]}

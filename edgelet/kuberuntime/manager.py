@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the collaborators, for their types only
     from ..images.manager import ImageManager
     from ..objectstore import ObjectStore
     from ..volumes import VolumeManager
+    from .resizer import Resizer
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class Collaborators:
     volumes: VolumeManager | None = None
     store: ObjectStore | None = None  # ConfigMaps and Secrets for env and pull secrets
     hooks: LifecycleHooks | None = None
+    resizer: Resizer | None = None  # in-place resizes
     recorder: Recorder = NO_EVENTS  # the kubelet's container and sandbox events
 
 
@@ -103,6 +105,7 @@ class RuntimeManager:
         self._volumes = collaborators.volumes
         self._store = collaborators.store
         self._hooks = collaborators.hooks
+        self._resizer = collaborators.resizer
         self._recorder = collaborators.recorder
         self._logs_root = logs_root
         self._backoff = crash_backoff
@@ -119,6 +122,10 @@ class RuntimeManager:
         if hasher is None:
             from ..core import container_hash as hasher
         self._hash = hasher
+
+    def resize_view(self, pod: Pod):
+        """What the status shows of the pod's resources and resizes (None without a resizer)."""
+        return self._resizer.view(pod) if self._resizer is not None else None
 
     def use_service_env(self, variables: dict[str, str]) -> None:
         """The Service variables every container gets (cluster mode: the `kubernetes` Service's)."""
@@ -143,7 +150,18 @@ class RuntimeManager:
         # Volumes first, on every sync: ConfigMap, Secret and downward API contents follow their
         # sources even when no container changes (the kubelet remounts on each sync too).
         volume_paths = await self._setup_volumes(pod, result)
-        if volume_paths is None or actions.no_change():
+        if volume_paths is None:
+            return result
+        # Step 0: a changed `resources` reaches the running containers in place (the resizer decides how).
+        if self._resizer is not None and actions.kill_pod:
+            self._resizer.starting(pod)
+        elif self._resizer is not None:
+            async def restart(spec: dict, change) -> None:
+                await self._restart_for_resize(pod, spec, change.container_id, status, actions, volume_paths, result)
+            again = await self._resizer.sync(pod, status, restart)
+            if again is not None:
+                result.requeue(again)
+        if actions.no_change():
             return result
         log.debug("pod %s actions: %s", podutil.full_name(pod), actions)
 
@@ -488,6 +506,17 @@ class RuntimeManager:
             return container.grace_period
         return podutil.grace_period_seconds(pod)
 
+    async def _restart_for_resize(self, pod: Pod, spec: dict, container_id: str, status: PodRuntimeStatus,
+                                  actions: PodActions, volume_paths: dict[str, str], result: SyncResult) -> None:
+        """resizePolicy RestartContainer: the container stops and starts again with its new resources,
+        whatever the pod's restartPolicy (a restart of the kubelet's kind, counted in restartCount)."""
+        await self._stop_container(container_id, spec["name"], podutil.grace_period_seconds(pod), pod,
+                                   "its resources are resized with resizePolicy RestartContainer")
+        sandbox_config = make_sandbox_config(pod, actions.attempt, logs_root=self._logs_root,
+                                             cluster_dns=self._cluster_dns, cluster_domain=self._cluster_domain)
+        await self._start_container(pod, spec, status, actions.sandbox_id, sandbox_config, volume_paths,
+                                    await self._pod_ip(actions.sandbox_id, pod), result, "regular")
+
     async def _stop_container(self, container_id: str, name: str, grace: int, pod: Pod, why: str,
                               event_message: str = "", ordering: TerminationOrdering | None = None) -> None:
         try:
@@ -510,6 +539,8 @@ class RuntimeManager:
 
     async def remove_pod(self, status: PodRuntimeStatus) -> None:
         """Removes the pod's sandboxes and with them its containers (after kill_pod)."""
+        if self._resizer is not None:
+            self._resizer.forget(status.uid, [c.id for c in status.containers])
         for container in status.containers:
             await self._runtime.remove_container(container.id)
         for sandbox in status.sandboxes:

@@ -1,5 +1,6 @@
 """Pod status fields kubelets added from 1.31 on, laid over what `generate_pod_status` made (pure): each
-container's process identity (`user`), and `observedGeneration` on the status and the kubelet's conditions.
+container's process identity (`user`), its allocated and applied resources with the resize conditions, and
+`observedGeneration` on the status and the kubelet's conditions.
 """
 
 from __future__ import annotations
@@ -7,11 +8,13 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import podutil
+from ..kuberuntime.resize import RESIZE_IN_PROGRESS, RESIZE_PENDING
+from ..kuberuntime.resizer import ResizeView, reported_applied
 from ..kuberuntime.types import ContainerStatus, PodRuntimeStatus
 from .generate import KUBELET_CONDITIONS, POD_SCHEDULED
 
 # The conditions whose observedGeneration the kubelet sets (PodScheduled is the scheduler's).
-_GENERATION_CONDITIONS = (KUBELET_CONDITIONS - {POD_SCHEDULED}) | {"PodResizePending", "PodResizeInProgress"}
+_GENERATION_CONDITIONS = (KUBELET_CONDITIONS - {POD_SCHEDULED}) | {RESIZE_PENDING, RESIZE_IN_PROGRESS}
 _STATUS_LISTS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
 
 
@@ -57,12 +60,33 @@ def container_statuses(status: dict[str, Any]) -> Iterable[dict[str, Any]]:
         yield from status.get(key) or []
 
 
-def add_newer_fields(status: dict[str, Any], pod: podutil.Pod, runtime: PodRuntimeStatus) -> dict[str, Any]:
+def add_resources(status: dict[str, Any], runtime: PodRuntimeStatus, resize: ResizeView) -> None:
+    """allocatedResources on each regular container, resources (what its cgroup holds, over the allocation) on
+    each running one, and the open resize conditions: what the API server reads to let a pod be resized."""
+    for item in status.get("containerStatuses") or []:
+        allocated = resize.allocated.get(item.get("name", ""))
+        if allocated is None:
+            continue
+        if allocated.get("requests"):
+            item["allocatedResources"] = dict(allocated["requests"])
+        container = runtime_container(item, runtime)
+        if container is not None and "running" in (item.get("state") or {}):
+            applied = resize.applied.get(container.id) or reported_applied(container)
+            item["resources"] = ResizeView(resize.allocated, {container.id: applied} if applied else {}).resources(
+                item["name"], container.id)
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") not in (RESIZE_PENDING, RESIZE_IN_PROGRESS)]
+    status["conditions"] = conditions + [dict(c) for c in resize.conditions]
+
+
+def add_newer_fields(status: dict[str, Any], pod: podutil.Pod, runtime: PodRuntimeStatus,
+                     resize: ResizeView | None = None) -> dict[str, Any]:
     """`status` with the fields of this module's text (in place; returned for chaining)."""
     for item in container_statuses(status):
         container = runtime_container(item, runtime)
         user = container_user(container) if container is not None else None
         if user is not None:
             item["user"] = user
+    if resize is not None:
+        add_resources(status, runtime, resize)
     add_observed_generation(status, pod)
     return status

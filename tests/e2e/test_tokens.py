@@ -100,6 +100,8 @@ def test_a_pod_reaches_the_api_as_its_service_account_until_it_is_deleted(cluste
         current = f"the service-account token of volume {_access_volume(pod)} is current"
         wait_for(lambda: agent.log_text().rsplit("edgelet starting", 1)[-1].count(current) >= 3, 60,
                  interval=0.5, what="the restarted agent syncing the pod three times")
+        wait_for(lambda: kubectl.ok("exec", "token-reader", "--", "true"), 30, interval=0.5,
+                 what="the restarted agent's kubelet API")
         assert kubectl("exec", "token-reader", "--", "cat", f"{ACCESS_DIR}/token") == token
         assert len(agent_token_requests(control_plane)) == asked
 

@@ -46,8 +46,8 @@ def parse_route(path: str) -> Route | None:
         return None
     name = rest[1] if len(rest) > 1 else None
     subresource = rest[2] if len(rest) > 2 else ""
-    if subresource and not (subresource == "status" and resource.has_status
-                            or subresource == "ephemeralcontainers" and resource.plural == "pods"):
+    if subresource and not ((subresource == "status" and resource.has_status)
+                            or (subresource in ("ephemeralcontainers", "resize") and resource.plural == "pods")):
         return None
     if not resource.namespaced and namespace is not None:
         return None

@@ -25,7 +25,7 @@ from tests.kubeapi_double import ephemeral
 from tests.kubeapi_double.admission import check_node_write
 from tests.kubeapi_double.patch import PatchError, StrategicMergePanic, json_merge, json_patch, strategic_merge
 from tests.kubeapi_double.routing import PATCH_TYPES, Route, decode_body, parse_route, reason_for, translate
-from tests.kubeapi_double.schema import SERVER_VERSION
+from tests.kubeapi_double.schema import SERVER_VERSION, SERVER_VERSION_135
 from tests.kubeapi_double.store import RESOURCES, Change, StatusError, Store, parse_field_selector, parse_label_selector
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -75,6 +75,7 @@ class ApiServerDouble:
         node_name: str | None = None,
         admin_token: str | None = None,
         ephemeral_containers: str = ephemeral.POD_OBJECT,
+        server_minor: int = 20,
     ):
         """`node_name`: requests over HTTP come from that node (user system:node:<name>), so the
         NodeRestriction admission plugin and the Node authorizer's write rules answer 403 as they would;
@@ -95,7 +96,8 @@ class ApiServerDouble:
         self.csr_signer: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
         self.panics: list[str] = []  # requests that would have made kube-apiserver panic
         self._ssl = ssl_context
-        self._store = Store(history_size=history_size)
+        self._store = Store(history_size=history_size, minor=server_minor)
+        self._version = SERVER_VERSION_135 if server_minor >= 35 else SERVER_VERSION
         self._rules: list[_FailureRule] = []
         self._requests: list[RequestRecord] = []
         self._writes: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -362,7 +364,7 @@ class ApiServerDouble:
                 await self._send(conn, writer, 200, b"ok", "text/plain")
                 return True
             if path == "/version":
-                await self._send_json(conn, writer, 200, SERVER_VERSION)
+                await self._send_json(conn, writer, 200, self._version)
                 return True
             if method == "POST" and path in REVIEW_PATHS:
                 await self._send_json(conn, writer, 201, self._review(path, decode_body(body)))

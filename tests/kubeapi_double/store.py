@@ -72,10 +72,54 @@ def timestamp(now: float) -> str:
     return datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def resized_pod(old: dict[str, Any], new: dict[str, Any], minor: int) -> dict[str, Any]:
+    """The pods/resize subresource (1.33+): only the containers' resources and resizePolicy change, and only
+    on a node that reports running containers' resources (the 1.35 API server's checks and messages)."""
+    name = old["metadata"]["name"]
+    if minor < 33:
+        raise StatusError(404, "NotFound", "the server could not find the requested resource")
+    running_without = any("running" in (s.get("state") or {}) and s.get("resources") is None
+                          for s in (old.get("status") or {}).get("containerStatuses") or [])
+    if running_without:
+        raise StatusError(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: Pod running on node without '
+                                          "support for resize")
+    result = copy.deepcopy(old)
+    wanted = {c.get("name"): c for c in (new.get("spec") or {}).get("containers") or []}
+    for container in result["spec"].get("containers") or []:
+        changed = wanted.get(container["name"])
+        if changed is None:
+            continue
+        for key in ("resources", "resizePolicy"):
+            if key in changed:
+                container[key] = copy.deepcopy(changed[key])
+    if qos_of(result) != qos_of(old):
+        raise StatusError(422, "Invalid", f'Pod "{name}" is invalid: spec: Invalid value: "{qos_of(result)}": '
+                                          "Pod QOS Class may not change as a result of resizing")
+    return result
+
+
+def qos_of(pod: dict[str, Any]) -> str:
+    """The pod's QoS class from its containers' requests and limits (the API's GetPodQOS, cpu and memory)."""
+    requests = limits = 0
+    guaranteed = True
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        request, limit = resources.get("requests") or {}, resources.get("limits") or {}
+        requests += len(request)
+        limits += len(limit)
+        for resource in ("cpu", "memory"):
+            if resource not in limit or request.get(resource, limit.get(resource)) != limit.get(resource):
+                guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
 class Store:
     """Objects of every resource, one global resourceVersion counter, a bounded change history."""
 
-    def __init__(self, *, history_size: int = 1000, clock: Callable[[], float] = time.time):
+    def __init__(self, *, history_size: int = 1000, clock: Callable[[], float] = time.time, minor: int = 20):
+        self.minor = minor  # the API server release it answers as (1.20 or 1.35)
         self.rv = 1
         self.compacted_rv = 0  # a watch must start at or after this resourceVersion
         self.history: deque[Change] = deque()
@@ -165,8 +209,10 @@ class Store:
         meta.pop("deletionTimestamp", None)
         meta["resourceVersion"] = self._next_rv()
         if resource == "pods":
-            obj["status"] = stored_pod_status(obj.get("status"))
+            obj["status"] = stored_pod_status(obj.get("status"), self.minor)
             obj["status"].setdefault("phase", "Pending")
+            if self.minor >= 33:
+                meta["generation"] = 1  # pods have one since 1.33
         if resource == "events":
             self.received_events.append(obj)
         if not info.stored:
@@ -214,6 +260,8 @@ class Store:
         if subresource == "status":
             result = copy.deepcopy(old)
             result["status"] = new.get("status") or {}
+        elif subresource == "resize":
+            result = resized_pod(old, new, self.minor)
         else:
             result = new
             if info.has_status:
@@ -225,7 +273,9 @@ class Store:
                 else:
                     meta.pop(immutable, None)
         if resource == "pods":
-            result["status"] = stored_pod_status(result.get("status"))
+            result["status"] = stored_pod_status(result.get("status"), self.minor)
+            if self.minor >= 33 and result.get("spec") != old.get("spec"):
+                result["metadata"]["generation"] = old_meta.get("generation", 1) + 1
         result["apiVersion"] = info.api_version
         result["kind"] = info.kind
         result["metadata"]["resourceVersion"] = old_meta["resourceVersion"]

@@ -56,6 +56,9 @@ class RuntimeManager:
     async def remove_pod(self, status):
         self.seen.append(("remove", status.name))
 
+    def resize_view(self, pod):
+        return None  # no resizer: the status carries no resources
+
 
 class Prober:
     def __getattr__(self, name):
