@@ -514,8 +514,10 @@ class RuntimeManager:
                                    "its resources are resized with resizePolicy RestartContainer")
         sandbox_config = make_sandbox_config(pod, actions.attempt, logs_root=self._logs_root,
                                              cluster_dns=self._cluster_dns, cluster_domain=self._cluster_domain)
-        await self._start_container(pod, spec, status, actions.sandbox_id, sandbox_config, volume_paths,
-                                    await self._pod_ip(actions.sandbox_id, pod), result, "regular")
+        await self._start_container(pod, spec, status=status, sandbox_id=actions.sandbox_id,
+                                    sandbox_config=sandbox_config, volume_paths=volume_paths,
+                                    pod_ip=await self._pod_ip(actions.sandbox_id, pod), result=result,
+                                    container_type="regular")
 
     async def _stop_container(self, container_id: str, name: str, grace: int, pod: Pod, why: str,
                               event_message: str = "", ordering: TerminationOrdering | None = None) -> None:
