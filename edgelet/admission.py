@@ -54,6 +54,8 @@ def _features_left_out(pod: Pod) -> list[str]:
         problems.append("spec.hostUsers: false (user namespaces)")
     if spec.get("resources"):
         problems.append("spec.resources (pod-level resources)")
+    if spec.get("resourceClaims"):
+        problems.append("spec.resourceClaims (dynamic resource allocation)")
     for kind, containers in (("initContainers", podutil.init_containers(pod)), ("containers", podutil.containers(pod))):
         for i, container in enumerate(containers):
             for j, mount in enumerate(container.get("volumeMounts") or []):

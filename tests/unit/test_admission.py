@@ -89,7 +89,7 @@ def test_node_features_edgelet_leaves_out_are_refused_by_name():
     from edgelet.admission import unsupported_features
 
     pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
-        "hostUsers": False, "resources": {"limits": {"cpu": "1"}},
+        "hostUsers": False, "resources": {"limits": {"cpu": "1"}}, "resourceClaims": [{"name": "gpu"}],
         "volumes": [{"name": "tools", "image": {"reference": "tools:1"}}],
         "containers": [{"name": "c", "volumeMounts": [{"name": "tools", "mountPath": "/t", "readOnly": True,
                                                          "recursiveReadOnly": "Enabled"},
@@ -97,7 +97,8 @@ def test_node_features_edgelet_leaves_out_are_refused_by_name():
                                                          "recursiveReadOnly": "IfPossible"}]}]}}
     assert unsupported_features(pod) == [
         "spec.volumes[0] (tools): image volumes", "spec.hostUsers: false (user namespaces)",
-        "spec.resources (pod-level resources)", "spec.containers[0].volumeMounts[0]: recursiveReadOnly: Enabled"]
+        "spec.resources (pod-level resources)", "spec.resourceClaims (dynamic resource allocation)",
+        "spec.containers[0].volumeMounts[0]: recursiveReadOnly: Enabled"]
 
 
 def test_a_strict_supplemental_groups_policy_needs_a_runtime_that_keeps_it():
