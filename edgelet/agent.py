@@ -149,7 +149,7 @@ class Agent:
         )
         self.pod_cgroups = PodCgroups(config.cgroups, self.runtime, allocatable, active_pods=self.active_pods)
         self.resizer = Resizer(self.runtime, node_allocatable=self.node_allocatable, active_pods=self.active_pods,
-                               recorder=self.recorder)
+                               recorder=self.recorder, pod_cgroup_limits=self.pod_cgroups.set_limits)
         self.runtime_manager = RuntimeManager(
             self.runtime,
             Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks,

@@ -123,6 +123,20 @@ def pod_resources(pod: podutil.Pod, *, cpu_cfs_quota: bool = True, cpu_period: i
     )
 
 
+def widest(first: CgroupResources, second: CgroupResources) -> CgroupResources:
+    """What holds both: the larger of each setting, no limit where either has none (a pod cgroup during an
+    in-place resize, so that neither its old nor its new containers' limits exceed it)."""
+    def larger(a: int | None, b: int | None, unlimited: int | None) -> int | None:
+        if a is None or b is None or a == unlimited or b == unlimited:
+            return unlimited
+        return max(a, b)
+    shares = max(first.cpu_shares or 0, second.cpu_shares or 0) or None
+    quota = larger(first.cpu_quota, second.cpu_quota, -1)
+    return CgroupResources(cpu_shares=shares, cpu_quota=quota,
+                           cpu_period=first.cpu_period or second.cpu_period if quota != -1 else None,
+                           memory_limit=larger(first.memory_limit, second.memory_limit, None))
+
+
 def burstable_shares(pods: list[podutil.Pod]) -> int:
     """The burstable QoS cgroup's cpu.shares: the CPU requests of its pods (the kubelet's setCPUCgroupConfig)."""
     millis = 0

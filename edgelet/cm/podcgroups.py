@@ -113,6 +113,16 @@ class PodCgroups:
                 await asyncio.to_thread(self._set_burstable_shares)
         return cgroups.spell(name, self.driver)
 
+    async def set_limits(self, pod: podutil.Pod, resources: CgroupResources) -> None:
+        """Rewrites the limits of a running pod's cgroup (an in-place resize); nothing where the runtime's
+        systemd driver owns the cgroups or there are no pod cgroups."""
+        if not self._settings.per_qos or self.driver != cgroups.CGROUPFS:
+            return
+        name = cgroups.pod_name(podutil.uid(pod), qos.qos_class(pod), self._settings.root)
+        async with self._lock:
+            await asyncio.to_thread(self._make, name, resources)
+            await asyncio.to_thread(self._set_burstable_shares)
+
     async def _discover_driver(self) -> str:
         try:
             answer: int | None = (await self._runtime.runtime_config()).linux.cgroup_driver

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
 from .. import podutil
+from ..cm.cgroups import CgroupResources, pod_resources, widest
 from ..cri import runtime_v1_pb2 as pb
 from ..errors import EdgeletError
 from ..events import NO_EVENTS, WARNING, Recorder, pod_ref
@@ -27,6 +28,7 @@ from .types import ContainerStatus, PodRuntimeStatus
 log = logging.getLogger(__name__)
 
 Restart = Callable[[dict, ContainerStatus], Awaitable[None]]
+PodCgroupLimits = Callable[[Pod, CgroupResources], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -54,6 +56,13 @@ def _allocation(pod: Pod) -> dict[str, dict[str, Any]]:
     return {c["name"]: dict(c.get("resources") or {}) for c in podutil.containers(pod)}
 
 
+def _with_allocation(pod: Pod, allocated: Mapping[str, Mapping[str, Any]]) -> Pod:
+    """The pod as it was allocated: its containers with the resources `allocated` names."""
+    containers = [{**c, "resources": dict(allocated.get(c["name"], c.get("resources") or {}))}
+                  for c in podutil.containers(pod)]
+    return {**pod, "spec": {**podutil.spec(pod), "containers": containers}}
+
+
 def _allocatable(node_allocatable: Mapping[str, Any]) -> tuple[int, int]:
     try:
         return (to_millis_ceil(parse_quantity(node_allocatable.get("cpu", 0))),
@@ -76,12 +85,13 @@ def reported_applied(container: ContainerStatus) -> Applied | None:
 class Resizer:
     def __init__(self, runtime, *, node_allocatable: Mapping[str, Any] | None = None,
                  active_pods: Callable[[], list[Pod]] = lambda: [], recorder: Recorder = NO_EVENTS,
-                 clock: Callable[[], float] = time.time):
+                 pod_cgroup_limits: PodCgroupLimits | None = None, clock: Callable[[], float] = time.time):
         self._runtime = runtime
         self._node_allocatable = node_allocatable or {}
         self._active_pods = active_pods
         self._recorder = recorder
         self._clock = clock
+        self._pod_cgroup_limits = pod_cgroup_limits
         self._applied: dict[str, Applied] = {}  # container id -> what our last successful update set
         self._pods: dict[str, _PodResize] = {}
 
@@ -126,20 +136,31 @@ class Resizer:
                 state.pending = (reason, message, self._clock())
             return 10.0 if reason == DEFERRED else None
         state.pending = None
+        before = _with_allocation(pod, state.allocated)
         state.allocated = _allocation(pod)
-        return await self._actuate(pod, plan, state, restart)
+        return await self._actuate(pod, before, plan, state, restart)
 
-    async def _actuate(self, pod: Pod, plan: ResizePlan, state: _PodResize, restart: Restart) -> float | None:
+    async def _actuate(self, pod: Pod, before: Pod, plan: ResizePlan, state: _PodResize,
+                       restart: Restart) -> float | None:
         # Decreases first, so that the containers never hold more together than before and after (KEP 1287).
         ordered = sorted(plan.changes, key=lambda c: c.desired.memory_limit >= c.applied.memory_limit
                          and c.desired.cpu_shares >= c.applied.cpu_shares)
         specs = {c["name"]: c for c in podutil.containers(pod)}
         failures = []
-        for change in ordered:
-            try:
-                await self._apply(pod, specs[change.name], change, restart)
-            except EdgeletError as exc:
-                failures.append(f"container {change.name}: {exc}")
+        # The pod's cgroup holds the old and the new limits while the containers change, then the new ones.
+        old_limits, new_limits = pod_resources(before), pod_resources(pod)
+        try:
+            if self._pod_cgroup_limits is not None:
+                await self._pod_cgroup_limits(pod, widest(old_limits, new_limits))
+            for change in ordered:
+                try:
+                    await self._apply(pod, specs[change.name], change, restart)
+                except EdgeletError as exc:
+                    failures.append(f"container {change.name}: {exc}")
+            if self._pod_cgroup_limits is not None and not failures:
+                await self._pod_cgroup_limits(pod, new_limits)
+        except EdgeletError as exc:
+            failures.append(f"pod cgroup: {exc}")
         if failures:
             message = "; ".join(failures)
             if state.error is None or state.error[0] != message:

@@ -138,3 +138,14 @@ def test_the_status_carries_allocated_and_applied_resources_and_the_resize_condi
     assert item["resources"] == SMALL
     assert [(c["type"], c.get("observedGeneration")) for c in result["conditions"]] == [
         ("Ready", 2), ("PodResizePending", 2)]
+
+
+def test_the_pod_cgroup_holds_old_and_new_limits_while_containers_change():
+    from edgelet.cm.cgroups import CgroupResources, widest
+
+    old = CgroupResources(cpu_shares=102, cpu_quota=20000, cpu_period=100000, memory_limit=64 * MiB)
+    new = CgroupResources(cpu_shares=307, cpu_quota=10000, cpu_period=100000, memory_limit=96 * MiB)
+    assert widest(old, new) == CgroupResources(cpu_shares=307, cpu_quota=20000, cpu_period=100000,
+                                               memory_limit=96 * MiB)
+    unlimited = CgroupResources(cpu_shares=2)
+    assert widest(old, unlimited) == CgroupResources(cpu_shares=102, cpu_quota=-1, cpu_period=None, memory_limit=None)
