@@ -100,6 +100,9 @@ class RuntimeManager:
         self.runtime.calls.append(("remove", status.uid))
         self.runtime.pods.pop(status.uid, None)
 
+    def resize_view(self, pod):
+        return None  # no resizer: the status carries no resources
+
 
 class Pleg:
     """The PLEG's side of the pod cache: a relist stores every pod's status, or the error inspecting it."""
