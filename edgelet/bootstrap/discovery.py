@@ -70,13 +70,19 @@ def _ca_data(kubeconfig: str) -> bytes:
                              "clusters[0].cluster.certificate-authority-data") from None
 
 
+def unverified_context() -> ssl.SSLContext:
+    """TLS for the first, unverified read: no certificate checked, and no CA store loaded only to be ignored
+    (create_default_context() would parse the system's, about 1 MiB of heap)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 async def discover_ca(server: str, token: BootstrapToken, pinned_hash: str) -> bytes:
     """The pinned cluster CA (PEM), read from the server. Raises DiscoveryError or ApiError."""
-    unverified = ssl.create_default_context()
-    unverified.check_hostname = False
-    unverified.verify_mode = ssl.CERT_NONE
     # Anonymous on purpose: the token must not reach a server that has not proven itself yet.
-    async with ApiClient(server, tls=unverified) as client:
+    async with ApiClient(server, tls=unverified_context()) as client:
         first = await _cluster_info(client)
     ca_pem = trusted_ca(first, token, pinned_hash)
     async with ApiClient(server, tls=ssl.create_default_context(cadata=ca_pem.decode("ascii"))) as client:

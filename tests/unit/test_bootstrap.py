@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import random
+import ssl
 
 import pytest
 from cryptography import x509
@@ -19,7 +20,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from edgelet.bootstrap.csr import (
     CLIENT_SIGNER, CLIENT_USAGES, csr_object, csr_outcome, new_key_and_request, rotation_deadline,
 )
-from edgelet.bootstrap.discovery import UnsignedClusterInfo, trusted_ca
+from edgelet.bootstrap.discovery import UnsignedClusterInfo, trusted_ca, unverified_context
 from edgelet.bootstrap.manager import Credentials
 from edgelet.bootstrap.tokens import (
     BootstrapToken, DiscoveryError, ca_hash_error, spki_hash, token_error, verify_detached,
@@ -163,6 +164,12 @@ def test_a_bundle_without_the_pinned_certificate_names_every_hash():
         trusted_ca(cluster_info(b"".join(bundle)), TOKEN, wrong)
     for pem in bundle:
         assert spki_hash(first_certificate(pem).spki_der) in str(refused.value)
+
+
+def test_the_unverified_read_checks_nothing_and_loads_no_ca_store():
+    context = unverified_context()
+    assert (context.verify_mode, context.check_hostname) == (ssl.CERT_NONE, False)
+    assert context.cert_store_stats()["x509_ca"] == 0
 
 
 def test_unsigned_or_tampered_cluster_info():
