@@ -149,7 +149,8 @@ class Agent:
         )
         self.pod_cgroups = PodCgroups(config.cgroups, self.runtime, allocatable, active_pods=self.active_pods)
         self.resizer = Resizer(self.runtime, node_allocatable=self.node_allocatable, active_pods=self.active_pods,
-                               recorder=self.recorder, pod_cgroup_limits=self.pod_cgroups.set_limits)
+                               recorder=self.recorder, pod_cgroup_limits=self.pod_cgroups.set_limits,
+                               static_cpu_policy=self.cpu_manager.static)
         self.runtime_manager = RuntimeManager(
             self.runtime,
             Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks,

@@ -11,6 +11,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from .. import podutil
 from ..podutil import Pod
 from ..quantity import to_int_ceil, to_millis_ceil
+from . import qos
 from .resources import MIN_SHARES, QUOTA_PERIOD, SHARES_PER_CPU, effective_request, linux_resources
 from .types import ContainerState, PodRuntimeStatus
 
@@ -116,10 +117,12 @@ def plan_resize(
     others: tuple[int, int],
     allocatable: tuple[int, int],
     memory_usage: Mapping[str, int] | None = None,
+    static_cpu_policy: bool = False,
 ) -> ResizePlan:
     """What a sync must do for the running containers whose `applied` settings (by container id) differ from
     their spec. All or nothing, as the kubelet's atomic resizes: one change the node cannot take holds them
-    all. `memory_usage` (bytes, by container id) defers a memory limit below what a container uses."""
+    all. `memory_usage` (bytes, by container id) defers a memory limit below what a container uses; with the
+    static CPU policy a Guaranteed pod cannot be resized (its CPUs may be exclusive)."""
     changes = []
     for container in podutil.containers(pod):
         running = status.latest_container(container["name"])
@@ -131,6 +134,9 @@ def plan_resize(
                                            needs_restart(container, desired, current)))
     if not changes:
         return ResizePlan()
+    if static_cpu_policy and qos.qos_class(pod) == qos.GUARANTEED:
+        return ResizePlan(tuple(changes), (INFEASIBLE, "Resize is infeasible for Guaranteed Pods alongside CPU "
+                                                       "Manager static policy"))
     pending = feasibility(pod_requests(pod), others, allocatable)
     if pending is None:
         for change in changes:

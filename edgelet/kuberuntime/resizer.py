@@ -85,13 +85,15 @@ def reported_applied(container: ContainerStatus) -> Applied | None:
 class Resizer:
     def __init__(self, runtime, *, node_allocatable: Mapping[str, Any] | None = None,
                  active_pods: Callable[[], list[Pod]] = lambda: [], recorder: Recorder = NO_EVENTS,
-                 pod_cgroup_limits: PodCgroupLimits | None = None, clock: Callable[[], float] = time.time):
+                 pod_cgroup_limits: PodCgroupLimits | None = None, static_cpu_policy: bool = False,
+                 clock: Callable[[], float] = time.time):
         self._runtime = runtime
         self._node_allocatable = node_allocatable or {}
         self._active_pods = active_pods
         self._recorder = recorder
         self._clock = clock
         self._pod_cgroup_limits = pod_cgroup_limits
+        self._static_cpu_policy = static_cpu_policy
         self._applied: dict[str, Applied] = {}  # container id -> what our last successful update set
         self._pods: dict[str, _PodResize] = {}
 
@@ -122,7 +124,8 @@ class Resizer:
         if state is None:
             state = self._pods[uid] = _PodResize(_allocation(pod))
         applied = {c.id: a for c in status.running_containers() if (a := self.applied(c)) is not None}
-        options = dict(others=self._others(uid), allocatable=_allocatable(self._node_allocatable))
+        options = dict(others=self._others(uid), allocatable=_allocatable(self._node_allocatable),
+                       static_cpu_policy=self._static_cpu_policy)
         plan = plan_resize(pod, status, applied, **options)
         if plan.pending is None and any(c.memory_decrease and not c.restart for c in plan.changes):
             plan = plan_resize(pod, status, applied, memory_usage=await self._memory_usage(plan), **options)

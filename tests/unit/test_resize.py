@@ -149,3 +149,16 @@ def test_the_pod_cgroup_holds_old_and_new_limits_while_containers_change():
                                                memory_limit=96 * MiB)
     unlimited = CgroupResources(cpu_shares=2)
     assert widest(old, unlimited) == CgroupResources(cpu_shares=102, cpu_quota=-1, cpu_period=None, memory_limit=None)
+
+
+def test_a_guaranteed_pod_under_the_static_cpu_policy_is_not_resized():
+    guaranteed = {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}}
+    bigger = {"requests": {"cpu": "2", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "64Mi"}}
+    applied = {"c1": desired_applied(pod(guaranteed), pod(guaranteed)["spec"]["containers"][0])}
+    plan = plan_resize(pod(bigger), running(), applied, others=(0, 0), allocatable=(4000, 4096 * MiB),
+                       static_cpu_policy=True)
+    assert plan.pending == ("Infeasible", "Resize is infeasible for Guaranteed Pods alongside CPU Manager static policy")
+    # Burstable pods, and any pod under the none policy, are resized.
+    assert plan_resize(pod(bigger), running(), applied, others=(0, 0), allocatable=(4000, 4096 * MiB)).accepted
+    assert plan_resize(pod(BIG), running(), {"c1": SMALL_APPLIED}, others=(0, 0), allocatable=NODE,
+                       static_cpu_policy=True).accepted
