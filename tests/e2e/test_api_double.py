@@ -2,7 +2,8 @@
 
 Status PATCH merge keys (conditions by type, container statuses replaced whole, `$setElementOrder` on them
 breaking the request), null condition times, unknown status fields dropped, 401 vs 403 (NodeRestriction on
-mirror pods), and 410 for a watch from before a restart.
+mirror pods), 410 for a watch from before a restart, and 1.20's pods/ephemeralcontainers (an EphemeralContainers
+object; additions only, defaulted; not for nodes).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import AsyncIterator, Callable
 
 import pytest
 
-from edgelet.kubeapi import ApiClient, Forbidden, Gone, NotFound, ServerError, Unauthorized
+from edgelet.kubeapi import ApiClient, Forbidden, Gone, Invalid, NotFound, ServerError, Unauthorized
 from tests.integration.agent_harness import wait_for
 from tests.kubeapi_double import ApiServerDouble
+from tests.kubeapi_double.ephemeral import ALPHA_OBJECT
 
 pytestmark = pytest.mark.containerd
 
@@ -40,7 +42,8 @@ class ApiUnderTest:
 @pytest.fixture(params=["double", "real"])
 async def api(request: pytest.FixtureRequest) -> AsyncIterator[ApiUnderTest]:
     if request.param == "double":
-        with ApiServerDouble(token="node-token", node_name="edge-node", admin_token=ADMIN_TOKEN) as double:
+        with ApiServerDouble(token="node-token", node_name="edge-node", admin_token=ADMIN_TOKEN,
+                             ephemeral_containers=ALPHA_OBJECT) as double:
             under_test = ApiUnderTest("double", "edge-node", ApiClient(double.url, token="node-token"),
                                       ApiClient(double.url, token=ADMIN_TOKEN),
                                       ApiClient(double.url, token="nobody"), double.restart, lambda: len(double.panics))
@@ -182,3 +185,23 @@ async def test_a_watch_from_before_a_restart_gets_410_too_old(api: ApiUnderTest)
     await asyncio.wait_for(answering(), 60)
     with pytest.raises(Gone, match="too old resource version"):
         await asyncio.wait_for(watch_from(created["metadata"]["resourceVersion"]), 10)
+
+
+async def test_ephemeral_containers_subresource_of_1_20(api: ApiUnderTest) -> None:
+    await api.admin.create(PODS, pod("debugged", api.node_name))
+    path = f"{PODS}/debugged/ephemeralcontainers"
+    current = await api.admin.get(path)
+    assert (current["kind"], current["metadata"]["name"]) == ("EphemeralContainers", "debugged")
+    assert not current.get("ephemeralContainers")
+    debugger = {"name": "debugger", "image": "busybox:1.36", "stdin": True, "targetContainerName": "c"}
+    with pytest.raises(Forbidden):  # the node may not add them
+        await api.node.replace(path, {**current, "ephemeralContainers": [debugger]})
+    written = await api.admin.replace(path, {**current, "ephemeralContainers": [debugger]})
+    (stored,) = written["ephemeralContainers"]
+    assert stored == {**debugger, "imagePullPolicy": "IfNotPresent", "terminationMessagePath": "/dev/termination-log",
+                      "terminationMessagePolicy": "File", "resources": {}}
+    assert (await api.admin.get(f"{PODS}/debugged"))["spec"]["ephemeralContainers"] == [stored]
+    with pytest.raises(Invalid, match='existing ephemeral containers "debugger" may not be removed'):
+        await api.admin.replace(path, {**written, "ephemeralContainers": []})
+    with pytest.raises(Invalid, match='existing ephemeral containers "debugger" may not be changed'):
+        await api.admin.replace(path, {**written, "ephemeralContainers": [{**stored, "image": "busybox:2"}]})

@@ -55,6 +55,7 @@ def _defaulted(container: Any) -> Any:
     result.setdefault("imagePullPolicy", "IfNotPresent" if "@" in image or (tag and tag != "latest") else "Always")
     result.setdefault("terminationMessagePath", "/dev/termination-log")
     result.setdefault("terminationMessagePolicy", "File")
+    result.setdefault("resources", {})  # a Go struct the server writes even when empty
     return result
 
 

@@ -28,7 +28,7 @@ def test_an_addition_is_defaulted_and_stored(api):
     new = updated_pod(stored_pod(), written, api)
     assert new["spec"]["ephemeralContainers"] == [{**DEBUG, "imagePullPolicy": "IfNotPresent",
                                                    "terminationMessagePath": "/dev/termination-log",
-                                                   "terminationMessagePolicy": "File"}]
+                                                   "terminationMessagePolicy": "File", "resources": {}}]
 
 
 @pytest.mark.parametrize(

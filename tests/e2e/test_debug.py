@@ -1,0 +1,85 @@
+"""Ephemeral containers against the real kube-apiserver 1.20.2 (feature gate EphemeralContainers=true): one is
+added to a running pod through pods/ephemeralcontainers, runs in its target's PID namespace, is attached to with
+`kubectl attach`, and is reported in ephemeralContainerStatuses.
+
+`kubectl debug` of a current kubectl cannot drive 1.20's alpha API (its client no longer knows the
+EphemeralContainers kind 1.20 answers with), so the test writes that object as `kubectl debug` of 1.20 did,
+with `kubectl replace --raw`, and attaches with `kubectl attach`, which is what `kubectl debug -i` does next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import time
+
+import pytest
+
+from tests.e2e.conftest import container_status, pod_phase, wait_pod
+from tests.e2e.test_pods import IMAGE, pod_manifest
+
+pytestmark = pytest.mark.containerd
+
+
+def read_until(process: subprocess.Popen, needle: bytes, timeout: float = 30) -> bytes:
+    got = b""
+    deadline = time.monotonic() + timeout
+    while needle not in got:
+        left = deadline - time.monotonic()
+        assert left > 0 and process.poll() is None, (got, process.poll())
+        ready, _, _ = select.select([process.stdout], [], [], min(left, 0.5))
+        if ready:
+            got += os.read(process.stdout.fileno(), 65536)
+    return got
+
+
+def ephemeral_status(pod: dict, name: str) -> dict:
+    statuses = (pod.get("status") or {}).get("ephemeralContainerStatuses") or []
+    return next((s for s in statuses if s["name"] == name), {})
+
+
+def test_an_ephemeral_container_is_attached_to_with_kubectl(node_ready, control_plane, kubectl):
+    kubectl.apply(pod_manifest("target", control_plane.node, "exec sleep 3600"))
+    wait_pod(kubectl, "target", lambda p: pod_phase(p) == "Running", 60)
+    path = "/api/v1/namespaces/default/pods/target/ephemeralcontainers"
+    current = json.loads(kubectl("get", "--raw", path))
+    assert current["kind"] == "EphemeralContainers"  # 1.20's alpha API
+    current["ephemeralContainers"] = (current.get("ephemeralContainers") or []) + [{
+        "name": "debugger", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh"], "stdin": True,
+        "targetContainerName": "main", "terminationMessagePolicy": "File"}]
+    kubectl("replace", "--raw", path, "-f", "-", input=json.dumps(current))
+
+    pod = wait_pod(kubectl, "target", lambda p: "running" in ephemeral_status(p, "debugger").get("state", {}), 60)
+    status = ephemeral_status(pod, "debugger")
+    assert status["containerID"].startswith("containerd://") and status["restartCount"] == 0
+
+    # What goes in through kubectl's stdin reaches the shell; what it prints comes back, while the session is
+    # open as with `kubectl debug -i`. Its PID 1 is the target's process: it shares the target's PID namespace.
+    attach = subprocess.Popen(["kubectl", "--kubeconfig", str(kubectl.kubeconfig), "attach", "-i", "target", "-c",
+                               "debugger"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        attach.stdin.write(b"echo from-debugger; tr '\\0' ' ' < /proc/1/cmdline; echo; echo done\n")
+        attach.stdin.flush()
+        output = read_until(attach, b"done\n")
+        assert b"from-debugger\n" in output and b"sleep 3600" in output, output
+        attach.stdin.write(b"exit 4\n")
+        attach.stdin.close()
+        attach.wait(30)
+    finally:
+        if attach.poll() is None:
+            attach.kill()
+            attach.wait()
+
+    pod = wait_pod(kubectl, "target", lambda p: "terminated" in ephemeral_status(p, "debugger").get("state", {}), 60)
+    ended = ephemeral_status(pod, "debugger")
+    assert (ended["state"]["terminated"]["exitCode"], ended["restartCount"]) == (4, 0)  # never restarted
+    assert "from-debugger" in kubectl("logs", "target", "-c", "debugger")
+    assert pod_phase(pod) == "Running" and container_status(pod)["restartCount"] == 0  # the pod goes on
+
+    # 1.20 refuses to change or remove an ephemeral container; the node is not asked.
+    current = json.loads(kubectl("get", "--raw", path))
+    current["ephemeralContainers"] = []
+    refused = kubectl.run("replace", "--raw", path, "-f", "-", input=json.dumps(current), check=False)
+    assert refused.returncode != 0 and "may not be removed" in refused.stderr, refused.stderr
