@@ -181,7 +181,11 @@ class RegistryServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST_HEAD)
         while True:
-            request = await self._read_request(conn, reader)
+            try:
+                request = await self._read_request(conn, reader)
+            except h11.RemoteProtocolError:
+                await self._refuse_malformed(conn, writer)
+                return
             if request is None:
                 return
             headers = {name.decode().lower(): value.decode("latin-1") for name, value in request.headers}
@@ -190,6 +194,18 @@ class RegistryServer:
             if conn.our_state is h11.MUST_CLOSE:
                 return
             conn.start_next_cycle()
+
+    async def _refuse_malformed(self, conn: h11.Connection, writer: asyncio.StreamWriter) -> None:
+        """Answers what is not HTTP with a 400, as Go's server does. containerd >= 1.7 tries HTTPS first even on
+        loopback and falls back to plain HTTP only when its TLS hello gets an HTTP answer, not a closed socket."""
+        if conn.our_state is not h11.IDLE:
+            return
+        body = b"400 Bad Request"
+        writer.write(conn.send(h11.Response(status_code=400, reason=b"Bad Request", headers=[
+            (b"Content-Type", b"text/plain; charset=utf-8"), (b"Connection", b"close"),
+            (b"Content-Length", str(len(body)).encode())])))
+        writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+        await writer.drain()
 
     async def _read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
         request = None

@@ -25,6 +25,7 @@ from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.airgap import AirgapImages
 from edgelet.images.archive import ArchiveError, index_archive
 from edgelet.images.manager import ImageError, ImageManager
+from edgelet.images.registry import RegistryServer
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -237,6 +238,35 @@ async def test_loopback_registry_speaks_the_distribution_api(cri, airgap, base_i
             assert (await client.put(f"/v2/{repository}/manifests/1.0", content=b"{}")).status_code == 405
     finally:
         await cri.remove_image(image_config_id(archive))
+
+
+class EmptyStore:
+    def manifest(self, repository, reference):
+        return None
+
+    def blob(self, repository, digest):
+        return None
+
+
+async def test_loopback_registry_answers_a_tls_hello_in_http():
+    """containerd 2.x tries HTTPS first on loopback too; it falls back to plain HTTP when its TLS hello is
+    answered in HTTP, as Go's server answers one, but not when the connection is just closed."""
+    import ssl
+
+    hello_out = ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), hello_out, server_hostname="127.0.0.1")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    server = RegistryServer(EmptyStore())
+    host, port = (await server.start()).rsplit(":", 1)
+    try:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(hello_out.read())
+        reply = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+    finally:
+        await server.close()
+    assert reply.startswith(b"HTTP/1.1 400 Bad Request\r\n"), reply
 
 
 async def test_archives_dropped_in_while_running_are_imported(cri, base_images, tmp_path):
