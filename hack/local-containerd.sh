@@ -3,6 +3,7 @@
 # STATE_DIR, so several can run beside each other and beside a system containerd.
 #
 # Usage: hack/local-containerd.sh start|stop|status STATE_DIR
+#        hack/local-containerd.sh fetch
 #
 #   start   writes STATE_DIR/config.toml and a CNI bridge network, starts containerd in the
 #           background (log: STATE_DIR/containerd.log), imports the local busybox and pause images
@@ -13,11 +14,21 @@
 #           unmounts everything under STATE_DIR (rootfs, shm, network namespaces) and deletes the
 #           pod bridge. Safe to repeat; STATE_DIR itself is left for its logs.
 #   status  exit 0 and print the endpoint when the instance answers, exit 1 otherwise.
+#   fetch   make the chosen containerd available (see CONTAINERD) and print `RELEASE BIN_DIR`.
+#
+# CONTAINERD=1.6|1.7|2.1 picks the release: Debian 12's (bookworm), Debian 13's (trixie) or Debian
+# unstable's (sid) package. Unset, it is the machine's own containerd's release when that is one of these,
+# else 2.1. The machine's own binary serves when its release is the one asked for; any other is extracted
+# from Debian's archive into the cache (hack/debian-archive.sh; nothing is installed) and put first on
+# containerd's PATH. runc stays the machine's (sid's runc needs a newer glibc than Debian 12's).
+# 1.x gets a config of version 2, 2.x one of version 3 (the CRI plugin split into images and runtime).
+# STATE_DIR/instance.env records RELEASE and BIN (the directory of the containerd and ctr in use).
 #
 # Pods on the CNI network get addresses from a private /24 on a bridge of their own (gateway = the
 # host side); there is no default route and no masquerading, so pod traffic stays on this machine.
 # Images: docker.io/library/busybox:local (workloads) and edgelet.local/pause:1 (sandbox_image).
-# Needs root, containerd, runc, containernetworking-plugins, umoci, busybox-static, python3, iproute2.
+# Needs root, runc, containernetworking-plugins, umoci, busybox-static, python3, iproute2 (and containerd or
+# apt-get for the archive).
 # Environment: EDGELET_POD_SUBNET (e.g. 10.223.7.0/24) overrides the derived pod subnet.
 set -euo pipefail
 
@@ -27,9 +38,66 @@ readonly CNI_BIN_DIR="/usr/lib/cni"
 hack_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 usage() {
-    echo "usage: $0 start|stop|status STATE_DIR" >&2
+    echo "usage: $0 start|stop|status STATE_DIR | fetch" >&2
     exit 2
 }
+
+# The Debian suite whose containerd package is each release we run.
+suite_of() {
+    case "$1" in
+    1.6) echo bookworm ;;
+    1.7) echo trixie ;;
+    2.1) echo sid ;;
+    *) return 1 ;;
+    esac
+}
+
+# "1.6" for a binary printing "containerd github.com/containerd/containerd 1.6.20~ds1 ..." (2.x: "v2 2.1.9").
+release_of() {
+    "$1" --version 2>/dev/null | awk '{print $3}' | sed -E 's/^v//; s/^([0-9]+)\.([0-9]+).*/\1.\2/'
+}
+
+# The release CONTAINERD asks for; unset, the machine's own if we know it, else 2.1.
+wanted_release() {
+    local release="${CONTAINERD:-}" own
+    if [[ -z "$release" ]]; then
+        release=2.1
+        if own="$(command -v containerd)" && suite_of "$(release_of "$own")" >/dev/null; then
+            release="$(release_of "$own")"
+        fi
+    fi
+    suite_of "$release" >/dev/null || {
+        echo "local-containerd: CONTAINERD=$release: not one of 1.6, 1.7, 2.1" >&2
+        exit 2
+    }
+    echo "$release"
+}
+
+# The directory holding containerd, ctr and the runc shim of RELEASE: the machine's own when it is that
+# release, else the package of that release's suite, extracted once into the cache.
+bin_dir_of() {
+    local release="$1" own dir
+    if own="$(command -v containerd)" && [[ "$(release_of "$own")" == "$release" ]] &&
+        [[ -x "$(dirname "$own")/ctr" && -x "$(dirname "$own")/containerd-shim-runc-v2" ]]; then
+        dirname "$own"
+        return
+    fi
+    dir="$("$hack_dir/debian-archive.sh" fetch containerd "$(suite_of "$release")")" || {
+        echo "local-containerd: cannot get containerd $release from Debian $(suite_of "$release")" >&2
+        exit 1
+    }
+    [[ "$(release_of "$dir/usr/bin/containerd")" == "$release" ]] || {
+        echo "local-containerd: $dir/usr/bin/containerd is not release $release" >&2
+        exit 1
+    }
+    echo "$dir/usr/bin"
+}
+
+if [[ $# -eq 1 && "$1" == fetch ]]; then
+    release="$(wanted_release)"
+    echo "$release $(bin_dir_of "$release")"
+    exit 0
+fi
 [[ $# -eq 2 ]] || usage
 command="$1"
 mkdir -p "$2"
@@ -39,6 +107,16 @@ pidfile="$state_dir/containerd.pid"
 log="$state_dir/containerd.log"
 runc_root="$state_dir/runc"
 instance_env="$state_dir/instance.env"
+
+# The value of KEY in this instance's record, if it has one.
+instance_value() {
+    [[ -s "$instance_env" ]] && sed -n "s/^$1=//p" "$instance_env"
+}
+
+# stop and status use the ctr of the release the instance was started with.
+if recorded_bin="$(instance_value BIN)" && [[ -n "$recorded_bin" ]]; then
+    PATH="$recorded_bin:$PATH"
+fi
 
 log_tail() {
     echo "--- last lines of $log ---" >&2
@@ -82,28 +160,50 @@ write_config() {
     python3 - "$state_dir/config.default.toml" "$state_dir/config.toml" <<PY
 import re, sys
 src, dst = sys.argv[1:]
-cri = 'plugins."io.containerd.grpc.v1.cri"'
+text = open(src).read()
+version = re.search(r"(?m)^version\s*=\s*(\d+)", text)
+version = int(version.group(1)) if version else 1
+if version == 2:
+    # containerd 1.x: one CRI plugin holds images, runtime, CNI and the streaming server.
+    images = runtime = streaming = 'plugins."io.containerd.grpc.v1.cri"'
+    sandbox_image = (images, "sandbox_image")
+    cni_bin = (runtime + ".cni", "bin_dir", '"$CNI_BIN_DIR"')
+    nri = None
+elif version == 3:
+    # containerd 2.x: the CRI plugin is split; only the streaming server stays under grpc.v1.cri.
+    images = "plugins.'io.containerd.cri.v1.images'"
+    runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    streaming = "plugins.'io.containerd.grpc.v1.cri'"
+    sandbox_image = (images + ".pinned_images", "sandbox")
+    cni_bin = (runtime + ".cni", "bin_dirs", '["$CNI_BIN_DIR"]')
+    # NRI is on by default in 2.x and its socket is machine-wide; each instance gets its own.
+    nri = ("plugins.'io.containerd.nri.v1.nri'", "socket_path")
+else:
+    sys.exit(f"local-containerd: {src}: config version {version}; this script knows versions 2 and 3")
 settings = {
     ("", "root"): '"$state_dir/root"',
     ("", "state"): '"$state_dir/state"',
     ("grpc", "address"): '"$sock"',
-    (cri, "sandbox_image"): '"$PAUSE_IMAGE"',
+    sandbox_image: '"$PAUSE_IMAGE"',
     # No CAP_SYS_RESOURCE here: runc cannot set the sandbox's oom_score_adj -998 otherwise.
-    (cri, "restrict_oom_score_adj"): "true",
-    (cri, "netns_mounts_under_state_dir"): "true",
+    (runtime, "restrict_oom_score_adj"): "true",
+    (runtime, "netns_mounts_under_state_dir"): "true",
     # exec/attach/port-forward: the agent proxies to this server, which must stay on loopback;
     # port 0 lets every instance pick its own.
-    (cri, "stream_server_address"): '"127.0.0.1"',
-    (cri, "stream_server_port"): '"0"',
-    (cri, "enable_tls_streaming"): "false",
-    (cri + ".cni", "bin_dir"): '"$CNI_BIN_DIR"',
-    (cri + ".cni", "conf_dir"): '"$state_dir/cni"',
+    (streaming, "stream_server_address"): '"127.0.0.1"',
+    (streaming, "stream_server_port"): '"0"',
+    (streaming, "enable_tls_streaming"): "false",
+    cni_bin[:2]: cni_bin[2],
+    (runtime + ".cni", "conf_dir"): '"$state_dir/cni"',
     # runc keeps container state under its root; the default is shared by every containerd.
-    (cri + ".containerd.runtimes.runc.options", "Root"): '"$runc_root"',
-    ('plugins."io.containerd.internal.v1.opt"', "path"): '"$state_dir/opt"',
+    (runtime + ".containerd.runtimes.runc.options", "Root"): '"$runc_root"',
+    ("plugins.'io.containerd.internal.v1.opt'" if version == 3 else 'plugins."io.containerd.internal.v1.opt"',
+     "path"): '"$state_dir/opt"',
 }
+if nri:
+    settings[nri] = '"$state_dir/nri.sock"'
 section, out, seen = "", [], set()
-for line in open(src):
+for line in text.splitlines(keepends=True):
     header = re.match(r"\s*\[(.+)\]\s*$", line)
     if header:
         section = header.group(1)
@@ -114,7 +214,7 @@ for line in open(src):
     out.append(line)
 missing = set(settings) - seen
 if missing:
-    sys.exit(f"local-containerd: keys not found in 'containerd config default': {sorted(missing)}")
+    sys.exit(f"local-containerd: keys not found in 'containerd config default' (version {version}): {sorted(missing)}")
 open(dst, "w").write("".join(out))
 PY
 }
@@ -146,11 +246,18 @@ JSON
 }
 
 start() {
+    local release bin_dir
+    release="$(wanted_release)"
     if pid="$(containerd_pid)" && answers; then
-        echo "unix://$sock"
-        return
+        if [[ "$(instance_value RELEASE)" == "$release" ]]; then
+            echo "unix://$sock"
+            return
+        fi
+        echo "local-containerd: $state_dir runs containerd $(instance_value RELEASE); restarting it on $release" >&2
     fi
     [[ $EUID -eq 0 ]] || { echo "local-containerd: must run as root" >&2; exit 1; }
+    bin_dir="$(bin_dir_of "$release")"
+    PATH="$bin_dir:$PATH"
     for tool in containerd ctr runc containerd-shim-runc-v2 python3 ip; do
         command -v "$tool" >/dev/null || { echo "local-containerd: $tool not found" >&2; exit 1; }
     done
@@ -161,7 +268,8 @@ start() {
     local subnet bridge
     subnet="$(pick_subnet)"
     bridge="edg$(printf '%s' "$state_dir" | sha1sum | cut -c1-8)"
-    printf 'SUBNET=%s\nBRIDGE=%s\n' "$subnet" "$bridge" >"$instance_env"
+    printf 'SUBNET=%s\nBRIDGE=%s\nRELEASE=%s\nBIN=%s\nVERSION=%s\n' "$subnet" "$bridge" "$release" "$bin_dir" \
+        "$(containerd --version | awk '{print $3}')" >"$instance_env"
     write_config
     write_cni "$subnet" "$bridge"
 

@@ -1,7 +1,8 @@
 """Session-wide test fixtures: the private containerd that integration tests run against.
 
 `containerd` starts one instance per test session through hack/local-containerd.sh in a temporary
-directory and stops it at the end, failing the session if anything (process, mount) outlives it.
+directory and stops it at the end, failing the session if anything (process, mount) outlives it. The
+release it runs is the script's choice: CONTAINERD=1.6|1.7|2.1 in the environment, else its default.
 Without root or the needed tools the fixture skips, except under CI=true, where it fails.
 """
 
@@ -21,7 +22,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONTAINERD = REPO_ROOT / "hack" / "local-containerd.sh"
 BUSYBOX_IMAGE = "docker.io/library/busybox:local"
 PAUSE_IMAGE = "edgelet.local/pause:1"
-REQUIRED_TOOLS = ("containerd", "ctr", "runc", "containerd-shim-runc-v2", "umoci", "busybox", "python3", "ip")
+# containerd itself comes from the machine or Debian's archive, whichever the script picks for the release.
+REQUIRED_TOOLS = ("runc", "umoci", "busybox", "python3", "ip")
 READY_TIMEOUT_S = 30.0
 
 
@@ -38,19 +40,28 @@ class Containerd:
     def socket(self) -> str:
         return self.endpoint.removeprefix("unix://")
 
+    def _recorded(self, key: str) -> str:
+        """A value hack/local-containerd.sh recorded for this instance in instance.env."""
+        for line in (self.state_dir / "instance.env").read_text().splitlines():
+            name, _, value = line.partition("=")
+            if name == key:
+                return value
+        raise LookupError(f"{self.state_dir / 'instance.env'}: no {key}")
+
     @property
     def pod_subnet(self) -> str:
         """The CNI bridge subnet pods on the pod network get their addresses from."""
-        for line in (self.state_dir / "instance.env").read_text().splitlines():
-            key, _, value = line.partition("=")
-            if key == "SUBNET":
-                return value
-        raise LookupError(f"{self.state_dir / 'instance.env'}: no SUBNET")
+        return self._recorded("SUBNET")
+
+    @property
+    def release(self) -> str:
+        """The containerd release this instance runs ("1.6", "1.7" or "2.1")."""
+        return self._recorded("RELEASE")
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Runs `ctr` against this instance in the CRI namespace (k8s.io)."""
+        """Runs the instance's own `ctr` against it in the CRI namespace (k8s.io)."""
         return subprocess.run(
-            ["ctr", "--address", self.socket, "--namespace", "k8s.io", *args],
+            [str(Path(self._recorded("BIN")) / "ctr"), "--address", self.socket, "--namespace", "k8s.io", *args],
             check=check,
             capture_output=True,
             text=True,

@@ -154,7 +154,8 @@ class ImageGC:
         """The runtime's sandbox (pause) image, from CRI Status(verbose) as containerd reports it.
 
         Runtimes before containerd 1.7 do not mark it pinned, and no container lists it as its
-        image, so without this it would look unused.
+        image, so without this it would look unused. containerd 2.x names it no longer here (None) but
+        pins it.
         """
         try:
             status = await self._runtime.status(verbose=True)
