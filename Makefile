@@ -4,6 +4,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STATE := .state
+# The containerd release `make run`, the tests, chaos and bench run on: 1.6 (Debian 12's), 1.7 (Debian 13's) or
+# 2.1 (Debian unstable's); empty = the machine's own containerd's release if it is one of these, else 2.1.
+# hack/local-containerd.sh takes any other release from Debian's archive into the cache, installing nothing.
+CONTAINERD ?=
+export CONTAINERD
 # OS packages the agent's local run and the tests need (Debian/Ubuntu names).
 OS_PACKAGES := containerd runc containernetworking-plugins busybox-static umoci skopeo \
 	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv faketime
@@ -28,6 +33,7 @@ deps:
 		echo "installing OS packages:" $$missing; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
+	@runtime=$$(hack/local-containerd.sh fetch) && echo "containerd $${runtime/ / from }"
 
 $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -99,7 +105,7 @@ test-unit: build
 	$(PY) -m pytest -q tests/unit
 
 test-integration: deps build
-	$(PY) -m pytest -q tests/integration
+	$(PY) -m pytest -q -p no:cacheprovider tests/integration
 
 # Hostile conditions with figures (not part of make test; see docs/reliability.md); the last line is CHAOS ...
 chaos: deps build
