@@ -101,16 +101,18 @@ class PodCgroups:
         start) its cgroup is made and limited first."""
         if not self._settings.per_qos:
             return ""
-        async with self._lock:
-            if self.driver is None:
-                self.driver = await self._discover_driver()
-            name = cgroups.pod_name(podutil.uid(pod), qos.qos_class(pod), self._settings.root)
-            if create and self.driver == cgroups.CGROUPFS:
-                if not self._tree_ready:
-                    await asyncio.to_thread(self._make_qos_tree)
+        if self.driver is None or (create and not self._tree_ready):
+            async with self._lock:  # once: the driver, and the QoS tree every pod cgroup goes into
+                if self.driver is None:
+                    self.driver = await self._discover_driver()
+                if create and not self._tree_ready:
+                    if self.driver == cgroups.CGROUPFS:
+                        await asyncio.to_thread(self._make_qos_tree)
                     self._tree_ready = True
-                await asyncio.to_thread(self._make, name, cgroups.pod_resources(pod))
-                await asyncio.to_thread(self._set_burstable_shares)
+        name = cgroups.pod_name(podutil.uid(pod), qos.qos_class(pod), self._settings.root)
+        if create and self.driver == cgroups.CGROUPFS:
+            # Pods of a burst make their own cgroups side by side, one thread hop each.
+            await asyncio.to_thread(self._make_pod, name, cgroups.pod_resources(pod))
         return cgroups.spell(name, self.driver)
 
     async def set_limits(self, pod: podutil.Pod, resources: CgroupResources) -> None:
@@ -120,8 +122,12 @@ class PodCgroups:
             return
         name = cgroups.pod_name(podutil.uid(pod), qos.qos_class(pod), self._settings.root)
         async with self._lock:
-            await asyncio.to_thread(self._make, name, resources)
-            await asyncio.to_thread(self._set_burstable_shares)
+            await asyncio.to_thread(self._make_pod, name, resources)
+
+    def _make_pod(self, name: CgroupName, resources: CgroupResources) -> None:
+        self._make(name, resources)
+        if name[-2] == cgroups.BURSTABLE:
+            self._set_burstable_shares()
 
     async def _discover_driver(self) -> str:
         try:
