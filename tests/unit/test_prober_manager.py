@@ -229,3 +229,21 @@ async def test_remove_pod_and_stop_liveness_and_startup(env):
     env.manager.remove_pod(UID)
     assert env.manager.worker_count() == 0
     assert env.manager.readiness(UID) == {} and env.manager.started(UID) == {}
+
+
+async def test_sidecars_are_probed_and_plain_init_containers_are_not(env):
+    pod = make_pod(app={})
+    pod["spec"]["initContainers"] = [
+        {"name": "side", "image": "img", "restartPolicy": "Always", "startupProbe": exec_probe("s"),
+         "readinessProbe": exec_probe("r")},
+        {"name": "setup", "image": "img", "readinessProbe": exec_probe("never")}]  # refused by validation anyway
+    env.manager.add_pod(pod)
+    assert workers(env.manager) == {("side", START), ("side", READY)}
+    assert env.manager.worker(UID, "setup", READY) is None
+    env.run("side", "c1")
+    env.prober.verdicts.update(s=Result.SUCCESS, r=Result.SUCCESS)
+    await env.tick("side", START)
+    assert env.manager.startup_succeeded(UID) == {"c1"}  # the next init container may start
+    assert env.manager.started(UID) == {"side": True}
+    await env.tick("side", READY)
+    assert env.manager.readiness(UID) == {"side": True}
