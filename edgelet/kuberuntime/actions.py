@@ -42,7 +42,6 @@ class PodActions:
     # Indexes into spec.initContainers, in spec order: at most one plain init container (the next one to
     # run), besides sidecars (restartPolicy Always) to start or restart.
     init_containers_to_start: list[int] = field(default_factory=list)
-    init_failed: bool = False  # an init container failed under restartPolicy Never: the pod fails
     containers_to_start: list[int] = field(default_factory=list)  # indexes into spec.containers
     ephemeral_containers_to_start: list[int] = field(default_factory=list)  # indexes into spec.ephemeralContainers
     containers_to_kill: dict[str, ContainerToKill] = field(default_factory=dict)  # by container id
@@ -142,7 +141,7 @@ def compute_init_container_actions(
     finished ones may have been removed from the runtime and the last one known tells the most. A sidecar
     counts as done once it runs (and its startup probe passed, if it has one); it is restarted whenever it
     exits, and kept running after initialization. A failed plain init container under restartPolicy Never
-    kills the pod (`init_failed`).
+    kills the pod.
     """
     specs = podutil.init_containers(pod)
     if not specs:
@@ -179,7 +178,6 @@ def compute_init_container_actions(
             elif init_container_failed(latest):
                 if not restart_on_failure:
                     actions.kill_pod = True
-                    actions.init_failed = True
                     actions.init_containers_to_start = []
                     return False
                 to_start.append(index)
@@ -190,7 +188,6 @@ def compute_init_container_actions(
         else:  # unknown: it may still run, so kill it before it runs again
             if not sidecar and not restart_on_failure:
                 actions.kill_pod = True
-                actions.init_failed = True
                 actions.init_containers_to_start = []
                 return False
             kind = "Container" if sidecar else "Init container"

@@ -150,20 +150,19 @@ def test_pod_sandbox_changed(name, sandboxes, host_network, expected):
 
 # --- compute_pod_actions: whole plans ----------------------------------------------------------
 
-def plan(kill_pod=False, create_sandbox=False, sandbox_id="sb1", attempt=0, next_init=(), init_failed=False,
-         start=(), kill=(), ephemeral=()):
+def plan(kill_pod=False, create_sandbox=False, sandbox_id="sb1", attempt=0, next_init=(), start=(), kill=(),
+         ephemeral=()):
     """The expected PodActions; `next_init` names the init containers to start (a name or a tuple of them),
     `kill` holds (container id, reason) pairs, `ephemeral` indexes of ephemeral containers to start."""
     next_init = (next_init,) if isinstance(next_init, str) else tuple(next_init)
-    return (kill_pod, create_sandbox, sandbox_id, attempt, next_init, init_failed, list(start),
-            sorted(kill), list(ephemeral))
+    return (kill_pod, create_sandbox, sandbox_id, attempt, next_init, list(start), sorted(kill), list(ephemeral))
 
 
 def summary(actions: PodActions, pod=None):
     init_specs = (pod or {}).get("spec", {}).get("initContainers") or []
     next_init = tuple(init_specs[i]["name"] for i in actions.init_containers_to_start)
     return (actions.kill_pod, actions.create_sandbox, actions.sandbox_id, actions.attempt, next_init,
-            actions.init_failed, actions.containers_to_start,
+            actions.containers_to_start,
             sorted((cid, k.reason) for cid, k in actions.containers_to_kill.items()),
             actions.ephemeral_containers_to_start)
 
@@ -247,9 +246,9 @@ PLANS = [
     ("init failed, OnFailure: retry it", make_pod(("a",), init=("i1",), policy="OnFailure"),
      runtime(ctr("i1", EXITED, 2)), plan(next_init="i1")),
     ("init failed, Never: the pod fails", make_pod(("a",), init=("i1", "i2"), policy="Never"),
-     runtime(ctr("i1", EXITED, 1)), plan(kill_pod=True, init_failed=True)),
+     runtime(ctr("i1", EXITED, 1)), plan(kill_pod=True)),
     ("init OOMKilled with exit 0 is a failure", make_pod(("a",), init=("i1",), policy="Never"),
-     runtime(ctr("i1", EXITED, 0, reason="OOMKilled")), plan(kill_pod=True, init_failed=True)),
+     runtime(ctr("i1", EXITED, 0, reason="OOMKilled")), plan(kill_pod=True)),
     ("init in unknown state: kill and retry", make_pod(("a",), init=("i1",)),
      runtime(ctr("i1", UNKNOWN, id="i1x")), plan(next_init="i1", kill=[("i1x", REASON_UNKNOWN_STATE)])),
     ("init gone but app running: initialized", make_pod(("a",), init=("i1",)), runtime(ctr("a")), plan()),
@@ -312,7 +311,7 @@ SIDECAR_PLANS = [
      plan(next_init="s1", kill=[("s1x", REASON_CHANGED)])),
     # --- a plain init container failing beside a sidecar
     ("i2 failed, Never: the pod fails", sidecar_pod("Never"),
-     runtime(ctr("i2", EXITED, 1), ctr("s1"), ctr("i1", EXITED, 0)), plan(kill_pod=True, init_failed=True)),
+     runtime(ctr("i2", EXITED, 1), ctr("s1"), ctr("i1", EXITED, 0)), plan(kill_pod=True)),
     ("i2 failed, Always: retry it, the sidecar keeps running", sidecar_pod(),
      runtime(ctr("i2", EXITED, 1), ctr("s1"), ctr("i1", EXITED, 0)), plan(next_init="i2")),
     # --- the app containers finish: sidecars do not keep the pod alive
