@@ -22,7 +22,9 @@
 # opens the pods/ephemeralcontainers subresource. Both are start flags only: the binaries stay as built.
 #
 # Binaries are cached under ${EDGELET_CACHE:-/var/cache/edgelet}/control-plane/<version>; a second build is
-# a no-op. Everything this needs from Debian it installs itself (it must run as root for that).
+# a no-op. The build takes Debian 12's (bookworm's) `kubernetes` source package and its Go 1.19 from Debian's
+# archive whatever release the machine runs (hack/debian-archive.sh: private apt state, nothing installed);
+# what it runs with (etcd, openssl, curl) and dpkg-source it installs from the machine's own release (root).
 set -euo pipefail
 
 K8S_VERSION=v1.20.2
@@ -31,11 +33,15 @@ PREFIX=$CACHE/control-plane/$K8S_VERSION
 BIN=$PREFIX/bin
 # Bump when the build recipe changes, so cached binaries built the old way are rebuilt.
 RECIPE=2
-GO=/usr/lib/go-1.19/bin/go
-BUILD_PACKAGES=(golang-1.19-go golang-github-modern-go-reflect2-dev dpkg-dev)
+# The suite whose source package and toolchain build the control plane: the release upstream v1.20.2 was
+# packaged for, with the Go it was built with there.
+SOURCE_SUITE=bookworm
+TOOLCHAIN_PACKAGES=(golang-1.19-go golang-1.19-src golang-github-modern-go-reflect2-dev)
+BUILD_PACKAGES=(dpkg-dev)
 RUN_PACKAGES=(etcd-server openssl curl)
 FEATURE_GATES=BoundServiceAccountTokenVolume=true,EphemeralContainers=true
 SERVICE_ACCOUNT_ISSUER=https://kubernetes.default.svc
+ARCHIVE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/debian-archive.sh"
 
 log() { echo "control-plane: $*" >&2; }
 die() { echo "control-plane: $*" >&2; exit 1; }
@@ -49,24 +55,6 @@ install_missing() {
     log "installing ${missing[*]}"
     apt-get update -q >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-}
-
-# apt-get source needs a deb-src line for the suite the machine already uses.
-ensure_deb_src() {
-    if apt-get source --print-uris kubernetes >/dev/null 2>&1; then
-        return 0
-    fi
-    local suite
-    suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-    log "adding a deb-src entry for $suite"
-    cat > /etc/apt/sources.list.d/edgelet-deb-src.sources <<EOF
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: $suite
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-    apt-get update -q >/dev/null
 }
 
 # The packages openapi-gen must read: every Go package of the tree (staging named as vendor/) with a
@@ -91,23 +79,24 @@ cmd_build() {
         return 0
     fi
     install_missing "${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}"
-    ensure_deb_src
-    local work=$CACHE/control-plane/build
+    local work=$CACHE/control-plane/build toolchain=$CACHE/control-plane/toolchain-$SOURCE_SUITE
     rm -rf "$work"
     mkdir -p "$work/src" "$work/gopath/src/k8s.io"
-    log "fetching Debian's kubernetes source package"
-    (cd "$work/src" && apt-get source --download-only kubernetes >/dev/null 2>&1) \
-        || die "apt-get source kubernetes failed (is a deb-src entry reachable?)"
+    log "fetching Go 1.19 and Debian $SOURCE_SUITE's kubernetes source package"
+    "$ARCHIVE" tree "$toolchain" "$SOURCE_SUITE" "${TOOLCHAIN_PACKAGES[@]}" || die "cannot fetch the Go toolchain"
+    export GOROOT=$toolchain/usr/lib/go-1.19
+    local go=$GOROOT/bin/go
+    "$ARCHIVE" source kubernetes "$SOURCE_SUITE" "$work/src" || die "cannot fetch the kubernetes source package"
     (cd "$work/src" && dpkg-source -x ./kubernetes_*.dsc tree >/dev/null)
     mv "$work/src/tree" "$work/gopath/src/k8s.io/kubernetes"
     local tree=$work/gopath/src/k8s.io/kubernetes
     # The vendored reflect2 1.0.1 crashes under Go >= 1.18 (json-iterator map encoding); Debian's 1.0.2 is fixed.
     rm -rf "$tree/vendor/github.com/modern-go/reflect2"
-    cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 "$tree/vendor/github.com/modern-go/reflect2"
+    cp -r "$toolchain/usr/share/gocode/src/github.com/modern-go/reflect2" "$tree/vendor/github.com/modern-go/reflect2"
     export GOPATH=$work/gopath GO111MODULE=off CGO_ENABLED=0 GOFLAGS= GOCACHE=$work/gocache
     cd "$tree"
     log "generating pkg/generated/openapi"
-    "$GO" build -o "$work/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
+    "$go" build -o "$work/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
     "$work/openapi-gen" --logtostderr -v 0 -i "$(openapi_inputs)" \
         -p k8s.io/kubernetes/pkg/generated/openapi -O zz_generated.openapi \
         -h hack/boilerplate/boilerplate.generatego.txt -r "$work/openapi-report.txt" 2>"$work/openapi-gen.log" \
@@ -123,7 +112,7 @@ cmd_build() {
     mkdir -p "$BIN.tmp"
     for cmd in kube-apiserver kube-controller-manager; do
         log "building $cmd (a few minutes on 2 cores)"
-        "$GO" build -trimpath -ldflags "$ldflags" -o "$BIN.tmp/$cmd" "./cmd/$cmd"
+        "$go" build -trimpath -ldflags "$ldflags" -o "$BIN.tmp/$cmd" "./cmd/$cmd"
     done
     rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
     echo "$RECIPE" > "$PREFIX/recipe"
