@@ -197,8 +197,8 @@ async def test_pull_secrets(cri, manager, auth_registry, base_images, tmp_path, 
         with pytest.raises(ImageError) as anonymous:
             await manager.ensure_image(pod(), container(image, "Always"))
         assert anonymous.value.reason == "ErrImagePull"
-        # The runtime's own words, as the kubelet passes them on: 2.x no longer quotes the registry's status.
-        refusal = "401 Unauthorized" if containerd.release.startswith("1.") else "no basic auth credentials"
+        # The runtime's own words, as the kubelet passes them on: 1.7 and later do not quote the registry's status.
+        refusal = "401 Unauthorized" if containerd.release == "1.6" else "no basic auth credentials"
         assert refusal in anonymous.value.message
 
         wrong = pull_secret(server, AUTH_USER, "wrong")
