@@ -16,6 +16,7 @@ from . import metrics, podutil
 from .admission import admit, rejected_status
 from .errors import EdgeletError, cut_long_values
 from .events import WARNING, pod_ref
+from .heaptrim import HeapTrimmer, libc_malloc_trim
 from .kubetime import format_time
 from .podconfig.config import Op, PodUpdate
 from .podutil import Pod
@@ -66,10 +67,12 @@ class SyncLoop:
         admit_checks: Sequence[Check] = (),
         on_runtime_ready: Callable[[], Awaitable[None]],
         on_pods_changed: Callable[[], None] = lambda: None,
+        heap_trimmer: HeapTrimmer | None = None,
     ):
         """`probe_results` carries the uids of pods whose probe results changed (the kubelet's probe result
         channel); `on_runtime_ready` runs once, after the first relist and before the first pod sync (the
-        managers that need the runtime start there); `on_pods_changed` after each config update."""
+        managers that need the runtime start there); `on_pods_changed` after each config update; `heap_trimmer`
+        gives freed C heap back from the housekeeping pass (glibc's malloc_trim by default)."""
         self._settings = settings
         self._max_pods = max_pods
         self._pods = pod_manager
@@ -87,6 +90,7 @@ class SyncLoop:
         self._admit_checks = tuple(admit_checks)
         self._on_runtime_ready = on_runtime_ready
         self._on_pods_changed = on_pods_changed
+        self._heap_trimmer = heap_trimmer if heap_trimmer is not None else HeapTrimmer(libc_malloc_trim())
         self.alive_at = time.monotonic()  # the watchdog and /healthz read it: a hung loop stops it
         self._next_log_rotation = 0.0
         self._next_runtime_check = 0.0
@@ -294,11 +298,13 @@ class SyncLoop:
             self._housekeeping_problem = ""
 
     async def _housekeeping(self) -> None:
-        """Kills runtime pods that no source knows, once every source has reported at least once."""
+        """Trims the C heap now and then; kills runtime pods that no source knows, once every source has
+        reported at least once."""
         now = time.monotonic()
         if now >= self._next_runtime_check:  # the kubelet asks the runtime's Status every 5 s
             self._next_runtime_check = now + RUNTIME_CHECK_INTERVAL
             await self._runtime_state.check()
+        self._heap_trimmer.maybe_trim(now)
         if not self._pod_config.all_sources_ready():
             return
         for uid in self._pleg.runtime_pod_uids() - set(self._pods):
