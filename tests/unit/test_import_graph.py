@@ -181,6 +181,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.cluster", "edgelet.clusterapi", "edgelet.kubeapi", "edgelet.kubeletapi", "edgelet.events.apisink",
     "edgelet.bootstrap", "edgelet.bootstrap.tokens", "edgelet.nodestatus.setters",  # cluster mode
     "edgelet.cm.topology",  # the static CPU policy
+    "edgelet.tunnel", "edgelet.tunnel.agent", "edgelet.tunnel.konnectivity_pb2",  # the konnectivity tunnel
     "edgelet.shutdown",  # [shutdown] enabled
     "edgelet.podconfig.http",  # [pods] http_url
     "difflib",  # a manifest with an unknown field
@@ -199,7 +200,8 @@ def test_a_standalone_run_leaves_cluster_and_other_commands_modules_unloaded(tmp
 
 
 # Libraries a cluster node never loads: keys are made by `edgelet keygen` in a child, HTTP goes through edgelet.http11.
-_NOT_FOR_A_CLUSTER_RUN = ["cryptography", "httpx", "httpcore", "anyio", "sniffio", "certifi", "edgelet.podconfig.http"]
+_NOT_FOR_A_CLUSTER_RUN = ["cryptography", "httpx", "httpcore", "anyio", "sniffio", "certifi", "edgelet.podconfig.http",
+                          "edgelet.tunnel"]  # the konnectivity tunnel: only with [cluster.tunnel]
 
 
 def test_a_cluster_run_with_the_kubelet_api_loads_neither_cryptography_nor_httpx(tmp_path):
