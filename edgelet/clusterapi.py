@@ -24,8 +24,9 @@ from .nodestatus.setters import NodeInfo, PressureThresholds, Reserved
 from .podconfig.apiserver import ApiServerSource
 from .podmanager import PodManager
 from .podutil import Pod
-from .status.apisync import StatusSyncer, split_mirror_pods
+from .status.apisync import StatusSyncer
 from .status.manager import StatusManager
+from .status.mirror import MirrorPods, split_mirror_pods
 from .tasks import TaskGroup
 
 
@@ -60,7 +61,7 @@ class PodHandle(Protocol):
 
 
 class MirrorSplitter:
-    """The API pod source's handle: mirror pods go to the status syncer, every other pod downstream.
+    """The API pod source's handle: mirror pods go to the mirror manager, every other pod downstream.
 
     It also keeps each API pod exactly as the watch last delivered it: the pod config keeps a pod's old
     metadata when only its status changed, and the status syncer needs the current resourceVersion."""
@@ -131,18 +132,17 @@ class ClusterApi:
                                      renew_interval=cluster.lease_renew_interval, rng=rng,
                                      node_uid=lambda: self.node_status.node_uid,
                                      on_lapse_ended=self._link_back)
+        self.mirrors = MirrorPods(client, node_name, pod_manager, static_pods=static_pods,
+                                  static_pods_ready=static_pods_ready, node_uid=lambda: self.node_status.node_uid)
         self.status = StatusSyncer(
-            client, node_name, status_manager, pod_manager,
+            client, node_name, status_manager, pod_manager, self.mirrors,
             resync=cluster.status_resync,
             # Like the kubelet, retry no later than the next resync; reconnect bursts are jittered all the same.
             backoff_max=max(cluster.status_resync, 0.5),
             api_pod=lambda uid: self.splitter.latest(uid),
-            static_pods=static_pods,
-            static_pods_ready=static_pods_ready,
-            node_uid=lambda: self.node_status.node_uid,
             rng=rng,
         )
-        self.splitter = MirrorSplitter(api_pods, self.status.set_mirror_pods)
+        self.splitter = MirrorSplitter(api_pods, self.mirrors.set_mirror_pods)
         self.source = ApiServerSource(client, node_name, self.splitter, rng=rng)
         self._renew_interval = cluster.lease_renew_interval
         self._link_back_callbacks: list[Callable[[], None]] = []

@@ -1,5 +1,5 @@
-"""The API half of the status manager: pod statuses PATCHed to the API server, mirror pods for static pods,
-and the final delete of API pods the agent has terminated.
+"""The API half of the status manager: pod statuses PATCHed to the API server (a static pod's to its mirror pod,
+which edgelet/status/mirror.py makes in each pass) and the final delete of API pods the agent has terminated.
 
 Like the kubelet's status manager, a status change marks its pod dirty, and a full resync every `resync`
 seconds marks only pods whose last written status is not their current one or whose API copy (as the pod
@@ -7,8 +7,7 @@ watch last saw it) differs from it; both are compared in normal form (edgelet/st
 idle node sends nothing. Each PATCH is a two-way strategic merge diff against the status the API last
 returned (for a pod's first write, the watch's copy of it), with `metadata.uid` as a precondition. An
 unreachable API server leaves pods dirty; they are re-sent with jittered backoff once it answers again. A
-request the server forbids (403) is reported once per object and never holds up the others; refused mirror
-pods are retried with backoff.
+request the server forbids (403) is reported once per object and never holds up the others.
 """
 
 from __future__ import annotations
@@ -18,76 +17,22 @@ import logging
 import random
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable
 
 from edgelet import podutil
-from edgelet.backoff import Backoff
 from edgelet.kubeapi.client import ApiClient
-from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound, ServerError, Unauthorized
+from edgelet.kubeapi.errors import ApiError, Conflict, NotFound, ServerError, Unauthorized
 from edgelet.podmanager import PodManager
 from edgelet.podutil import Pod
 from edgelet.retry import Retrier
 from edgelet.status.apidiff import FieldPath, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.status.manager import StatusManager
+from edgelet.status.mirror import Key, MirrorPods, mirror_is_current, pod_key as _key, pod_path, report_refusal
 
 log = logging.getLogger(__name__)
 
-# Metadata the API server assigns or refuses on create.
-_SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                    "generation", "managedFields", "selfLink", "ownerReferences")
-# How long a mirror pod we created counts as existing before the pod watch has shown it (the watch
-# normally does within a second; a mirror deleted before it ever showed up is recreated after this).
-_MIRROR_SEEN_GRACE = 10.0
-
-# A refused mirror pod (namespace missing, forbidden, name taken) is tried again after 1 s doubling up to the
-# kubelet's pod resync period.
-MIRROR_RETRY_INITIAL = 1.0
-MIRROR_RETRY_MAX = 60.0
-
 # Uids of deleted pods are kept to ignore late news about them; uids are never reused, so old ones can go.
 _GONE_REMEMBERED = 4096
-
-Key = tuple[str, str]  # (namespace, name)
-
-
-# -- pure parts ----------------------------------------------------------------------------------------
-
-
-def mirror_pod(static_pod: Pod, node_name: str, node_uid: str) -> Pod:
-    """The mirror of a static pod: its metadata and spec without what the API server assigns, the
-    `kubernetes.io/config.mirror` annotation holding the static pod's hash, owned by this Node."""
-    meta = {k: v for k, v in podutil.meta(static_pod).items() if k not in _SERVER_METADATA}
-    annotations = dict(meta.get("annotations") or {})
-    annotations[podutil.CONFIG_MIRROR_ANNOTATION] = config_hash(static_pod)
-    meta["annotations"] = annotations
-    meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
-                                "controller": True}]
-    spec = dict(podutil.spec(static_pod))
-    spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-
-
-def config_hash(pod: Pod) -> str:
-    """The static pod's content hash (its uid when the source did not set one)."""
-    return podutil.annotations(pod).get(podutil.CONFIG_HASH_ANNOTATION) or podutil.uid(pod)
-
-
-def split_mirror_pods(pods: Iterable[Pod]) -> tuple[list[Pod], list[Pod]]:
-    """(regular pods, mirror pods): mirror pods stand for static pods and must never be run themselves."""
-    regular: list[Pod] = []
-    mirrors: list[Pod] = []
-    for pod in pods:
-        (mirrors if podutil.is_mirror(pod) else regular).append(pod)
-    return regular, mirrors
-
-
-def pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace or 'default'}/pods/{name}"
-
-
-def _key(pod: Pod) -> Key:
-    return podutil.namespace(pod) or "default", podutil.name(pod)
-
 
 # -- the syncer -----------------------------------------------------------------------------------------
 
@@ -101,37 +46,30 @@ class StatusSyncer:
         node_name: str,
         status_manager: StatusManager,
         pod_manager: PodManager,
+        mirrors: MirrorPods,
         *,
         resync: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         api_pod: Callable[[str], Pod | None] = lambda uid: None,
-        static_pods: Callable[[], Iterable[Pod]] = lambda: (),
-        static_pods_ready: Callable[[], bool] = lambda: True,
-        node_uid: Callable[[], str] = lambda: "",
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
     ):
-        """`pod_manager` holds the mirror pods (this syncer creates and deletes them; the pod source lists
-        them); `api_pod(uid)` is the API's copy of a pod as the pod source last saw it (checked at resync for
-        changes made by others); `static_pods()` the static pods that need mirrors, `static_pods_ready()`
-        whether their sources have listed (orphan mirrors are deleted only then), `node_uid()` the Node's
-        uid for the mirror pods' owner reference (mirrors wait until it is known)."""
+        """`pod_manager` pairs static pods with their mirrors, which `mirrors` creates and deletes in each pass
+        (a static pod's status goes to its mirror); `api_pod(uid)` is the API's copy of a pod as the pod source
+        last saw it (checked at resync for changes made by others)."""
         self.client = client
         self.node_name = node_name
         self.status_manager = status_manager
         self.pod_manager = pod_manager
+        self.mirrors = mirrors
         self.resync = resync
-        self.api_writes = 0
-        self.writes: Counter[str] = Counter()  # api_writes by kind: status, mirror-create, mirror-delete, delete
+        self._writes: Counter[str] = Counter()  # status, delete (the mirror manager counts its own)
         self.last_success = 0.0  # clock() of the last pass that reached the API server
         self.last_error: ApiError | None = None
         self._clock = clock
         self._api_pod = api_pod
-        self._static_pods = static_pods
-        self._static_pods_ready = static_pods_ready
-        self._node_uid = node_uid
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._backoff_initial = backoff_initial
@@ -141,15 +79,11 @@ class StatusSyncer:
         self._written: dict[str, tuple[str, int]] = {}  # pod uid -> (API uid written to, status hash)
         self._api_status: dict[str, tuple[str, dict[str, Any]]] = {}  # API uid -> (resourceVersion, status)
         self._gone: dict[str, None] = {}  # API uids deleted or replaced, oldest first: never written again
-        self._mirrors_listed = False  # no mirror is created before the existing ones are known
-        self._created: dict[Key, tuple[Pod, float]] = {}  # mirrors we created that the watch has not shown yet
-        self._mirror_retry = Backoff(MIRROR_RETRY_INITIAL, MIRROR_RETRY_MAX, clock=clock)
-        self._mirror_owner = ""  # the Node uid the refusals were met with: a new Node retries them at once
         self._status_refusals: dict[Key, str] = {}  # pods whose status the server refuses, and why
-        self._mirror_refusals: dict[Key, str] = {}  # static pods whose mirror the server refuses, and why
         self._unknown_fields: set[FieldPath] = set()  # status fields the server turned out not to store
         self._deletes: dict[str, Key] = {}  # pod uid -> (namespace, name) awaiting the final delete
         status_manager.add_listener(self._on_status)
+        mirrors.add_listener(self)
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -157,20 +91,14 @@ class StatusSyncer:
         self._dirty.add(podutil.uid(pod))
         self._wake.set()
 
-    def set_mirror_pods(self, mirrors: Iterable[Pod]) -> None:
-        """The mirror pods bound to this node, as the API pod source lists them: the pod manager gets them,
-        with the mirrors this syncer created that the listing does not show yet."""
-        now = self._clock()
-        self._mirrors_listed = True
-        seen = {_key(pod): pod for pod in mirrors}
-        for key, (created, created_at) in list(self._created.items()):
-            uid = podutil.uid(created)
-            if (key in seen and podutil.uid(seen[key]) == uid) or now - created_at > _MIRROR_SEEN_GRACE:
-                del self._created[key]
-            elif (ours := self.pod_manager.mirror_pod_by_pod(created)) is not None and podutil.uid(ours) == uid:
-                seen[key] = ours  # newer than the watch's view
-        if self.pod_manager.set_mirror_pods(seen.values()):
-            self._wake.set()
+    def mirrors_changed(self) -> None:
+        self._wake.set()  # a static pod's status may have a mirror to go to now
+
+    def mirror_created(self, mirror: Pod) -> None:
+        self._remember(mirror)  # a new mirror's status is the base of its first patch
+
+    def mirror_deleted(self, mirror: Pod) -> None:
+        self._api_status.pop(podutil.uid(mirror), None)
 
     def pod_terminated(self, pod: Pod) -> None:
         """The agent stopped every container of `pod`: an API pod being deleted is now removed from the API
@@ -186,9 +114,18 @@ class StatusSyncer:
         return len(self._dirty) + len(self._deletes)
 
     @property
+    def api_writes(self) -> int:
+        return self._writes.total() + self.mirrors.writes.total()
+
+    @property
+    def writes(self) -> Counter[str]:
+        """API writes by kind: status, mirror-create, mirror-delete, delete."""
+        return self._writes + self.mirrors.writes
+
+    @property
     def refusals(self) -> dict[str, str]:
         """`namespace/name` -> why the API server refuses our mirror pod or status for it."""
-        refusals = {**self._status_refusals, **self._mirror_refusals}
+        refusals = {**self._status_refusals, **self.mirrors.refusals}
         return {f"{namespace}/{name}": why for (namespace, name), why in sorted(refusals.items())}
 
     # -- the loop -----------------------------------------------------------------------------
@@ -210,7 +147,7 @@ class StatusSyncer:
             retry.succeeded()
             self.last_error = None
             self.last_success = self._clock()
-            await self._wait(min(next_resync, self._next_mirror_retry()) - self._clock())
+            await self._wait(min(next_resync, self.mirrors.next_retry()) - self._clock())
 
     async def _wait(self, timeout: float) -> None:
         if self._wake.is_set():
@@ -258,7 +195,7 @@ class StatusSyncer:
     async def sync_once(self) -> None:
         """One pass: mirror pods, final deletes, then every dirty status. Raises the first ApiError that
         means the API server cannot be reached or refuses us; what was not done stays pending."""
-        await self._sync_mirrors()
+        await self.mirrors.sync()
         await self._sync_deletes()
         self._mark_retargeted()
         for uid in sorted(self._dirty):
@@ -276,7 +213,7 @@ class StatusSyncer:
         if not podutil.is_static(pod):
             return _key(pod), podutil.uid(pod)
         mirror = self.pod_manager.mirror_pod_by_pod(pod)
-        if mirror is None or podutil.annotations(mirror).get(podutil.CONFIG_MIRROR_ANNOTATION) != config_hash(pod):
+        if mirror is None or not mirror_is_current(pod, mirror):
             return None
         return _key(mirror), podutil.uid(mirror)
 
@@ -335,7 +272,7 @@ class StatusSyncer:
             if isinstance(e, (ServerError, Unauthorized)):
                 raise
             # The server refuses this status (403, 422...): sending it again cannot help; the next change may.
-            self._report_refusal(self._status_refusals, key, "its status", e)
+            report_refusal(self._status_refusals, key, "its status", e)
         self._written[uid] = (target_uid, status_hash)
 
     def _watched_base(self, pod: Pod, target_uid: str) -> tuple[str, dict[str, Any]] | None:
@@ -357,16 +294,6 @@ class StatusSyncer:
             log.info("the API server does not store the pod status fields %s; they are no longer compared or sent",
                      ", ".join(sorted(".".join(path) for path in dropped)))
 
-    @staticmethod
-    def _report_refusal(refusals: dict[Key, str], key: Key, what: str, error: ApiError) -> None:
-        """One warning per object and reason, however often the server repeats it."""
-        why = f"{error.status} {error.reason}: {error.message}"
-        if refusals.get(key) != why:
-            log.warning("pod %s/%s: the API server refuses %s (%s); other pods are not affected", *key, what, why)
-        else:
-            log.debug("pod %s/%s: %s still refused (%s)", *key, what, why)
-        refusals[key] = why
-
     def _mark_gone(self, uid: str) -> None:
         self._gone[uid] = None
         if len(self._gone) > _GONE_REMEMBERED:
@@ -384,8 +311,7 @@ class StatusSyncer:
             self._api_status.pop(written[0], None)
 
     def _count(self, kind: str) -> None:
-        self.api_writes += 1
-        self.writes[kind] += 1
+        self._writes[kind] += 1
 
     # -- final deletes --------------------------------------------------------------------------
 
@@ -404,90 +330,3 @@ class StatusSyncer:
             del self._deletes[uid]
             self._mark_gone(uid)
             self._forget(uid)
-
-    # -- mirror pods --------------------------------------------------------------------------
-
-    async def _sync_mirrors(self) -> None:
-        node_uid = self._node_uid()
-        if not node_uid or not self._mirrors_listed:
-            return  # a mirror pod needs its owner (the registered Node), and the API's list of mirrors
-        if node_uid != self._mirror_owner:
-            self._mirror_owner = node_uid  # a re-registered Node: what it was refused may be accepted now
-            self._mirror_retry = Backoff(MIRROR_RETRY_INITIAL, MIRROR_RETRY_MAX, clock=self._clock)
-        static = {_key(pod): pod for pod in self._static_pods()}
-        for key in [key for key in self._mirror_refusals if key not in static]:
-            del self._mirror_refusals[key]
-        self._mirror_retry.gc()  # delays of static pods long gone or edited
-        for key, pod in static.items():
-            mirror = self.pod_manager.mirror_pod_by_pod(pod)
-            wanted_hash = config_hash(pod)
-            if mirror is not None and not podutil.deletion_requested(mirror) and \
-                    podutil.annotations(mirror).get(podutil.CONFIG_MIRROR_ANNOTATION) == wanted_hash:
-                continue
-            if self._mirror_retry.in_backoff((key, wanted_hash)):
-                continue
-            if mirror is not None:
-                await self._delete_mirror(key, mirror)
-            await self._create_mirror(key, pod, node_uid)
-        if self._static_pods_ready():
-            for mirror in self.pod_manager.mirror_pods():
-                if (key := _key(mirror)) not in static:
-                    await self._delete_mirror(key, mirror)
-
-    async def _create_mirror(self, key: Key, pod: Pod, node_uid: str) -> None:
-        namespace, name = key
-        wanted_hash = config_hash(pod)
-        action = "created"
-        try:
-            created = await self.client.create(f"/api/v1/namespaces/{namespace}/pods", mirror_pod(pod, self.node_name, node_uid))
-            self._count("mirror-create")
-        except AlreadyExists:
-            try:
-                existing = await self.client.get(pod_path(namespace, name))
-            except NotFound:
-                return  # deleted in between: the next pass creates it
-            if not podutil.is_mirror(existing):
-                self._refuse(key, wanted_hash, ApiError(409, "AlreadyExists", "an API pod of that name exists"))
-                return
-            created, action = existing, "adopted"  # ours from before; replaced next pass if its hash is stale
-        except ApiError as e:
-            if isinstance(e, (ServerError, Unauthorized)):
-                raise
-            self._refuse(key, wanted_hash, e)
-            return
-        self._mirror_retry.reset((key, wanted_hash))
-        self._mirror_refusals.pop(key, None)
-        self.pod_manager.add_mirror_pod(created)
-        self._created[key] = (created, self._clock())
-        self._remember(created)
-        log.info("%s mirror pod %s/%s for static pod %s", action, namespace, name, podutil.uid(pod))
-
-    def _refuse(self, key: Key, wanted_hash: str, error: ApiError) -> None:
-        """The static pod runs all the same; its mirror is tried again after a growing delay (the namespace
-        may be created, the Node re-registered, a pod of that name deleted)."""
-        delay = self._mirror_retry.next((key, wanted_hash))
-        self._report_refusal(self._mirror_refusals, key, f"its mirror pod (status kept locally; next try in {delay:.0f}s)", error)
-
-    def _next_mirror_retry(self) -> float:
-        """clock() when the next refused mirror pod may be tried (infinity when none waits)."""
-        if not self._mirror_refusals:
-            return float("inf")
-        waits = [wait for pod in self._static_pods() if (key := _key(pod)) in self._mirror_refusals
-                 and (wait := self._mirror_retry.remaining((key, config_hash(pod)))) > 0]
-        return self._clock() + min(waits) if waits else float("inf")
-
-    async def _delete_mirror(self, key: Key, mirror: Pod) -> None:
-        uid = podutil.uid(mirror)
-        try:
-            await self.client.delete(pod_path(*key), preconditions_uid=uid, grace_period=0)
-            self._count("mirror-delete")
-            log.info("deleted mirror pod %s/%s", *key)
-        except (NotFound, Conflict):
-            pass
-        except ApiError as e:
-            if isinstance(e, (ServerError, Unauthorized)):
-                raise
-            log.warning("cannot delete the mirror pod %s/%s: %s", *key, e)
-        self.pod_manager.remove_mirror_pod(mirror)
-        self._created.pop(key, None)
-        self._api_status.pop(uid, None)

@@ -17,10 +17,12 @@ from edgelet import core, podutil
 from edgelet.kubeapi.errors import AlreadyExists, Conflict, Forbidden, NotFound, ServerError
 from edgelet.status.apidiff import dropped_fields, normal_form, status_differs, status_patch
 from edgelet.podmanager import PodManager
-from edgelet.status.apisync import StatusSyncer, mirror_pod, split_mirror_pods
+from edgelet.status.apisync import StatusSyncer
 from edgelet.status.manager import PodStatusEntry
+from edgelet.status.mirror import MirrorPods
 from tests.kubeapi_double.patch import StrategicMergePanic, strategic_merge
 from tests.kubeapi_double.schema import stored_pod_status
+from tests.unit.test_mirror import static_pod
 
 NODE = "edge-1"
 NODE_UID = "node-uid-1"
@@ -188,40 +190,6 @@ def _canonical(status: dict) -> dict:
     return result
 
 
-# -- mirror pods ----------------------------------------------------------------------------------------
-
-
-def static_pod(name: str = "web", config_hash: str = "hash-1", **spec_extra: Any) -> dict:
-    return {
-        "metadata": {
-            "name": f"{name}-{NODE}", "namespace": "default", "uid": config_hash,
-            "labels": {"app": name}, "resourceVersion": "7", "creationTimestamp": "2026-01-01T00:00:00Z",
-            "annotations": {podutil.CONFIG_SOURCE_ANNOTATION: "file", podutil.CONFIG_HASH_ANNOTATION: config_hash},
-        },
-        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}], **spec_extra},
-        "status": {"phase": "Running"},
-    }
-
-
-def test_mirror_pod_carries_the_hash_and_the_node_owner_and_nothing_the_server_assigns():
-    mirror = mirror_pod(static_pod(), NODE, NODE_UID)
-    meta = mirror["metadata"]
-    assert meta["annotations"][podutil.CONFIG_MIRROR_ANNOTATION] == "hash-1"
-    assert meta["annotations"][podutil.CONFIG_HASH_ANNOTATION] == "hash-1"
-    assert meta["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE_UID,
-                                        "controller": True}]
-    assert {"uid", "resourceVersion", "creationTimestamp"}.isdisjoint(meta)
-    assert meta["labels"] == {"app": "web"} and meta["name"] == f"web-{NODE}"
-    assert "status" not in mirror and mirror["spec"]["nodeName"] == NODE
-    assert podutil.is_mirror(mirror)
-
-
-def test_split_mirror_pods():
-    regular = {"metadata": {"uid": "a"}}
-    mirror = mirror_pod(static_pod(), NODE, NODE_UID)
-    assert split_mirror_pods([regular, mirror]) == ([regular], [mirror])
-
-
 # -- the syncer against an in-memory API ----------------------------------------------------------------
 
 
@@ -344,18 +312,19 @@ class World:
         self.node_uid = NODE_UID
         self.now = 1000.0
         self.pods = PodManager()
+        clock = clock or (lambda: self.now)
+        self.mirrors = MirrorPods(self.api, NODE, self.pods, clock=clock, static_pods=lambda: list(self.static),
+                                  static_pods_ready=lambda: self.static_ready, node_uid=lambda: self.node_uid)
         self.syncer = StatusSyncer(
-            self.api, NODE, self.statuses, self.pods, resync=10.0, clock=clock or (lambda: self.now),
+            self.api, NODE, self.statuses, self.pods, self.mirrors, resync=10.0, clock=clock,
             api_pod=lambda uid: next((copy.deepcopy(p) for p in self.api.pods.values() if podutil.uid(p) == uid), None),
-            static_pods=lambda: list(self.static), static_pods_ready=lambda: self.static_ready,
-            node_uid=lambda: self.node_uid,
         )
 
     def api_mirrors(self) -> list[dict]:
         return [copy.deepcopy(p) for p in self.api.pods.values() if podutil.is_mirror(p)]
 
     async def sync(self) -> None:
-        self.syncer.set_mirror_pods(self.api_mirrors())
+        self.mirrors.set_mirror_pods(self.api_mirrors())
         await self.syncer.sync_once()
 
 
@@ -583,7 +552,7 @@ async def test_run_loop_writes_nothing_over_many_quiet_resyncs():
     world = World(clock=time.monotonic)
     pod = world.api.add("web")
     world.statuses.set(pod, STATUS)
-    world.syncer.set_mirror_pods([])
+    world.mirrors.set_mirror_pods([])
     world.syncer.resync = 0.01
     task = asyncio.create_task(world.syncer.run())
     try:

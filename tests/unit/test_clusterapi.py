@@ -62,7 +62,8 @@ def test_the_parts_are_wired_to_each_other_and_take_the_cluster_settings(tmp_pat
     api.lease._on_lapse_ended()
     assert seen == ["node status", ("pod watch", 6.0), "tunnel"]
     api.node_status.node_uid = "uid-1"
-    assert api.lease._node_uid_provider() == "uid-1" and api.status._node_uid() == "uid-1"
+    assert api.lease._node_uid_provider() == "uid-1" and api.mirrors._node_uid() == "uid-1"
+    assert api.status.mirrors is api.mirrors  # the syncer runs the mirror manager's passes
     assert (api.lease.duration, api.lease.renew_interval) == (20, 5.0)
     assert (api.node_status.update_frequency, api.node_status.report_frequency, api.status.resync) == (4.0, 60.0, 3.0)
 

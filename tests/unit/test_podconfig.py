@@ -13,7 +13,7 @@ from edgelet.kuberuntime.types import PodRuntimeStatus
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate, merge_source
 from edgelet.podconfig.file import ManifestScanner, is_manifest_name
 from edgelet.podconfig.inotify import IN_CREATE, IN_ISDIR, IN_Q_OVERFLOW, InotifyEvent, parse_events
-from edgelet.status.apisync import mirror_pod
+from edgelet.status.mirror import mirror_pod
 from edgelet.status.generate import generate_pod_status
 from edgelet.status.view import present_pods
 
