@@ -91,9 +91,10 @@ test-package: package-deps build
 test-e2e: e2e-deps build
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
 
+# kubectl 1.20 (Debian 12's kubernetes-client) and 1.36 (Debian unstable's kubectl), whatever is on PATH.
 e2e-deps: deps
-	@command -v kubectl >/dev/null || { echo "installing kubectl (kubernetes-client)"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends kubernetes-client; }
+	hack/debian-archive.sh fetch kubernetes-client bookworm >/dev/null
+	hack/debian-archive.sh fetch kubectl sid >/dev/null
 	hack/control-plane.sh build >/dev/null
 	hack/konnectivity.sh build >/dev/null
 

@@ -2,7 +2,10 @@
 
 `control_plane` starts kube-apiserver 1.20.2, etcd and kube-controller-manager on loopback once per session
 through hack/control-plane.sh (which builds the binaries from Debian's source package the first time and
-caches them). `kubectl` drives it as an operator would; `audit` counts requests from the apiserver's audit
+caches them). `kubectl` drives it as an operator would, with the client of the control plane's own release (1.20,
+Debian 12's `kubernetes-client`); `kubectl_current` is today's client (1.36, Debian unstable's `kubectl`), both
+taken from Debian's archive by hack/debian-archive.sh, never whatever `kubectl` is on PATH; `audit` counts
+requests from the apiserver's audit
 log; `cluster_agent` starts `edgelet run` joined to the cluster with the node's own client certificate and its
 kubelet API on a loopback port with a serving certificate of the cluster CA.
 """
@@ -10,9 +13,9 @@ kubelet API on a loopback port with a serving certificate of the cluster CA.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -26,6 +29,9 @@ from tests.integration.agent_harness import AgentProcess, free_port, unmount_und
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROL_PLANE = REPO / "hack" / "control-plane.sh"
+DEBIAN_ARCHIVE = REPO / "hack" / "debian-archive.sh"
+# The kubectl releases the suite drives the cluster with: Debian package and suite of each (`make e2e-deps`).
+KUBECTL_PACKAGES = {"1.20": ("kubernetes-client", "bookworm"), "1.36": ("kubectl", "sid")}
 # Shortened cluster timings so node-lifecycle behaviour is observable in seconds (kubelet ratios kept:
 # the Lease is renewed every quarter of its duration, the controller's grace covers several renewals).
 LEASE_DURATION_S = 8
@@ -108,8 +114,6 @@ def running_control_plane(directory: Path, node: str, **env_knobs: str) -> Itera
     """hack/control-plane.sh start under `directory` with EDGELET_E2E_* knobs; stopped on exit."""
     if os.geteuid() != 0:
         _cannot_run("needs root (the control plane's build installs Debian packages)")
-    if shutil.which("kubectl") is None:
-        _cannot_run("kubectl is missing (make test-e2e installs it)")
     env = dict(os.environ, **env_knobs)
     started = subprocess.run(["bash", str(CONTROL_PLANE), "start", str(directory), node], env=env,
                              capture_output=True, text=True, timeout=1800)
@@ -134,16 +138,34 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield plane
 
 
-class Kubectl:
-    """The real kubectl against the test cluster, as an operator runs it."""
+@functools.cache
+def kubectl_binary(release: str) -> Path:
+    """The kubectl of `release` (a key of KUBECTL_PACKAGES), extracted from Debian's archive once."""
+    package, suite = KUBECTL_PACKAGES[release]
+    fetched = subprocess.run(["bash", str(DEBIAN_ARCHIVE), "fetch", package, suite], capture_output=True, text=True,
+                             timeout=600)
+    binary = Path(fetched.stdout.strip() or "/nonexistent") / "usr" / "bin" / "kubectl"
+    if fetched.returncode != 0 or not binary.is_file():
+        _cannot_run(f"kubectl {release} ({package}/{suite}) not available (make e2e-deps fetches it):\n"
+                    f"{fetched.stderr[-2000:]}")
+    return binary
 
-    def __init__(self, kubeconfig: Path):
+
+class Kubectl:
+    """A real kubectl (one release, one user) against the test cluster, as an operator runs it."""
+
+    def __init__(self, kubeconfig: Path, release: str = "1.20"):
         self.kubeconfig = kubeconfig
+        self.release = release
+        self.binary = kubectl_binary(release)
+
+    def command(self, *args: str) -> list[str]:
+        """The command line of `kubectl ARGS` as this user (for callers that run it themselves)."""
+        return [str(self.binary), "--kubeconfig", str(self.kubeconfig), *args]
 
     def run(self, *args: str, input: str | None = None, timeout: float = 60,
             check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], input=input,
-                                capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(self.command(*args), input=input, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
         return result
@@ -172,7 +194,14 @@ class Kubectl:
 
 @pytest.fixture(scope="session")
 def kubectl(control_plane: ControlPlane) -> Kubectl:
-    return Kubectl(control_plane.admin_kubeconfig)
+    """The admin's kubectl of the control plane's release (1.20)."""
+    return Kubectl(control_plane.admin_kubeconfig, "1.20")
+
+
+@pytest.fixture(scope="session")
+def kubectl_current(control_plane: ControlPlane) -> Kubectl:
+    """The admin's kubectl 1.36, which speaks WebSocket first for exec, attach, cp and port-forward."""
+    return Kubectl(control_plane.admin_kubeconfig, "1.36")
 
 
 class AuditLog:

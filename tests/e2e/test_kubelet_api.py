@@ -33,6 +33,19 @@ def node(node_ready, control_plane):
     return node_ready
 
 
+@pytest.fixture(params=["1.20", "1.36"], ids=["kubectl-1.20", "kubectl-1.36"])
+def client(request):
+    """Each streaming test runs with both clients: 1.20 speaks SPDY/3.1; 1.36 tries WebSocket first
+    (v5.channel.k8s.io, for port-forward SPDY tunnelled over WebSocket) and falls back to SPDY, and the
+    1.20 apiserver passes whichever upgrade on to the kubelet API unchanged."""
+    return request.getfixturevalue("kubectl" if request.param == "1.20" else "kubectl_current")
+
+
+def named(kubectl, name: str) -> str:
+    """A pod name of its own per client, so one test's two runs never meet a pod still being deleted."""
+    return f"{name}-{kubectl.release.replace('.', '')}"
+
+
 def run_pod(kubectl, agent, name: str, command: str, **kwargs) -> None:
     kubectl.apply(pod_manifest(name, agent.node_name, command, **kwargs))
     wait_for(lambda: is_running(agent.pods().get(name)), 60, interval=0.3, what=f"pod {name} running")
@@ -46,9 +59,9 @@ def logs(kubectl, *args: str) -> str:
 class Background:
     """A kubectl that keeps running (logs -f, attach, port-forward), read as it writes, stopped at the end."""
 
-    def __init__(self, kubeconfig, *args: str):
-        self.proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    def __init__(self, kubectl, *args: str):
+        self.proc = subprocess.Popen(kubectl.command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL)
         self._pending = b""
 
     def read_until(self, needle: str, timeout: float = 30) -> str:
@@ -95,16 +108,17 @@ def test_kubectl_logs_with_its_options(node, kubectl, control_plane):
     assert missing.returncode != 0 and "previous" in missing.stderr
 
 
-def test_kubectl_logs_previous_and_follow(node, kubectl, control_plane):
+def test_kubectl_logs_previous_and_follow(node, client):
+    pod = named(client, "restarter")
     script = ("if [ -f /scratch/ran ]; then i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.3; done; fi; "
               "touch /scratch/ran; echo first run; exit 1")
-    kubectl.apply(pod_manifest("restarter", node.node_name, script, extra_spec={
+    client.apply(pod_manifest(pod, node.node_name, script, extra_spec={
         "volumes": [{"name": "scratch", "emptyDir": {}}]},
         container={"volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}))
-    wait_for(lambda: "tick" in kubectl.run("logs", "restarter", check=False).stdout, 60, interval=0.5,
+    wait_for(lambda: "tick" in client.run("logs", pod, check=False).stdout, 60, interval=0.5,
              what="the second run's output")
-    assert logs(kubectl, "restarter", "--previous") == "first run\n"
-    follow = Background(control_plane.admin_kubeconfig, "logs", "-f", "--tail=1", "restarter")
+    assert logs(client, pod, "--previous") == "first run\n"
+    follow = Background(client, "logs", "-f", "--tail=1", pod)
     try:
         first = follow.read_until("\n")
         number = int(first.split()[-1])
@@ -119,8 +133,7 @@ def on_terminal(kubectl, *args: str, rows: int = 30, columns: int = 100) -> tupl
     """kubectl run on a pseudo-terminal of the given size: (everything it printed, exit code)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(kubectl.kubeconfig), *args], stdin=slave, stdout=slave,
-                            stderr=slave, start_new_session=True)
+    proc = subprocess.Popen(kubectl.command(*args), stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
     os.close(slave)
     output = b""
     try:
@@ -139,17 +152,40 @@ def on_terminal(kubectl, *args: str, rows: int = 30, columns: int = 100) -> tupl
     finally:
         os.close(master)
 
-def test_kubectl_exec_with_stdin_tty_and_exit_codes(node, kubectl):
-    run_pod(kubectl, node, "shell", "exec sleep 3600")
-    result = kubectl.run("exec", "shell", "--", "sh", "-c", "echo out; echo err >&2; exit 3", check=False)
+def test_kubectl_exec_with_stdin_tty_and_exit_codes(node, client, audit):
+    pod = named(client, "shell")
+    run_pod(client, node, pod, "exec sleep 3600")
+    since = time.time() - 1
+    result = client.run("exec", pod, "--", "sh", "-c", "echo out; echo err >&2; exit 3", check=False)
     assert (result.returncode, result.stdout) == (3, "out\n")
     assert "err" in result.stderr
-    assert kubectl("exec", "-i", "shell", "--", "sh", "-c", "cat; echo done", input="from stdin\n") == \
+    # What reached the kubelet API: 1.20 POSTs an SPDY upgrade; 1.36 first GETs a WebSocket one offering only
+    # v5.channel.k8s.io, which the runtime refuses (it speaks v4 at most), then falls back to SPDY.
+    def exec_verbs():
+        verbs = [event["verb"] for event in audit.events(since=since)
+                 if event.get("objectRef", {}).get("subresource") == "exec" and event["objectRef"].get("name") == pod]
+        return verbs if "create" in verbs else None  # the audit line of a session is written when it ends
+
+    verbs = wait_for(exec_verbs, 10, interval=0.2, what="the exec in the audit log")
+    assert verbs == (["create"] if client.release == "1.20" else ["get", "create"])
+    assert client("exec", "-i", pod, "--", "sh", "-c", "cat; echo done", input="from stdin\n") == \
         "from stdin\ndone\n"
     # -t needs a terminal on kubectl's side too (else kubectl drops it): run it on a pseudo-terminal.
-    output, code = on_terminal(kubectl, "exec", "-it", "shell", "--", "sh", "-c", "test -t 1 && sleep 1 && stty size")
+    output, code = on_terminal(client, "exec", "-it", pod, "--", "sh", "-c", "test -t 1 && sleep 1 && stty size")
     assert code == 0 and output.split()[-2:] == ["30", "100"], repr(output)
-    assert kubectl.run("exec", "shell", "-c", "nosuch", "--", "true", check=False).returncode != 0
+    assert client.run("exec", pod, "-c", "nosuch", "--", "true", check=False).returncode != 0
+
+
+def test_kubectl_cp_both_ways(node, client, tmp_path):
+    """kubectl cp is tar over exec: stdin into the container, stdout out of it."""
+    pod = named(client, "files")
+    run_pod(client, node, pod, "mkdir -p /data && exec sleep 3600")
+    payload = bytes(range(256)) * 4096 + b"end"  # 1 MiB of every byte value, binary-safe both ways
+    (tmp_path / "up.bin").write_bytes(payload)
+    client("cp", str(tmp_path / "up.bin"), f"{pod}:/data/up.bin", timeout=120)
+    assert client("exec", pod, "--", "wc", "-c", "/data/up.bin").split()[0] == str(len(payload))
+    client("cp", f"{pod}:/data/up.bin", str(tmp_path / "down.bin"), timeout=120)
+    assert (tmp_path / "down.bin").read_bytes() == payload
 
 
 def test_kubectl_exec_true_round_trip(node, kubectl, record_property):
@@ -167,9 +203,10 @@ def test_kubectl_exec_true_round_trip(node, kubectl, record_property):
     print(f"\nkubectl exec round trip: median {median_ms:.0f} ms over {len(times)}")
 
 
-def test_kubectl_attach(node, kubectl, control_plane):
-    run_pod(kubectl, node, "chatty", "i=0; while true; do i=$((i+1)); echo chat $i; sleep 0.3; done")
-    attach = Background(control_plane.admin_kubeconfig, "attach", "chatty", "-c", "main")
+def test_kubectl_attach(node, client):
+    pod = named(client, "chatty")
+    run_pod(client, node, pod, "i=0; while true; do i=$((i+1)); echo chat $i; sleep 0.3; done")
+    attach = Background(client, "attach", pod, "-c", "main")
     try:
         assert "chat" in attach.read_until("\n")
         assert "chat" in attach.read_until("\n")  # output goes on reaching the attached client
@@ -187,13 +224,13 @@ def _serve_http(name: str, port: int, host_network: bool) -> tuple[str, dict]:
 
 
 @pytest.mark.parametrize("host_network", [True, False], ids=["host-network", "cni-network"])
-def test_kubectl_port_forward_to_an_http_server(node, kubectl, control_plane, host_network):
-    name = "web-host" if host_network else "web-pod"
+def test_kubectl_port_forward_to_an_http_server(node, client, host_network):
+    name = named(client, "web-host" if host_network else "web-pod")
     pod_port = free_port() if host_network else 8080
     command, spec = _serve_http(name, pod_port, host_network)
-    run_pod(kubectl, node, name, command, extra_spec=spec)
+    run_pod(client, node, name, command, extra_spec=spec)
     local = free_port()
-    forward = Background(control_plane.admin_kubeconfig, "port-forward", f"pod/{name}", f"{local}:{pod_port}")
+    forward = Background(client, "port-forward", f"pod/{name}", f"{local}:{pod_port}")
     try:
         forward.read_until("Forwarding from 127.0.0.1")
         body = wait_for(lambda: _get(f"http://127.0.0.1:{local}/"), 20, interval=0.5, what="an answer")
@@ -286,7 +323,7 @@ def test_port_forward_throughput_against_a_direct_connection(node, kubectl, cont
             extra_spec={"hostNetwork": True})
     wait_for(lambda: port_open(port), 20, what="httpd")
     local = free_port()
-    forward = Background(control_plane.admin_kubeconfig, "port-forward", "pod/bulk", f"{local}:{port}")
+    forward = Background(kubectl, "port-forward", "pod/bulk", f"{local}:{port}")
     try:
         forward.read_until("Forwarding from 127.0.0.1")
         direct, forwarded = [], []

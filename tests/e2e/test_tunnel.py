@@ -229,7 +229,7 @@ def test_kubectl_reaches_the_kubelet_api_only_through_the_tunnel(node, kubectl, 
     assert "2/2 konnectivity streams" in detail and "a at " in detail and "b at " in detail, detail
 
     run_pod(kubectl, node, "shell", "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.3; done")
-    follow = Background(control_plane.admin_kubeconfig, "logs", "-f", "shell")
+    follow = Background(kubectl, "logs", "-f", "shell")
     try:
         assert "line" in follow.read_until("\n") and "line" in follow.read_until("\n")
     finally:
@@ -238,7 +238,7 @@ def test_kubectl_reaches_the_kubelet_api_only_through_the_tunnel(node, kubectl, 
     assert (result.returncode, result.stdout) == (3, "out\n") and "err" in result.stderr
     output, code = on_terminal(kubectl, "exec", "-it", "shell", "--", "sh", "-c", "test -t 1 && sleep 1 && stty size; exit 5")
     assert code == 5 and output.splitlines()[0].strip() == "30 100", repr(output)
-    attach = Background(control_plane.admin_kubeconfig, "attach", "shell", "-c", "main")
+    attach = Background(kubectl, "attach", "shell", "-c", "main")
     try:
         assert "line" in attach.read_until("\n")
     finally:
@@ -265,7 +265,7 @@ def test_kubectl_reaches_the_kubelet_api_only_through_the_tunnel(node, kubectl, 
             extra_spec={"hostNetwork": True})
     wait_for(lambda: port_open(port), 20, what="httpd")
     local = low_port()
-    forward = Background(control_plane.admin_kubeconfig, "port-forward", "pod/bulk", f"{local}:{port}")
+    forward = Background(kubectl, "port-forward", "pod/bulk", f"{local}:{port}")
     try:
         forward.read_until("Forwarding from 127.0.0.1")
         rates = [_download_mb_s(f"http://127.0.0.1:{local}/big", size_mb << 20) for _ in range(3)]

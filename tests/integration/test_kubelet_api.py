@@ -265,6 +265,18 @@ def test_exec_refusals_are_plain_http_answers(sleeper):
     assert missing.value.status == 404
 
 
+def test_websocket_v5_alone_gets_the_runtimes_refusal_and_runs_nothing(sleeper):
+    """kubectl >= 1.30 offers only v5.channel.k8s.io over WebSocket; an old API server passes that on. containerd
+    (1.6 to 2.1) speaks v4 at most and refuses: the caller must get that refusal as a plain HTTP answer, without
+    the command having run, so that it falls back to SPDY and runs it exactly once."""
+    marker = "/tmp/ran-over-v5"
+    with pytest.raises(UpgradeRefused) as refused:
+        sleeper.ws(_exec_target(["touch", marker], output="1"), protocol="v5.channel.k8s.io")
+    assert refused.value.status == 403
+    checked = sleeper.ws(_exec_target(["sh", "-c", f"test -e {marker} && echo ran || echo not-run"], output="1"))
+    assert checked.collect().get(1) == b"not-run\n"
+
+
 def test_run_returns_the_commands_output(sleeper):
     reply = sleeper.post(f"/run/default/sleeper-{NODE}/main?cmd=echo%20ran%20here")
     assert reply.status_code == 200 and reply.text == "ran here\n"
