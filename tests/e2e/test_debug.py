@@ -57,8 +57,8 @@ def test_an_ephemeral_container_is_attached_to_with_kubectl(node_ready, control_
 
     # What goes in through kubectl's stdin reaches the shell; what it prints comes back, while the session is
     # open as with `kubectl debug -i`. Its PID 1 is the target's process: it shares the target's PID namespace.
-    attach = subprocess.Popen(["kubectl", "--kubeconfig", str(kubectl.kubeconfig), "attach", "-i", "target", "-c",
-                               "debugger"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    attach = subprocess.Popen(kubectl.command("attach", "-i", "target", "-c", "debugger"), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         attach.stdin.write(b"echo from-debugger; tr '\\0' ' ' < /proc/1/cmdline; echo; echo done\n")
         attach.stdin.flush()
