@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.e2e.conftest import NODE_MONITOR_GRACE, TOLERATION_SECONDS, condition, container_status, pod_phase, wait_pod
+from tests.e2e.conftest import (NODE_MONITOR_GRACE, TOLERATION_SECONDS, Kubectl, condition, container_status, pod_phase,
+                               wait_pod)
 from tests.e2e.test_pods import pod_manifest
 from tests.integration.agent_harness import wait_for
 
@@ -87,7 +88,9 @@ class AnchorNode:
     def __enter__(self):
         now = _rfc3339()
         self.kubectl.apply(json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name}}), "")
-        self.kubectl("patch", "node", self.name, "--subresource=status", "--type=merge", "-p", json.dumps(
+        # `patch --subresource` came with kubectl 1.24: the current client writes the status.
+        Kubectl(self.kubectl.kubeconfig, "1.36")(
+            "patch", "node", self.name, "--subresource=status", "--type=merge", "-p", json.dumps(
             {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                         "lastHeartbeatTime": now, "lastTransitionTime": now}]}}))
         self.kubectl.apply(json.dumps({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
