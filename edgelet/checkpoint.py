@@ -99,10 +99,13 @@ def filename_to_key(name: str) -> str | None:
 
 
 def replace_file(target: str | os.PathLike[str], data: bytes, *, temp: str | os.PathLike[str], mode: int,
-                 exclusive: bool = True) -> None:
+                 exclusive: bool = True, durable: bool = True) -> None:
     """Write `data` to `temp`, fsync it, rename it over `target` and fsync the directory: after a crash or a
     failed write (ENOSPC) at any point, `target` holds the old bytes or the new ones, never a part. An
-    `exclusive` temp name must not exist yet; otherwise a leftover of an earlier crash is overwritten."""
+    `exclusive` temp name must not exist yet; otherwise a leftover of an earlier crash is overwritten.
+    `durable=False` skips both fsyncs, for a file the agent rewrites at every start (a display snapshot):
+    a failed write still leaves no temp behind and never a part in `target` while the system stays up, but
+    a power cut may leave the old bytes, or an empty file, where the new ones were meant to be."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
     fd = os.open(temp, flags, mode)
     try:
@@ -111,14 +114,16 @@ def replace_file(target: str | os.PathLike[str], data: bytes, *, temp: str | os.
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    sync_directory(os.path.dirname(os.fspath(target)))
+    if durable:
+        sync_directory(os.path.dirname(os.fspath(target)))
 
 
 def sync_directory(directory: str | os.PathLike[str]) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from edgelet.checkpoint import replace_file
 from edgelet.config import Config
 from edgelet.errors import ConfigError
 from edgelet.tunnel.agent import TlsMaterial, Tunnel
@@ -77,7 +78,8 @@ def tunnel_credentials(config: Config, connection: ClusterConnection) -> TlsMate
 
 
 class StateRecord:
-    """Writes the tunnel's snapshot under root_dir/state (atomic replace, debounced) for `edgelet describe node`."""
+    """Writes the tunnel's snapshot under root_dir/state (atomic replace, debounced, not fsynced) for
+    `edgelet describe node`."""
 
     def __init__(self, directory: str):
         self.path = os.path.join(directory, STATE_NAME)
@@ -98,10 +100,10 @@ class StateRecord:
             return
         try:
             os.makedirs(self._directory, mode=0o700, exist_ok=True)
-            temp = f"{self.path}.{os.getpid()}.new"
-            with open(temp, "wb") as file:
-                file.write(orjson.dumps(self.tunnel.snapshot()))
-            os.replace(temp, self.path)
+            # Not durable: the snapshot is for display and rewritten at every start, and an fsync on a
+            # slow SD card would hold the event loop each time the tunnel changes state.
+            replace_file(self.path, orjson.dumps(self.tunnel.snapshot()), temp=self.path + ".new", mode=0o600,
+                         exclusive=False, durable=False)
         except OSError as exc:
             log.warning("tunnel: cannot write %s: %s", self.path, exc)
 

@@ -214,3 +214,26 @@ def test_a_reader_never_touches_the_owners_files(tmp_path):
     assert in_flight.exists() and (tmp_path / "c.ckpt").exists() and not (tmp_path / "corrupt").exists()
     assert CheckpointStore(tmp_path / "missing", kind="pod-status", reader=True).load_all() == {}
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("durable, fsyncs", [(True, 2), (False, 0)])
+def test_replace_file_fsyncs_only_when_durable(tmp_path, monkeypatch, durable, fsyncs):
+    calls: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    target = tmp_path / "state.json"
+    checkpoint.replace_file(target, b"{}", temp=tmp_path / "state.json.new", mode=0o600, exclusive=False,
+                            durable=durable)
+    assert target.read_bytes() == b"{}" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert len(calls) == fsyncs  # the file and its directory, or neither
+    assert os.listdir(tmp_path) == ["state.json"]
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_replace_file_leaves_no_temp_when_the_rename_fails(tmp_path, durable):
+    target = tmp_path / "state.json"
+    target.mkdir()  # a directory where the file should go: the rename fails
+    with pytest.raises(OSError):
+        checkpoint.replace_file(target, b"{}", temp=tmp_path / "state.json.new", mode=0o600, exclusive=False,
+                                durable=durable)
+    assert os.listdir(tmp_path) == ["state.json"]
