@@ -93,6 +93,7 @@ class SyncLoop:
         self._heap_trimmer = heap_trimmer if heap_trimmer is not None else HeapTrimmer(libc_malloc_trim())
         self.alive_at = time.monotonic()  # the watchdog and /healthz read it: a hung loop stops it
         self._next_log_rotation = 0.0
+        self._metrics_seen: tuple[int, int] | None = None  # (relists, cache writes) the gauges were counted at
         self._next_runtime_check = 0.0
         self._housekeeping_problem = ""
 
@@ -340,6 +341,12 @@ class SyncLoop:
                 log.warning("housekeeping: volumes of pod %s not removed yet: %s", uid, exc)
 
     def _update_metrics(self) -> None:
+        """The running pod and container gauges, recounted only when a relist or the pod cache moved: idle, a
+        housekeeping pass every 2 s must not walk every pod."""
+        seen = (self._pleg.relists, self._pleg.cache.writes)
+        if seen == self._metrics_seen:
+            return
+        self._metrics_seen = seen
         running_pods = 0
         running = 0
         for uid in self._pleg.runtime_pod_uids():

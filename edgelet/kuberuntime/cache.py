@@ -31,6 +31,7 @@ class PodCache:
         # that its cached status held when the relist began.
         self._global_timestamp = 0.0
         self._changed = asyncio.Event()  # set and replaced on every change
+        self.writes = 0  # statuses stored or pods forgotten so far: what was derived from the cache is stale
 
     def get(self, uid: str) -> PodRuntimeStatus:
         return self._pods.get(uid) or PodRuntimeStatus(uid=uid)
@@ -54,6 +55,7 @@ class PodCache:
             return False
         self._pods[status.uid] = status
         self._errors.pop(status.uid, None)
+        self.writes += 1
         self._notify()
         return True
 
@@ -72,6 +74,7 @@ class PodCache:
         if observed is not None and observed <= observed_at:
             self._pods.pop(uid, None)
             self._errors.pop(uid, None)
+            self.writes += 1
 
     def uids(self) -> list[str]:
         return list(self._pods.keys() | self._errors.keys())

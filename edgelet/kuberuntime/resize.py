@@ -6,7 +6,7 @@ container (resizePolicy RestartContainer), and what the status shows as applied 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from .. import podutil
 from ..podutil import Pod
@@ -114,15 +114,17 @@ def plan_resize(
     status: PodRuntimeStatus,
     applied: Mapping[str, Applied],
     *,
-    others: tuple[int, int],
+    others: tuple[int, int] | Callable[[], tuple[int, int]],
     allocatable: tuple[int, int],
     memory_usage: Mapping[str, int] | None = None,
     static_cpu_policy: bool = False,
 ) -> ResizePlan:
     """What a sync must do for the running containers whose `applied` settings (by container id) differ from
     their spec. All or nothing, as the kubelet's atomic resizes: one change the node cannot take holds them
-    all. `memory_usage` (bytes, by container id) defers a memory limit below what a container uses; with the
-    static CPU policy a Guaranteed pod cannot be resized (its CPUs may be exclusive)."""
+    all. `others` (the other pods' allocated requests, or a function giving them, called only when there is
+    a change to fit) defers a resize the node has no room for; `memory_usage` (bytes, by container id) defers
+    a memory limit below what a container uses; with the static CPU policy a Guaranteed pod cannot be resized
+    (its CPUs may be exclusive)."""
     changes = []
     for container in podutil.containers(pod):
         running = status.latest_container(container["name"])
@@ -137,7 +139,7 @@ def plan_resize(
     if static_cpu_policy and qos.qos_class(pod) == qos.GUARANTEED:
         return ResizePlan(tuple(changes), (INFEASIBLE, "Resize is infeasible for Guaranteed Pods alongside CPU "
                                                        "Manager static policy"))
-    pending = feasibility(pod_requests(pod), others, allocatable)
+    pending = feasibility(pod_requests(pod), others() if callable(others) else others, allocatable)
     if pending is None:
         for change in changes:
             usage = (memory_usage or {}).get(change.container_id, 0)

@@ -124,7 +124,9 @@ class Resizer:
         if state is None:
             state = self._pods[uid] = _PodResize(_allocation(pod))
         applied = {c.id: a for c in status.running_containers() if (a := self.applied(c)) is not None}
-        options = dict(others=self._others(uid), allocatable=_allocatable(self._node_allocatable),
+        # The other pods' allocations only matter to a change, and summing them is a pass over every pod:
+        # a full resync of n unchanged pods must not cost n * n.
+        options = dict(others=lambda: self._others(uid), allocatable=_allocatable(self._node_allocatable),
                        static_cpu_policy=self._static_cpu_policy)
         plan = plan_resize(pod, status, applied, **options)
         if plan.pending is None and any(c.memory_decrease and not c.restart for c in plan.changes):

@@ -239,8 +239,19 @@ def test_pods_say_when_the_agent_hangs_and_it_writes_nothing_while_idle(tmp_path
         assert hung.stderr.startswith(f"edgelet: the agent (pid {agent.proc.pid}) is not responding: its ops "
                                       f"endpoint {ops} did not answer /healthz within 2s;")
         assert agent.cli("pods").stderr == ""
+        # The running gauges are recounted only when the runtime's view moves, and they follow it.
+        assert running_gauges(ops) == (1, 1)
+        (agent.manifest_dir / "steady.yaml").unlink()
+        wait_for(lambda: running_gauges(ops) == (0, 0), 60, what="the running gauges back at 0")
     finally:
         agent.close()
+
+
+def running_gauges(ops: str) -> tuple[int, int]:
+    lines = httpx.get(f"http://{ops}/metrics").text.splitlines()
+    pods = next(line for line in lines if line.startswith("kubelet_running_pods "))
+    containers = next(line for line in lines if line.startswith('kubelet_running_containers{container_state="running"} '))
+    return int(float(pods.split()[1])), int(float(containers.split()[1]))
 
 
 def test_a_typo_in_a_manifest_is_one_error_naming_file_field_and_the_fix(agent):

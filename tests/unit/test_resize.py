@@ -81,6 +81,19 @@ def test_feasibility(requested, others, verdict):
     assert feasibility(requested, others, NODE) == verdict
 
 
+def test_the_other_pods_are_summed_only_for_a_change_to_fit():
+    calls: list[int] = []
+
+    def others() -> tuple[int, int]:
+        calls.append(1)
+        return (1800, 0)
+
+    assert plan_resize(pod(SMALL), running(), {"c1": SMALL_APPLIED}, others=others, allocatable=NODE).changes == ()
+    assert calls == []  # an unchanged pod (every periodic resync) never walks the other pods
+    plan = plan_resize(pod(BIG), running(), {"c1": SMALL_APPLIED}, others=others, allocatable=NODE)
+    assert calls == [1] and plan.pending[0] == "Deferred"
+
+
 def test_a_pending_resize_applies_nothing():
     plan = plan_resize(pod(BIG), running(), {"c1": SMALL_APPLIED}, others=(1800, 0), allocatable=NODE)
     assert not plan.accepted and plan.pending[0] == "Deferred"
