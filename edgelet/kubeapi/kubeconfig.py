@@ -199,6 +199,11 @@ def _load_client_cert(ctx: ssl.SSLContext, config: KubeConfig) -> None:
         raise KubeconfigError(config.path, field, f"cannot load the client certificate and key: {_short(e)}") from None
 
 
+def pem_path(data: bytes) -> contextlib.AbstractContextManager[str]:
+    """A path OpenSSL can read in-memory PEM `data` from, for as long as the context lasts (see _as_file)."""
+    return _as_file(None, data)
+
+
 @contextlib.contextmanager
 def _as_file(path: str | None, data: bytes | None) -> Iterator[str]:
     """A path OpenSSL can read: the given file, or inline material in an anonymous memory file

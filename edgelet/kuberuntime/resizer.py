@@ -7,6 +7,7 @@ The decisions are `edgelet.kuberuntime.resize` (pure); this module asks the runt
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -64,9 +65,13 @@ def _with_allocation(pod: Pod, allocated: Mapping[str, Mapping[str, Any]]) -> Po
 
 
 def _allocatable(node_allocatable: Mapping[str, Any]) -> tuple[int, int]:
+    return _parse_allocatable(node_allocatable.get("cpu", 0), node_allocatable.get("memory", 0))
+
+
+@functools.lru_cache(maxsize=4)  # the node's allocatable rarely changes, and every sync of every pod asks
+def _parse_allocatable(cpu: Any, memory: Any) -> tuple[int, int]:
     try:
-        return (to_millis_ceil(parse_quantity(node_allocatable.get("cpu", 0))),
-                to_int_ceil(parse_quantity(node_allocatable.get("memory", 0))))
+        return to_millis_ceil(parse_quantity(cpu)), to_int_ceil(parse_quantity(memory))
     except ValueError:
         return 0, 0
 

@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import logging
 import random
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -18,6 +19,7 @@ from edgelet import metrics
 from edgelet.config import TunnelConfig
 from edgelet.retry import Retrier
 from edgelet.tunnel import konnectivity_pb2 as pb
+from edgelet.tunnel.splice import TlsSplice, tls_context
 from edgelet.tunnel.policy import (AGENT_ID, AGENT_IDENTIFIERS, SERVER_COUNT, SERVER_ID, Destinations,
                                    describe_stream_error, stream_slots)
 
@@ -45,6 +47,23 @@ class StreamFailed(Exception):
     """A Connect stream could not be opened (or was refused)."""
 
 
+class SplicedChannel:
+    """A cleartext gRPC channel to a TlsSplice; closing it closes the splice (and its TLS connection) too."""
+
+    def __init__(self, channel: grpc.aio.Channel, splice: TlsSplice):
+        self._channel = channel
+        self.splice = splice
+
+    def stream_stream(self, *args, **kwargs):
+        return self._channel.stream_stream(*args, **kwargs)
+
+    async def close(self) -> None:
+        try:
+            await self._channel.close()
+        finally:
+            await self.splice.close()
+
+
 def _packet_dial_response(random_id: int, *, connect_id: int = 0, error: str = "") -> pb.Packet:
     return pb.Packet(type=pb.DIAL_RSP, dialResponse=pb.DialResponse(random=random_id, connectID=connect_id, error=error))
 
@@ -69,7 +88,7 @@ class Connection:
 class ServerStream:
     """One Connect stream to one konnectivity-server instance and the connections it carries."""
 
-    def __init__(self, tunnel: Tunnel, address: str, channel: grpc.aio.Channel, call, server_id: str):
+    def __init__(self, tunnel: Tunnel, address: str, channel: SplicedChannel, call, server_id: str):
         self.tunnel = tunnel
         self.address = address
         self.server_id = server_id
@@ -99,7 +118,8 @@ class ServerStream:
                     return "the server closed the stream"
                 await self._handle(packet)
         except grpc.aio.AioRpcError as e:
-            return f"{e.code().name}: {e.details()}"
+            # A cut TLS connection reaches gRPC as a closed socket: the splice knows what happened.
+            return self._channel.splice.last_error or f"{e.code().name}: {e.details()}"
         except (asyncio.InvalidStateError, grpc.aio.UsageError) as e:  # a write after the call ended
             return f"the stream ended ({e})"
         finally:
@@ -340,8 +360,13 @@ class Tunnel:
             ca, key, cert = self._credentials()
         except Exception as e:  # noqa: BLE001 - unreadable credentials are this attempt's failure, retried
             raise StreamFailed(f"no client certificate to connect with: {e}") from None
-        credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-        channel = grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
+        try:
+            context = tls_context(ca, key, cert)
+        except (ssl.SSLError, ValueError) as e:
+            raise StreamFailed(f"the client certificate, its key or the CA is not usable: {e}") from None
+        splice = TlsSplice(address, context, connect_timeout=CONNECT_TIMEOUT)
+        await splice.start()
+        channel = SplicedChannel(grpc.aio.insecure_channel(splice.target, options=CHANNEL_OPTIONS), splice)
         connect = channel.stream_stream(CONNECT_METHOD, request_serializer=pb.Packet.SerializeToString,
                                         response_deserializer=pb.Packet.FromString)
         call = connect(metadata=((AGENT_ID, self.agent_id), (AGENT_IDENTIFIERS, self.identifiers)))
@@ -350,13 +375,13 @@ class Tunnel:
             values = dict(headers or ())
             if SERVER_ID not in values:
                 code = await asyncio.wait_for(call.code(), CONNECT_TIMEOUT)
-                raise StreamFailed(f"{code.name}: {await call.details()}")
+                raise StreamFailed(splice.last_error or f"{code.name}: {await call.details()}")
         except asyncio.TimeoutError:
             await channel.close()
-            raise StreamFailed(f"no answer within {CONNECT_TIMEOUT:.0f}s") from None
+            raise StreamFailed(splice.last_error or f"no answer within {CONNECT_TIMEOUT:.0f}s") from None
         except grpc.aio.AioRpcError as e:
             await channel.close()
-            raise StreamFailed(f"{e.code().name}: {e.details()}") from None
+            raise StreamFailed(splice.last_error or f"{e.code().name}: {e.details()}") from None
         except StreamFailed:
             await channel.close()
             raise

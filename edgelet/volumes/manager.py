@@ -6,6 +6,7 @@ log), and tears everything down without ever touching data outside the pod direc
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -196,10 +197,7 @@ class VolumeManager:
 
     def _allocatable_memory(self) -> int | None:
         value = self.node_allocatable.get("memory")
-        try:
-            return None if value is None else to_int_ceil(parse_quantity(value))
-        except ValueError:
-            return None
+        return None if value is None else _memory_bytes(value)
 
     def _warn(self, uid: str, warnings: Iterable[str]) -> None:
         for message in warnings:
@@ -382,3 +380,11 @@ def _read_current(volume_dir: str, path: str) -> bytes | None:
 def _mount(container_path: str, host_path: str, propagation: int = 0, *, readonly: bool = False) -> dict[str, Any]:
     return {"container_path": container_path, "host_path": host_path, "readonly": readonly,
             "propagation": propagation, "selinux_relabel": False}
+
+
+@functools.lru_cache(maxsize=4)  # the node's allocatable memory, asked at every sync of every pod
+def _memory_bytes(value: Any) -> int | None:
+    try:
+        return to_int_ceil(parse_quantity(value))
+    except ValueError:
+        return None

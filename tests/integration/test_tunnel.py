@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -18,6 +20,8 @@ from edgelet.tunnel import konnectivity_pb2 as pb
 from edgelet.tunnel import konnectivity_pb2_grpc as pb_grpc
 from edgelet.tunnel.agent import Tunnel
 from edgelet.tunnel.policy import Destinations, agent_identifiers
+from edgelet.tunnel.splice import TlsSplice, tls_context
+from tests.integration.agent_harness import free_port, port_open
 from tests.kubeapi_double import eventually
 from tests.scrape import sample_value
 
@@ -31,6 +35,9 @@ def pki(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("pki")
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=test-ca", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"))
+    # A second CA, which the agent and the server do not trust: for the refusals.
+    openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=other-ca", "-keyout", str(d / "other-ca.key"),
+            "-out", str(d / "other-ca.crt"))
     for name, subject, ext in [("server", "/CN=konnectivity", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
                                ("node", "/O=system:nodes/CN=system:node:edge-1", "extendedKeyUsage=clientAuth\n")]:
         (d / f"{name}.ext").write_text(ext)
@@ -70,11 +77,11 @@ class Server(pb_grpc.AgentServiceServicer):
 
 
 @contextlib.asynccontextmanager
-async def running(pki: Path, servicer: Server):
+async def running(pki: Path, servicer: Server, client_ca: str = "ca.crt"):
     server = grpc.aio.server()
     pb_grpc.add_AgentServiceServicer_to_server(servicer, server)
     credentials = grpc.ssl_server_credentials([((pki / "server.key").read_bytes(), (pki / "server.crt").read_bytes())],
-                                             root_certificates=(pki / "ca.crt").read_bytes(),
+                                             root_certificates=(pki / client_ca).read_bytes(),
                                              require_client_auth=True)
     port = server.add_secure_port("127.0.0.1:0", credentials)
     await server.start()
@@ -101,11 +108,11 @@ async def echo_server():
 
 
 @contextlib.asynccontextmanager
-async def tunnel_to(pki: Path, address: str, kubelet_port: int, **settings):
+async def tunnel_to(pki: Path, address: str, kubelet_port: int, server_ca: str = "ca.crt", **settings):
     config = TunnelConfig(servers=(address,), **settings)
     tunnel = Tunnel(config, node_name="edge-1", identifiers=agent_identifiers("edge-1", ["10.0.0.5"]),
                     destinations=Destinations.build("edge-1", ["10.0.0.5"], f"127.0.0.1:{kubelet_port}"),
-                    credentials=lambda: ((pki / "ca.crt").read_bytes(), (pki / "node.key").read_bytes(),
+                    credentials=lambda: ((pki / server_ca).read_bytes(), (pki / "node.key").read_bytes(),
                                          (pki / "node.crt").read_bytes()))
     task = asyncio.create_task(tunnel.run())
     try:
@@ -211,4 +218,79 @@ async def test_a_slow_local_reader_holds_the_stream_instead_of_queueing_without_
             assert taken < count * len(chunk) / 2, taken
     finally:
         stalled.set()
+        server.close()
+
+
+async def test_a_client_certificate_the_server_does_not_trust_is_named_and_fails_the_check(pki):
+    """konnectivity-server (Go's TLS) refuses an unknown client certificate with an alert after the handshake;
+    `openssl s_server` trusting another CA does the same."""
+    port = free_port()
+    server = subprocess.Popen(["openssl", "s_server", "-quiet", "-accept", f"127.0.0.1:{port}",
+                               "-cert", str(pki / "server.crt"), "-key", str(pki / "server.key"),
+                               "-CAfile", str(pki / "other-ca.crt"), "-Verify", "1", "-verify_return_error"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await eventually(lambda: port_open(port), timeout=10)
+        async with echo_server() as kubelet, tunnel_to(pki, f"127.0.0.1:{port}", kubelet) as tunnel:
+            await eventually(lambda: not tunnel.health()[0], timeout=15)
+            detail = tunnel.health()[1]
+            assert "konnectivity-server refused the node's client certificate (is it signed by the CA of its " \
+                   "--cluster-ca-cert?): TLS: [SSL: TLSV1_ALERT_UNKNOWN_CA] tlsv1 alert unknown ca" in detail, detail
+            assert "_ssl.c" not in detail  # OpenSSL's words, not its source lines
+    finally:
+        server.kill()
+        server.wait()
+
+
+async def test_a_server_that_closes_after_the_handshake_is_said_so(pki):
+    """gRPC's own TLS server refuses an unknown client certificate by closing, without an alert."""
+    servicer = Server()
+    async with running(pki, servicer, client_ca="other-ca.crt") as address, echo_server() as kubelet, \
+            tunnel_to(pki, address, kubelet) as tunnel:
+        await eventually(lambda: "before its first byte" in tunnel.health()[1], timeout=15)
+        assert tunnel.health() == (True, f"no konnectivity stream yet ({address}: TLS: the server closed the "
+                                         "connection before its first byte)")
+        assert not servicer.metadata
+
+
+async def test_a_server_certificate_the_agent_does_not_trust_is_named(pki):
+    servicer = Server()
+    async with running(pki, servicer) as address, echo_server() as kubelet, \
+            tunnel_to(pki, address, kubelet, server_ca="other-ca.crt") as tunnel:
+        await eventually(lambda: "not trusted" in tunnel.health()[1], timeout=15)
+        assert "konnectivity-server's serving certificate is not trusted ([cluster.tunnel] ca_file): TLS: certificate " \
+               "verify failed: " in tunnel.health()[1]
+        assert tunnel.health()[0]  # a cut-off node rides through; the operator sees why in the detail
+        assert not servicer.metadata
+
+
+async def test_the_tls_splice_serves_this_process_only(pki):
+    """The cleartext endpoint would hand the node's client certificate to whoever connects: another process
+    is refused before any TLS connection is made."""
+    accepted: list[int] = []
+
+    async def count(reader, writer):
+        accepted.append(1)
+        writer.close()
+
+    server = await asyncio.start_server(count, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    context = tls_context(*((pki / name).read_bytes() for name in ("ca.crt", "node.key", "node.crt")))
+    splice = TlsSplice(f"127.0.0.1:{port}", context, connect_timeout=5)
+    await splice.start()
+    name = splice.target.removeprefix("unix-abstract:")
+    try:
+        other = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import socket, sys\n"
+            "s = socket.socket(socket.AF_UNIX)\ns.connect('\\0' + sys.argv[1])\n"
+            "try:\n    s.sendall(b'PRI * HTTP/2.0')\n    closed = s.recv(1) == b''\n"
+            "except (BrokenPipeError, ConnectionResetError):\n    closed = True\nprint(closed)",
+            name, stdout=asyncio.subprocess.PIPE)
+        out, _ = await asyncio.wait_for(other.communicate(), 10)
+        assert out.strip() == b"True" and accepted == []  # closed, and nothing dialled
+        _, writer = await asyncio.open_unix_connection("\0" + name)
+        await eventually(lambda: accepted, timeout=10)  # this process is spliced through
+        writer.close()
+    finally:
+        await splice.close()
         server.close()
