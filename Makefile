@@ -22,7 +22,7 @@ ARCH ?= $(shell dpkg --print-architecture)
 # What building and booting packages needs on top (Debian names).
 PACKAGE_OS_PACKAGES := debootstrap systemd-container rpm qemu-user-static binfmt-support dpkg-dev
 
-.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package chaos chaos-fast bench fleet proto package clean
+.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package chaos chaos-fast bench bench-tunnel fleet proto package clean
 
 all: build
 
@@ -119,6 +119,11 @@ chaos-fast: deps build
 # Speed and footprint beside their floors, in one run (not part of make test; see docs/benchmarks.md).
 bench: deps build
 	$(PY) -m bench.run
+
+# What the konnectivity tunnel adds to a cluster node's RSS, idle, against a real konnectivity-server (the one
+# e2e-deps builds); prints a TUNNEL line last (see docs/benchmarks.md).
+bench-tunnel: e2e-deps build
+	$(PY) -m bench.bench_tunnel
 
 # N hollow nodes (`edgelet simulate`) against the e2e control plane: steady state, pod starts, a 60 s apiserver
 # outage; prints a FLEET line last (not part of make test; see docs/fleet.md). About 12 min at the defaults.
