@@ -109,10 +109,9 @@ def describe_stream_error(details: str) -> str:
     text = details or ""
     lowered = text.lower()
     # TLS 1.3 ends the client's handshake before the server has checked the client's certificate: its refusal
-    # arrives as an alert on the first read, which gRPC reports as a record it cannot decrypt.
+    # arrives as an alert on the first read (the splice's "TLS: [SSL: ...]", in OpenSSL's words).
     if "bad_certificate" in lowered or "certificate_unknown" in lowered or "unknown_ca" in lowered \
-            or "certificate required" in lowered or "certificate_required" in lowered \
-            or "unwrap failed (tsi_data_corrupted)" in lowered:
+            or "certificate required" in lowered or "certificate_required" in lowered:
         return (f"konnectivity-server refused the node's client certificate (is it signed by the CA of its "
                 f"--cluster-ca-cert?): {text}")
     if "certificate verify failed" in lowered or "certificate_verify_failed" in lowered:
