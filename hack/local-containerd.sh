@@ -135,17 +135,29 @@ answers() {
     ctr --address "$sock" --timeout 2s version >/dev/null 2>&1
 }
 
-# A /24 from 10.223.0.0/16 picked by the state dir's hash, skipping any subnet already routed here.
+# The subnets other instances of this script run with: a bridge gets its route only with its first pod.
+claimed_subnets() {
+    local dir config
+    for dir in /proc/[0-9]*; do
+        config="$(tr '\0' '\n' 2>/dev/null <"$dir/cmdline" | sed -n '/^--config$/{n;p;q}')" || continue
+        [[ "$config" == */config.toml && "$config" != "$state_dir/config.toml" ]] || continue
+        sed -n 's/^SUBNET=//p' "${config%/config.toml}/instance.env" 2>/dev/null || true
+    done
+}
+
+# A /24 from 10.223.0.0/16 picked by the state dir's hash, skipping any subnet already routed here or
+# claimed by another instance. Callers hold the subnet lock until their containerd runs.
 pick_subnet() {
     if [[ -n "${EDGELET_POD_SUBNET:-}" ]]; then
         echo "$EDGELET_POD_SUBNET"
         return
     fi
-    local start n i
+    local start n i taken
+    taken="$(ip -4 route show | awk '{print $1}'; claimed_subnets)"
     start=$((16#$(printf '%s' "$state_dir" | sha1sum | cut -c1-2)))
     for ((i = 0; i < 256; i++)); do
         n=$(((start + i) % 256))
-        if ! ip -4 route show | grep -q "^10\.223\.$n\."; then
+        if ! grep -q "^10\.223\.$n\." <<<"$taken"; then
             echo "10.223.$n.0/24"
             return
         fi
@@ -265,7 +277,11 @@ start() {
     # A half-dead earlier run (containerd gone, shims or mounts left) is cleaned first.
     stop >/dev/null
 
-    local subnet bridge
+    # Instances starting side by side pick their subnets one at a time: each sees the ones claimed before.
+    local subnet bridge lock_fd
+    mkdir -p /run/lock
+    exec {lock_fd}>/run/lock/edgelet-local-containerd.lock
+    flock "$lock_fd"
     subnet="$(pick_subnet)"
     bridge="edg$(printf '%s' "$state_dir" | sha1sum | cut -c1-8)"
     printf 'SUBNET=%s\nBRIDGE=%s\nRELEASE=%s\nBIN=%s\nVERSION=%s\n' "$subnet" "$bridge" "$release" "$bin_dir" \
@@ -273,7 +289,7 @@ start() {
     write_config
     write_cni "$subnet" "$bridge"
 
-    setsid containerd --config "$state_dir/config.toml" >>"$log" 2>&1 </dev/null &
+    setsid containerd --config "$state_dir/config.toml" >>"$log" 2>&1 </dev/null {lock_fd}>&- &
     echo $! >"$pidfile"
     local deadline=$((SECONDS + 30))
     until answers; do
@@ -289,6 +305,7 @@ start() {
         fi
         sleep 0.1
     done
+    exec {lock_fd}>&-
 
     local archive="$state_dir/images.tar"
     [[ -s "$archive" ]] || "$hack_dir/busybox-image.sh" "$archive" "$BUSYBOX_IMAGE" "$PAUSE_IMAGE" >/dev/null
