@@ -176,14 +176,18 @@ class ApiServerSource:
             self._pausing.set()
 
     async def _pause(self, delay: float) -> None:
-        """The backoff wait, which `reconnect_soon` may cut short (also when it came just before the wait)."""
+        """The backoff wait. After `reconnect_soon` (also when it came just before the wait) it ends at the random
+        point chosen there, sooner or later than the backoff would have: a node whose own backoff happened to
+        end first must not re-list with the crowd the spread is there to thin out."""
         if (remaining := self._cut_next_pause_until - time.monotonic()) > 0:
-            delay = min(delay, remaining)
+            delay = remaining
         self._pausing = woken = asyncio.Event()
         sleeper = asyncio.ensure_future(self._sleep(delay))
         waker = asyncio.ensure_future(woken.wait())
         try:
             await asyncio.wait((sleeper, waker), return_when=asyncio.FIRST_COMPLETED)
+            if not woken.is_set() and self._cut_next_pause_until > time.monotonic():
+                await woken.wait()  # chosen while this wait ran, after its end: its timer ends it
         finally:
             self._pausing = None
             sleeper.cancel()

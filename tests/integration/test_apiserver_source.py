@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 import statistics
 from typing import Any, AsyncIterator, Iterator
 
@@ -317,6 +318,31 @@ async def test_a_lease_renewed_after_an_outage_ends_the_backoff_wait(api: ApiSer
         assert source.connected
         source.reconnect_soon(0.2)  # connected: nothing to cut, nothing scheduled
         assert source._wake_timer is None
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_spread_re_list_waits_for_its_random_point_even_when_its_backoff_ends_first(
+        api: ApiServerDouble, client: ApiClient) -> None:
+    """A fleet's re-lists are spread by reconnect_soon; a node whose own (short) backoff would end before its
+    random point keeps to the point, or it would re-list with the crowd."""
+    config = PodConfig()
+    api.go_down()
+    source = ApiServerSource(client, NODE, config.source("api"), rng=random.Random(5), backoff_initial=0.05,
+                             backoff_max=0.05)
+    task = asyncio.create_task(source.run())
+    try:
+        await eventually(lambda: source._retry.failures >= 2)
+        source.reconnect_soon(1.0)
+        point = source._cut_next_pause_until
+        up_at = time.monotonic()
+        api.come_up()
+        await eventually(lambda: config.all_sources_ready(), timeout=10.0)
+        lists = [r.time for r in api.requests if r.path == "/api/v1/pods" and "watch" not in r.query and r.time >= up_at]
+        assert point - up_at > 0.2  # the point is well after the 50 ms backoff (this seed)
+        assert lists and lists[0] >= point - 0.01, (lists[0] - up_at, point - up_at)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
