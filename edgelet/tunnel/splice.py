@@ -95,6 +95,7 @@ class TlsSplice:
         except (OSError, ssl.SSLError, asyncio.TimeoutError) as e:
             self.last_error = _describe(e) or f"no TLS connection within {self._connect_timeout:.0f}s"
             return
+        self.last_error = ""
         try:
             outward = asyncio.create_task(_pump(local_reader, remote_writer))
             inward = asyncio.create_task(_pump(remote_reader, local_writer))
@@ -115,7 +116,7 @@ class TlsSplice:
                     self.last_error = "TLS: the server closed the connection before its first byte"
         finally:
             remote_writer.close()
-            with contextlib.suppress(OSError, ssl.SSLError, asyncio.CancelledError):
+            with contextlib.suppress(OSError, ssl.SSLError):
                 await remote_writer.wait_closed()
 
 
