@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import logging
 import random
-import time
 import statistics
+import time
 from typing import Any, AsyncIterator, Iterator
 
 import pytest
@@ -76,6 +76,19 @@ async def start(client: ApiClient) -> AsyncIterator[Any]:
     yield make
     for r in running:
         await r.stop()
+
+
+@contextlib.asynccontextmanager
+async def running_source(client: ApiClient, config: PodConfig, **options: Any) -> AsyncIterator[ApiServerSource]:
+    """An ApiServerSource for NODE feeding `config`, running for the block and cancelled after it."""
+    source = ApiServerSource(client, NODE, config.source("api"), **options)
+    task = asyncio.create_task(source.run())
+    try:
+        yield source
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def list_requests(api: ApiServerDouble) -> int:
@@ -217,12 +230,8 @@ async def test_wrong_token_keeps_retrying_slowly_without_leaking_it(api: ApiServ
 
     async with ApiClient(api.url, token="wrong-secret-value") as wrong:
         config = PodConfig()
-        source = ApiServerSource(wrong, NODE, config.source("api"), rng=random.Random(1), sleep=no_wait)
-        task = asyncio.create_task(source.run())
-        await eventually(lambda: len(delays) >= 5)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        async with running_source(wrong, config, rng=random.Random(1), sleep=no_wait) as source:
+            await eventually(lambda: len(delays) >= 5)
     assert not config.all_sources_ready() and not source.connected
     assert "wrong-secret-value" not in caplog.text
     assert sum(1 for rec in caplog.records if rec.levelno >= logging.ERROR) == 1
@@ -257,12 +266,8 @@ async def test_reconnect_delays_are_the_reflectors(api: ApiServerDouble, client:
             delays.append(delay)
             await asyncio.sleep(0)
 
-        source = ApiServerSource(client, NODE, PodConfig().source("api"), rng=random.Random(seed), sleep=record)
-        task = asyncio.create_task(source.run())
-        await eventually(lambda: len(delays) >= attempts)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        async with running_source(client, PodConfig(), rng=random.Random(seed), sleep=record):
+            await eventually(lambda: len(delays) >= attempts)
         schedules.append(delays[:attempts])
     for delays in schedules:
         for n, delay in enumerate(delays):
@@ -285,14 +290,9 @@ async def test_the_waits_are_real(api: ApiServerDouble, client: ApiClient) -> No
         await asyncio.sleep(delay)
 
     config = PodConfig()
-    source = ApiServerSource(client, NODE, config.source("api"), rng=random.Random(7), backoff_initial=0.02, backoff_max=0.08, sleep=record)
-    task = asyncio.create_task(source.run())
-    try:
+    async with running_source(client, config, rng=random.Random(7), backoff_initial=0.02, backoff_max=0.08,
+                              sleep=record):
         await eventually(lambda: config.all_sources_ready())
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
     arrivals = [r.time for r in api.requests if r.path == "/api/v1/pods" and "watch" not in r.query][:6]
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     assert len(delays) >= 5 and len(gaps) == 5
@@ -306,10 +306,7 @@ async def test_a_lease_renewed_after_an_outage_ends_the_backoff_wait(api: ApiSer
     config = PodConfig()
     api.create("pods", pod("made-during-the-outage"))
     api.go_down()
-    source = ApiServerSource(client, NODE, config.source("api"), rng=random.Random(3), backoff_initial=30.0,
-                             backoff_max=60.0)
-    task = asyncio.create_task(source.run())
-    try:
+    async with running_source(client, config, rng=random.Random(3), backoff_initial=30.0, backoff_max=60.0) as source:
         await eventually(lambda: source._retry.failures >= 1)
         api.come_up()
         source.reconnect_soon(0.2)
@@ -318,10 +315,6 @@ async def test_a_lease_renewed_after_an_outage_ends_the_backoff_wait(api: ApiSer
         assert source.connected
         source.reconnect_soon(0.2)  # connected: nothing to cut, nothing scheduled
         assert source._wake_timer is None
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def test_a_spread_re_list_waits_for_its_random_point_even_when_its_backoff_ends_first(
@@ -330,10 +323,7 @@ async def test_a_spread_re_list_waits_for_its_random_point_even_when_its_backoff
     random point keeps to the point, or it would re-list with the crowd."""
     config = PodConfig()
     api.go_down()
-    source = ApiServerSource(client, NODE, config.source("api"), rng=random.Random(5), backoff_initial=0.05,
-                             backoff_max=0.05)
-    task = asyncio.create_task(source.run())
-    try:
+    async with running_source(client, config, rng=random.Random(5), backoff_initial=0.05, backoff_max=0.05) as source:
         await eventually(lambda: source._retry.failures >= 2)
         source.reconnect_soon(1.0)
         point = source._cut_next_pause_until
@@ -343,7 +333,3 @@ async def test_a_spread_re_list_waits_for_its_random_point_even_when_its_backoff
         lists = [r.time for r in api.requests if r.path == "/api/v1/pods" and "watch" not in r.query and r.time >= up_at]
         assert point - up_at > 0.2  # the point is well after the 50 ms backoff (this seed)
         assert lists and lists[0] >= point - 0.01, (lists[0] - up_at, point - up_at)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
