@@ -22,6 +22,8 @@ import socket
 import ssl
 import struct
 
+from edgelet.tunnel.policy import split_host_port
+
 log = logging.getLogger(__name__)
 
 # One read from either side is at most this much: the stream's DATA packets are up to 256 KiB each.
@@ -45,9 +47,10 @@ class TlsSplice:
     """A private cleartext endpoint for one gRPC channel; every connection to it goes on over TLS to `address`."""
 
     def __init__(self, address: str, context: ssl.SSLContext, *, connect_timeout: float):
-        host, _, port = address.rpartition(":")
-        self._host = host.strip("[]")  # [::1]:8091
-        self._port = int(port)
+        parsed = split_host_port(address)  # the config's checks let no other form through
+        if parsed is None:
+            raise ValueError(f"not host:port: {address!r}")
+        self._host, self._port = parsed
         self._context = context
         self._connect_timeout = connect_timeout
         self._name = f"edgelet-tunnel-{os.getpid()}-{os.urandom(8).hex()}"
