@@ -121,7 +121,8 @@ bench: deps build
 	$(PY) -m bench.run
 
 # What the konnectivity tunnel adds to a cluster node's RSS, idle, against a real konnectivity-server (the one
-# e2e-deps builds); prints a TUNNEL line last (see docs/benchmarks.md).
+# e2e-deps builds), both sides holding a CRI channel to a private containerd; prints a TUNNEL line last (see
+# docs/benchmarks.md).
 bench-tunnel: e2e-deps build
 	$(PY) -m bench.bench_tunnel
 

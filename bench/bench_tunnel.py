@@ -1,15 +1,21 @@
 """What the konnectivity tunnel adds to a cluster node's memory, idle: `python -m bench.bench_tunnel`.
 
 Two child processes side by side, each with the modules a joined cluster node imports (`edgelet run`'s, the
-API client, node status): one also opens the tunnel (edgelet/tunnel) to a real konnectivity-server on loopback
-and holds its stream; the other does not import it. The difference of their VmRSS (and of their private
-memory, which leaves out the shared library pages both could share) is the tunnel's cost. konnectivity-server
-is the one `make e2e-deps` builds (hack/konnectivity.sh); the PKI is made here with the openssl command.
+API client, node status) and the connections every such node holds: its CRI channel to a real private
+containerd, relisting every second as the PLEG does, and a TLS connection to the API server. One also opens the
+tunnel (edgelet/tunnel) to a real konnectivity-server on loopback and holds its stream; the other does not
+import it. The difference of their VmRSS (and of their private memory, which leaves out the shared library
+pages both could share) is the tunnel's cost. Without the CRI channel on both sides the difference would also
+hold gRPC's threads and the code pages of its C core that the first channel of a process brings in, which an
+agent has from its start (about 3.5 MiB). konnectivity-server is the one `make e2e-deps` builds
+(hack/konnectivity.sh); containerd the one `hack/local-containerd.sh` starts; the PKI is made here with the
+openssl command.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -18,7 +24,10 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from bench.run import start_containerd, stop_containerd
 
 REPO = Path(__file__).resolve().parent.parent
 KONNECTIVITY_SERVER = Path(os.environ.get("EDGELET_CACHE", "/var/cache/edgelet")) / "konnectivity" / "bin" / \
@@ -39,9 +48,21 @@ CHILD = textwrap.dedent("""\
                     private += int(value.split()[0])
         return rss, private
 
-    async def main(with_tunnel, address, pki, settle):
-        # Both hold what a joined node's API client holds: a context with the node's client certificate and one
-        # TLS connection (here to the same server), so only the tunnel's own cost is left in the difference.
+    async def relist(runtime):
+        while True:
+            await runtime.list_pod_sandbox_raw()
+            await runtime.list_containers_raw()
+            await asyncio.sleep(1)
+
+    async def main(with_tunnel, address, pki, settle, cri):
+        # Both hold what every joined node holds: the CRI channel, and the API client's context with the node's
+        # client certificate and one TLS connection (here to the same server), so that only the tunnel's own
+        # cost is left in the difference.
+        from edgelet.cri.client import RuntimeClient
+        runtime = RuntimeClient(cri)
+        await runtime.__aenter__()
+        await runtime.version()
+        relisting = asyncio.create_task(relist(runtime))
         from edgelet.kubeapi.kubeconfig import KubeConfig, ssl_context
         context = ssl_context(KubeConfig(path="bench", context="bench", server="https://" + address, ca_file=f"{pki}/ca.crt",
                                          client_cert_file=f"{pki}/node.crt", client_key_file=f"{pki}/node.key"))
@@ -63,9 +84,11 @@ CHILD = textwrap.dedent("""\
                 await asyncio.sleep(0.1)
         await asyncio.sleep(settle)
         print(json.dumps(memory()), flush=True)
-        os._exit(0)  # the reading is taken: no orderly shutdown of the stream to wait for
+        # Both stay until both have read: pages the two share would count as private to the one left alone.
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        os._exit(0)  # no orderly shutdown of the stream to wait for
 
-    asyncio.run(main(sys.argv[1] == "1", sys.argv[2], sys.argv[3], float(sys.argv[4])))
+    asyncio.run(main(sys.argv[1] == "1", sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]))
 """)
 
 
@@ -102,6 +125,16 @@ def free_low_ports(count: int) -> list[int]:
     raise RuntimeError("no free ports below the ephemeral range")
 
 
+@contextlib.contextmanager
+def private_containerd(workdir: Path) -> Iterator[str]:
+    """A containerd of the runtime the knob names (CONTAINERD), as the agent's CRI peer; yields its endpoint."""
+    state = workdir / "containerd"
+    try:
+        yield start_containerd(state)
+    finally:
+        stop_containerd(state)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -110,7 +143,10 @@ def main() -> int:
     if not KONNECTIVITY_SERVER.exists():
         print(f"{KONNECTIVITY_SERVER} is missing: `make e2e-deps` builds it", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="edgelet-bench-tunnel-") as tmp:
+    if os.geteuid() != 0:
+        print("bench-tunnel: needs root to start the private containerd", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="edgelet-bench-tunnel-") as tmp, private_containerd(Path(tmp)) as cri:
         pki = Path(tmp)
         make_pki(pki)
         agent_port, health_port, admin_port = free_low_ports(3)
@@ -128,9 +164,12 @@ def main() -> int:
             rows = []
             for _ in range(opts.rounds):
                 children = [subprocess.Popen([sys.executable, "-c", CHILD, flag, f"127.0.0.1:{agent_port}", str(pki),
-                                              str(opts.settle)], env=env, stdout=subprocess.PIPE, text=True)
+                                              str(opts.settle), cri], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             text=True)
                             for flag in ("0", "1")]
-                (rss_off, private_off), (rss_on, private_on) = (json.loads(child.communicate()[0]) for child in children)
+                (rss_off, private_off), (rss_on, private_on) = (json.loads(child.stdout.readline()) for child in children)
+                for child in children:
+                    child.communicate("")
                 rows.append((rss_on - rss_off, private_on - private_off, rss_off, rss_on))
         finally:
             server.terminate()
