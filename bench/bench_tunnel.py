@@ -59,10 +59,9 @@ CHILD = textwrap.dedent("""\
         # client certificate and one TLS connection (here to the same server), so that only the tunnel's own
         # cost is left in the difference.
         from edgelet.cri.client import RuntimeClient
-        runtime = RuntimeClient(cri)
-        await runtime.__aenter__()
+        runtime = RuntimeClient(cri)  # connects at its first call; the child exits without closing it
         await runtime.version()
-        relisting = asyncio.create_task(relist(runtime))
+        relisting = asyncio.create_task(relist(runtime))  # held: the loop keeps only a weak reference
         from edgelet.kubeapi.kubeconfig import KubeConfig, ssl_context
         context = ssl_context(KubeConfig(path="bench", context="bench", server="https://" + address, ca_file=f"{pki}/ca.crt",
                                          client_cert_file=f"{pki}/node.crt", client_key_file=f"{pki}/node.key"))
@@ -163,13 +162,14 @@ def main() -> int:
             env = {**os.environ, "PYTHONPATH": str(REPO), "MALLOC_ARENA_MAX": "2", "GRPC_VERBOSITY": "NONE"}
             rows = []
             for _ in range(opts.rounds):
-                children = [subprocess.Popen([sys.executable, "-c", CHILD, flag, f"127.0.0.1:{agent_port}", str(pki),
-                                              str(opts.settle), cri], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             text=True)
+                args = [f"127.0.0.1:{agent_port}", str(pki), str(opts.settle), cri]
+                children = [subprocess.Popen([sys.executable, "-c", CHILD, flag, *args], env=env, text=True,
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                             for flag in ("0", "1")]
-                (rss_off, private_off), (rss_on, private_on) = (json.loads(child.stdout.readline()) for child in children)
+                readings = [json.loads(child.stdout.readline()) for child in children]
                 for child in children:
-                    child.communicate("")
+                    child.communicate("")  # end of input: both have read, both may go
+                (rss_off, private_off), (rss_on, private_on) = readings
                 rows.append((rss_on - rss_off, private_on - private_off, rss_off, rss_on))
         finally:
             server.terminate()
