@@ -31,24 +31,30 @@ class Retrier:
         self._backoff = JitteredBackoff(initial, max(maximum, initial), rng=rng, spread=spread)
         self._log = logger
         self._level = level  # of the streak's first line: events are best effort and say it at INFO
-        self._credentials_reported = False
+        self._kinds_reported: set[str] = set()  # in the current streak: see failed(kind=)
         self.failures = 0  # in the current streak
 
     def failed(self, error: BaseException | str, consequence: str = "", *, level: int | None = None,
-               traceback: bool = False) -> float:
+               traceback: bool = False, kind: str | None = None) -> float:
         """Counts a failure and returns how long to wait; `consequence` tells what the failure means meanwhile
         ("keeping 3 known pods"); `level`, when given, is that of this streak's first line instead of the loop's;
-        `traceback` adds the error's traceback to that line (a bug, not a failure of the world)."""
+        `traceback` adds the error's traceback to that line (a bug, not a failure of the world). `kind` names a
+        diagnosis an operator acts on ("client certificate"): its first failure in a streak gets a line of its
+        own even when other failures came first, as refused credentials do."""
         self.failures += 1
         refused = isinstance(error, CredentialsRefused)  # the API client's Unauthorized
         delay = self._backoff.next(at_least=self._backoff.initial * AUTH_SLOWDOWN if refused else 0.0)
         then = f"{consequence}, retrying in {delay:.1f}s" if consequence else f"retrying in {delay:.1f}s"
-        if refused and not self._credentials_reported:
-            self._credentials_reported = True
+        if refused:
+            kind = "credentials"
+        new_kind = kind is not None and kind not in self._kinds_reported
+        if kind is not None:
+            self._kinds_reported.add(kind)
+        if refused and new_kind:
             self._log.error("%s: the API server refused edgelet's credentials (%s %s: %s); check the kubeconfig "
                             "user or the client certificate; %s", self.what, error.status, error.reason,
                             error.message, then)
-        elif self.failures == 1:
+        elif self.failures == 1 or new_kind:
             self._log.log(self._level if level is None else level, "%s: %s; %s", self.what, error, then,
                           exc_info=error if traceback and isinstance(error, BaseException) else None)
         else:
@@ -61,6 +67,6 @@ class Retrier:
             return False
         self._log.info("%s: working again after %d failed attempts", self.what, self.failures)
         self.failures = 0
-        self._credentials_reported = False
+        self._kinds_reported.clear()
         self._backoff.reset()
         return True

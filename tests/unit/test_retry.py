@@ -122,3 +122,17 @@ def test_a_failure_may_say_its_streak_at_another_level(caplog):
 def test_invalid_initial(initial, maximum):
     with pytest.raises(ValueError):
         Retrier("test", initial=initial, maximum=maximum)
+
+
+def test_a_diagnosis_gets_one_line_of_its_own_in_a_streak(caplog):
+    caplog.set_level(logging.DEBUG)
+    retry = Retrier("konnectivity tunnel to a:8091", rng=Ceiling())
+    kinds = [None, "client certificate", None, "client certificate", "server certificate"]
+    for number, kind in enumerate(kinds):
+        retry.failed(f"failure {number}", kind=kind)
+    retry.succeeded()
+    retry.failed("failure 5", kind="client certificate")  # a new streak: said again
+    assert [(level, message.split(": ", 1)[1].split(";")[0]) for level, message in records(caplog)] == [
+        ("WARNING", "failure 0"), ("WARNING", "failure 1"), ("DEBUG", "still failing (failure 2)"),
+        ("DEBUG", "still failing (failure 3)"), ("WARNING", "failure 4"),
+        ("INFO", "working again after 5 failed attempts"), ("WARNING", "failure 5")]
