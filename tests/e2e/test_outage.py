@@ -4,9 +4,12 @@ outage, and a device offline long enough for taint-based eviction to delete its 
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import threading
 import time
+import urllib.parse
 from datetime import datetime, timezone
 
 import pytest
@@ -76,14 +79,22 @@ def test_apiserver_restart_and_a_60s_outage(node_ready, control_plane, kubectl, 
 
 
 class AnchorNode:
-    """A second node that stays healthy (its Lease renewed by this thread), so the node lifecycle controller
-    is not in full-disruption mode (where it evicts nothing) when the node under test goes away."""
+    """A second node that stays healthy (its Lease renewed every second by this thread), so the node lifecycle
+    controller is not in full-disruption mode (where it evicts nothing) when the node under test goes away.
 
-    def __init__(self, kubectl, name: str = "anchor"):
+    The renewals go over one kept-alive HTTPS connection, not a kubectl process each: on a loaded machine a
+    kubectl start can take seconds, and a renewal later than the grace period would take the anchor down too."""
+
+    def __init__(self, kubectl, control_plane, name: str = "anchor"):
         self.kubectl = kubectl
         self.name = name
+        pki = control_plane.dir / "pki"
+        self._address = urllib.parse.urlsplit(control_plane.server)
+        self._tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        self._tls.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, daemon=True)
+        self.failures: list[str] = []
 
     def __enter__(self):
         now = _rfc3339()
@@ -101,9 +112,26 @@ class AnchorNode:
         return self
 
     def _renew(self) -> None:
-        while not self._stop.wait(2):
-            self.kubectl.run("patch", "lease", self.name, "-n", "kube-node-lease", "--type=merge", "-p",
-                             json.dumps({"spec": {"renewTime": _rfc3339(micro=True)}}), check=False)
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.name}"
+        connection = None
+        while not self._stop.wait(1):
+            body = json.dumps({"spec": {"renewTime": _rfc3339(micro=True)}})
+            try:
+                if connection is None:
+                    connection = http.client.HTTPSConnection(self._address.hostname, self._address.port,
+                                                             context=self._tls, timeout=10)
+                connection.request("PATCH", path, body, {"Content-Type": "application/merge-patch+json"})
+                reply = connection.getresponse()
+                reply.read()
+                if reply.status != 200:
+                    self.failures.append(f"{_rfc3339()} {reply.status} {reply.reason}")
+            except (OSError, http.client.HTTPException) as e:
+                self.failures.append(f"{_rfc3339()} {e!r}")
+                if connection is not None:
+                    connection.close()
+                connection = None
+        if connection is not None:
+            connection.close()
 
     def __exit__(self, *exc):
         self._stop.set()
@@ -117,6 +145,25 @@ def _rfc3339(micro: bool = False) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
+def _eviction_view(kubectl, control_plane, nodes: list[str]) -> str:
+    """What the node lifecycle controller had to go on, for a failure's message: each node's Ready condition,
+    taints and Lease, and the controller's own lines about them."""
+    lines = []
+    for name in nodes:
+        node = kubectl.get("node", name, None) or {}
+        ready = next((c for c in node.get("status", {}).get("conditions", []) if c["type"] == "Ready"), {})
+        lease = kubectl.get("lease", name, "kube-node-lease") or {}
+        lines.append(f"node {name}: Ready={ready.get('status')} ({ready.get('reason')}, heartbeat "
+                     f"{ready.get('lastHeartbeatTime')}), taints {node.get('spec', {}).get('taints')}, lease renewed "
+                     f"{lease.get('spec', {}).get('renewTime')}, now {_rfc3339(micro=True)}")
+    log = control_plane.dir / "controller-manager.log"
+    if log.exists():
+        wanted = ("node_lifecycle", "taint", "evict", "disruption", "Zone")
+        lines += [line for line in log.read_text(errors="replace").splitlines()
+                  if any(word in line for word in wanted)][-30:]
+    return "\n".join(lines)
+
+
 def test_long_offline_pods_evicted_unless_they_tolerate_unreachable(node_ready, control_plane, kubectl):
     """What the kubelet does, edgelet does: the API is the truth once it is reachable again. A pod deleted by
     taint-based eviction while the device was offline is stopped on reconnect; a pod that tolerates
@@ -126,7 +173,7 @@ def test_long_offline_pods_evicted_unless_they_tolerate_unreachable(node_ready, 
                                 "effect": "NoExecute"},
                                {"key": "node.kubernetes.io/not-ready", "operator": "Exists",
                                 "effect": "NoExecute"}]}
-    with AnchorNode(kubectl):
+    with AnchorNode(kubectl, control_plane) as anchor:
         kubectl.apply(pod_manifest("evictable", node, "exec sleep 3600"))
         kubectl.apply(pod_manifest("kept", node, "exec sleep 3600", extra_spec=forever))
         wait_pod(kubectl, "evictable", running_container_id, 60)
@@ -134,8 +181,12 @@ def test_long_offline_pods_evicted_unless_they_tolerate_unreachable(node_ready, 
 
         node_ready.kill9()  # the device drops off the network; its containers keep running
         went = time.monotonic()
-        wait_pod(kubectl, "evictable", lambda p: p["metadata"].get("deletionTimestamp"),
-                 60 + TOLERATION_SECONDS)
+        try:
+            wait_pod(kubectl, "evictable", lambda p: p["metadata"].get("deletionTimestamp"),
+                     60 + TOLERATION_SECONDS)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{_eviction_view(kubectl, control_plane, [node, anchor.name])}\n"
+                                 f"anchor's failed renewals: {anchor.failures[-10:]}") from None
         evicted_after = time.monotonic() - went
 
         node_ready.start()  # back online: the deleted pod is stopped and gone, the tolerant one untouched
