@@ -16,7 +16,6 @@ import tomllib
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
@@ -54,10 +53,25 @@ def parse_duration(text: str) -> float:
     if len(text) > _MAX_DURATION_TEXT or not _DURATION.fullmatch(text):
         raise ValueError(f'{text[:_MAX_DURATION_TEXT]!r} is not a duration (write it like "10s", "5m", "1m30s" '
                          'or "500ms")')
-    nanoseconds = sum(Fraction(number) * _NS_PER_UNIT[unit] for number, unit in _SEGMENTS.findall(text))
-    if nanoseconds > _MAX_DURATION_NS:
+    numerator, denominator = _exact_nanoseconds(_SEGMENTS.findall(text))
+    if numerator > _MAX_DURATION_NS * denominator:
         raise ValueError(f"{text!r} is out of range (at most {format_duration(_MAX_DURATION_NS / 1e9)})")
-    return (-1 if text.startswith("-") else 1) * round(nanoseconds) / 1e9
+    whole, rest = divmod(numerator, denominator)
+    if 2 * rest > denominator or (2 * rest == denominator and whole % 2):  # half to even, as round() does
+        whole += 1
+    return (-1 if text.startswith("-") else 1) * whole / 1e9
+
+
+def _exact_nanoseconds(segments: list[tuple[str, str]]) -> tuple[int, int]:
+    """The segments' sum in nanoseconds as numerator / denominator (a power of ten), exactly: "1.5h" is 5400 s,
+    and "0.1s" + "0.2s" no float's rounding. Integers only, so the agent does not load fractions and decimal."""
+    denominator = 10 ** max(len(number.partition(".")[2]) for number, _ in segments)
+    numerator = 0
+    for number, unit in segments:
+        whole, _, fraction = number.partition(".")
+        scale = 10 ** len(fraction)
+        numerator += (int(whole or 0) * scale + int(fraction or 0)) * _NS_PER_UNIT[unit] * (denominator // scale)
+    return numerator, denominator
 
 
 def format_duration(seconds: float) -> str:

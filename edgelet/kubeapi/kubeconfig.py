@@ -11,7 +11,6 @@ import binascii
 import contextlib
 import os
 import ssl
-import tempfile
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping
 
@@ -221,6 +220,8 @@ def _as_file(path: str | None, data: bytes | None) -> Iterator[str]:
             os.close(fd)
         return
     # No memfd: a 0600 file in a private directory, removed as soon as OpenSSL has read it.
+    import tempfile  # here: it brings shutil, bz2 and lzma (0.5 MiB), and Linux has had memfd since 3.17
+
     with tempfile.TemporaryDirectory(prefix="edgelet-tls-") as tmp:
         fd, tmp_path = tempfile.mkstemp(dir=tmp)
         try:

@@ -4,10 +4,10 @@ the kubelet does, by `edgelet keygen` in a child) and the server context that as
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import ssl
-import tempfile
 import time
 from collections.abc import Iterable
 
@@ -52,19 +52,20 @@ def ensure_self_signed(directory: str, node_name: str, addresses: Iterable[str])
     except KeygenError as exc:
         raise TLSSetupError(f"kubelet_api: cannot make a self-signed serving certificate: {exc}") from None
     key_pem, cert_pem = made["key"].encode("ascii"), made["certificate"].encode("ascii")
-    with tempfile.TemporaryDirectory(dir=directory) as work:
-        tmp_cert, tmp_key = os.path.join(work, "crt"), os.path.join(work, "key")
-        _write_private(tmp_key, key_pem)
-        with open(tmp_cert, "wb") as file:
-            file.write(cert_pem)
-        # The key first: a certificate alone on disk would be taken as a complete pair next start.
-        os.replace(tmp_key, key_path)
-        os.replace(tmp_cert, cert_path)
+    tmp_cert, tmp_key = cert_path + ".new", key_path + ".new"  # leftovers of a crash are overwritten
+    _write_new(tmp_key, key_pem, 0o600)
+    _write_new(tmp_cert, cert_pem, 0o644)
+    # The key first: a certificate alone on disk would be taken as a complete pair next start.
+    os.replace(tmp_key, key_path)
+    os.replace(tmp_cert, cert_path)
     return cert_path, key_path
 
 
-def _write_private(path: str, data: bytes) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+def _write_new(path: str, data: bytes, mode: int) -> None:
+    """`data` in a fresh file (one left by a crash is replaced, never written through: O_EXCL, no symlink)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     with os.fdopen(descriptor, "wb") as file:
         file.write(data)
 

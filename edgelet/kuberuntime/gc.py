@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from edgelet.errors import EdgeletError
 from edgelet.kuberuntime import labels
 from edgelet.kuberuntime.types import ContainerState, SandboxState
+from edgelet.volumes.errors import VolumeError
+from edgelet.volumes.mountutil import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -262,8 +263,8 @@ class ContainerGC:
         for name in select_log_dirs_to_remove(names, active, in_runtime):
             path = os.path.join(self.logs_dir, name)
             try:
-                await asyncio.to_thread(shutil.rmtree, path)
-            except OSError as err:
+                await asyncio.to_thread(remove_tree, path)
+            except (OSError, VolumeError) as err:
                 result.errors.append(f"{path}: {err}")
                 log.warning("container GC: removing %s failed: %s", path, err)
                 continue

@@ -9,6 +9,8 @@ import argparse
 import dataclasses
 import sys
 
+from edgelet.cli import RawDescriptionHelpFormatter
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 # Every hollow node holds a watch connection and a keep-alive one, plus the fds of the loop itself.
@@ -26,7 +28,7 @@ are fake and accept pods they never run."""
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("simulate", help="run N hollow nodes against a control plane (load testing)",
-                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   description=DESCRIPTION, formatter_class=RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, required=True, help="how many hollow nodes to run")
     parser.add_argument("--kubeconfig", required=True,
                         help="credentials for every hollow node (simulation only: an admin kubeconfig works)")

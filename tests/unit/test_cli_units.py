@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
+import shutil
+import struct
+import sys
+import termios
 
 import pytest
 
+from edgelet import cli
 from edgelet.cli import build_parser, default_config_path
 from edgelet.cli_pods import Printer, display_status, format_pod_table, select
 from edgelet.labelselector import parse_selector
@@ -25,6 +32,51 @@ def test_every_option_of_every_command_has_help_text():
             if isinstance(action, argparse._SubParsersAction):
                 continue
             assert action.help and action.help != argparse.SUPPRESS, f"{name} {action.option_strings or action.dest}"
+
+
+class _Terminal:
+    """A pseudo-terminal of a given width as stdout (sys.__stdout__, which shutil asks), or None for no terminal."""
+
+    def __init__(self, columns: int | None):
+        self.columns = columns
+
+    def __enter__(self):
+        self.fds = ()
+        if self.columns is None:
+            return open(os.devnull, "w")
+        self.fds = os.openpty()
+        fcntl.ioctl(self.fds[1], termios.TIOCSWINSZ, struct.pack("HHHH", 24, self.columns, 0, 0))
+        return os.fdopen(os.dup(self.fds[1]), "w")
+
+    def __exit__(self, *exc):
+        for fd in self.fds:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("columns_env", [None, "120", "0", "-4", "wide", ""])
+@pytest.mark.parametrize("terminal", [None, 100, 0])
+def test_the_help_width_is_shutils(monkeypatch, columns_env, terminal):
+    """terminal_width() stands in for shutil.get_terminal_size().columns (shutil stays out of `edgelet run`):
+    the same answer in every case, and so the same help, byte for byte, as argparse's own formatter gives."""
+    if columns_env is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns_env)
+    with _Terminal(terminal) as stdout:
+        monkeypatch.setattr(sys, "__stdout__", stdout)
+        assert cli.terminal_width() == shutil.get_terminal_size().columns
+        logs = _subparsers(build_parser())["logs"]
+        assert logs.formatter_class is cli.HelpFormatter
+        ours = logs.format_help()
+        logs.formatter_class = argparse.HelpFormatter
+        assert logs.format_help() == ours
+        stdout.close()
+
+
+def test_no_stdout_at_all_is_80_columns(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(sys, "__stdout__", None)
+    assert cli.terminal_width() == shutil.get_terminal_size().columns == 80
 
 
 def test_config_defaults_to_etc_and_the_environment_overrides_it(monkeypatch):

@@ -52,6 +52,26 @@ def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
 
 
+_UNITS = ["ns", "us", "µs", "ms", "s", "m", "h"]
+_NUMBERS = st.one_of(st.from_regex(r"[0-9]{1,12}", fullmatch=True),
+                     st.from_regex(r"[0-9]{0,9}\.[0-9]{1,12}", fullmatch=True),
+                     st.from_regex(r"[0-9]{1,9}\.", fullmatch=True))
+
+
+@given(st.sampled_from(["", "-", "+"]), st.lists(st.tuples(_NUMBERS, st.sampled_from(_UNITS)), min_size=1, max_size=4))
+def test_parse_duration_agrees_with_exact_fractions(sign, segments):
+    """Integer arithmetic in the agent, checked against fractions.Fraction (which the agent no longer loads)."""
+    from fractions import Fraction
+    text = sign + "".join(number + unit for number, unit in segments)
+    per_unit = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+    exact = sum(Fraction(number) * per_unit[unit] for number, unit in segments)
+    if exact > 2**63 - 1:
+        with pytest.raises(ValueError, match="out of range"):
+            parse_duration(text)
+    else:
+        assert parse_duration(text) == (-1 if sign == "-" else 1) * round(exact) / 1e9
+
+
 @given(st.integers(min_value=-(10**15), max_value=10**15))
 def test_format_duration_round_trips(nanoseconds):
     seconds = nanoseconds / 1e9
