@@ -138,4 +138,4 @@ proto: venv
 	hack/gen-proto.sh
 
 clean:
-	rm -rf build dist *.egg-info edgelet/*.so edgelet/_core.c
+	rm -rf build dist *.egg-info edgelet/*.so edgelet/_core.c edgelet/_libc.c

@@ -1,4 +1,4 @@
-"""Builds the `edgelet._core` extension; a failed compile fails the build unless EDGELET_NO_EXTENSIONS=1."""
+"""Builds the `edgelet._core` and `edgelet._libc` extensions; a failed compile fails the build unless EDGELET_NO_EXTENSIONS=1."""
 
 import os
 
@@ -10,7 +10,7 @@ else:
     from Cython.Build import cythonize
 
     ext_modules = cythonize(
-        ["edgelet/_core.pyx"],
+        ["edgelet/_core.pyx", "edgelet/_libc.pyx"],
         compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False},
     )
 

@@ -5,8 +5,9 @@ trimming now and then returns it (about 0.8 MiB at 110 pods, docs/benchmarks.md)
 
 from __future__ import annotations
 
-import ctypes
 from typing import Callable
+
+from edgelet import libc
 
 TRIM_INTERVAL = 30.0  # seconds between trims: each walks the heaps' free lists, well under a millisecond
 
@@ -19,13 +20,7 @@ def trim_due(now: float, next_trim: float) -> bool:
 def libc_malloc_trim() -> Callable[[], bool] | None:
     """glibc's malloc_trim(0) as a function saying whether memory went back; None where the C library has
     none (musl)."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except AttributeError:
-        return None
-    trim.argtypes = (ctypes.c_size_t,)
-    trim.restype = ctypes.c_int
-    return lambda: bool(trim(0))
+    return libc.malloc_trim if libc.HAVE_MALLOC_TRIM else None
 
 
 class HeapTrimmer:

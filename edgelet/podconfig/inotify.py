@@ -1,14 +1,15 @@
-"""Linux inotify through ctypes: a non-blocking descriptor, watches, and a pure parser of the event records."""
+"""Linux inotify (edgelet.libc): a non-blocking descriptor, watches, and a pure parser of the event records."""
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import errno
+import contextlib
 import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from edgelet import libc
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -60,43 +61,29 @@ def parse_events(buffer: bytes) -> list[InotifyEvent]:
     return events
 
 
-def _libc() -> ctypes.CDLL:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        for symbol in ("inotify_init1", "inotify_add_watch", "inotify_rm_watch"):
-            getattr(libc, symbol)
-    except (OSError, AttributeError) as exc:
-        raise InotifyUnavailable(errno.ENOSYS, f"inotify is not available: {exc}") from None
-    libc.inotify_add_watch.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32)
-    libc.inotify_rm_watch.argtypes = (ctypes.c_int, ctypes.c_int)
-    return libc
-
-
 class Inotify:
     """One inotify instance; close it (or use `with`) to release the descriptor and its watches."""
 
     def __init__(self) -> None:
-        self._libc = _libc()
-        fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if fd < 0:
-            code = ctypes.get_errno()
-            raise InotifyUnavailable(code, f"inotify_init1: {os.strerror(code)}")
-        self._fd = fd
+        try:
+            self._fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        except OSError as e:
+            raise InotifyUnavailable(e.errno, f"inotify_init1: {os.strerror(e.errno)}") from None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def fileno(self) -> int:
         return self._fd
 
     def add_watch(self, path: str, mask: int) -> int:
-        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), mask)
-        if wd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code), path)
-        return wd
+        try:
+            return libc.inotify_add_watch(self._fd, os.fsencode(path), mask)
+        except OSError as e:
+            raise OSError(e.errno, os.strerror(e.errno), path) from None
 
     def rm_watch(self, wd: int) -> None:
         """Remove a watch; one the kernel already dropped (its path was deleted) is not an error."""
-        self._libc.inotify_rm_watch(self._fd, wd)
+        with contextlib.suppress(OSError):
+            libc.inotify_rm_watch(self._fd, wd)
 
     def read(self) -> list[InotifyEvent]:
         """Every event queued now; an empty list when none is pending."""

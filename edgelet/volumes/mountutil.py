@@ -1,15 +1,16 @@
-"""mount(2) and umount2(2) through libc, the mount table of /proc/self/mountinfo, and a directory removal
+"""mount(2) and umount2(2) (edgelet.libc), the mount table of /proc/self/mountinfo, and a directory removal
 that never follows symlinks nor crosses into another filesystem.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import re
 import stat
 from dataclasses import dataclass
+
+from edgelet import libc
 
 from .errors import VolumeError
 
@@ -17,24 +18,22 @@ MS_BIND = 0x1000
 MNT_DETACH = 0x2
 UMOUNT_NOFOLLOW = 0x8
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
-_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
-
 
 def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
     """mount(2); raises OSError with the errno."""
-    if _libc.mount(os.fsencode(source), os.fsencode(target), fstype.encode() if fstype else None,
-                   flags, data.encode() if data else None) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"mount {source} on {target}: {os.strerror(code)}", target)
+    try:
+        libc.mount(os.fsencode(source), os.fsencode(target), fstype.encode() if fstype else None, flags,
+                   data.encode() if data else None)
+    except OSError as e:
+        raise OSError(e.errno, f"mount {source} on {target}: {os.strerror(e.errno)}", target) from None
 
 
 def unmount(target: str, flags: int = UMOUNT_NOFOLLOW) -> None:
     """umount2(2), by default refusing to follow a symlink at the mount point; raises OSError."""
-    if _libc.umount2(os.fsencode(target), flags) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"unmount {target}: {os.strerror(code)}", target)
+    try:
+        libc.umount2(os.fsencode(target), flags)
+    except OSError as e:
+        raise OSError(e.errno, f"unmount {target}: {os.strerror(e.errno)}", target) from None
 
 
 @dataclass(frozen=True, slots=True)

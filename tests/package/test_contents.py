@@ -74,8 +74,9 @@ def test_deb_files(packages):
     assert listing["/opt/edgelet/edgelet"].startswith("-rwxr-xr-x")
     assert listing["/etc/edgelet/manifests"].startswith("drwxr-xr-x")
     assert listing[CONFIG].startswith("-rw-r-----")
-    compiled = [p for p in listing if re.fullmatch(r"/opt/edgelet/_internal/edgelet/_core\.cpython-[^/]+\.so", p)]
-    assert compiled, "the compiled edgelet._core is not in the bundle"
+    for extension in ("_core", "_libc"):
+        compiled = [p for p in listing if re.fullmatch(rf"/opt/edgelet/_internal/edgelet/{extension}\.cpython-[^/]+\.so", p)]
+        assert compiled, f"the compiled edgelet.{extension} is not in the bundle"
     # State is created by the unit (StateDirectory=), never shipped; nothing of the build leaks in.
     assert not [p for p in listing if p.startswith("/var/")]
     assert not [p for p in listing if "__pycache__" in p or p.endswith((".pyx", ".c"))]

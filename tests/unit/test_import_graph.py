@@ -174,6 +174,9 @@ def modules_run_loads(config: pathlib.Path) -> set[str]:
     return set(json.loads(done.stdout))
 
 
+# The C library calls are compiled (edgelet/_libc.pyx): ctypes (0.9 MiB) only for the pure-Python run's twin.
+_CTYPES = [] if os.environ.get("EDGELET_NO_EXTENSIONS") == "1" else ["ctypes", "_ctypes"]
+
 # Loaded only by the command that needs them, in cluster mode, or under a setting that is not the default.
 _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.cli_pods", "edgelet.cli_describe", "edgelet.labelselector", "resource",  # other subcommands
@@ -186,6 +189,8 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.podconfig.http",  # [pods] http_url
     "difflib",  # a manifest with an unknown field
     "encodings.idna",  # resolving a host name (the ops server binds its IP address itself)
+    "shutil", "tempfile", "bz2", "lzma", "fractions",  # as for a cluster run, below
+    *_CTYPES,
 ]
 
 
@@ -201,7 +206,10 @@ def test_a_standalone_run_leaves_cluster_and_other_commands_modules_unloaded(tmp
 
 # Libraries a cluster node never loads: keys are made by `edgelet keygen` in a child, HTTP goes through edgelet.http11.
 _NOT_FOR_A_CLUSTER_RUN = ["cryptography", "httpx", "httpcore", "anyio", "sniffio", "certifi", "edgelet.podconfig.http",
-                          "edgelet.tunnel"]  # the konnectivity tunnel: only with [cluster.tunnel]
+                          "edgelet.tunnel",  # the konnectivity tunnel: only with [cluster.tunnel]
+                          # 0.5 MiB (docs/benchmarks.md): argparse's width, tempfile's mkdtemp and shutil's rmtree
+                          # would bring them; fractions is gone with parse_duration's integer arithmetic.
+                          "shutil", "tempfile", "bz2", "lzma", "fractions", *_CTYPES]
 
 
 def test_a_cluster_run_with_the_kubelet_api_loads_neither_cryptography_nor_httpx(tmp_path):
