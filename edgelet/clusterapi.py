@@ -30,8 +30,12 @@ from .status.mirror import MirrorPods, split_mirror_pods
 from .tasks import TaskGroup
 
 
-# After a Lease renewal that ends an outage, the pod watch reconnects within this many renew intervals.
-RELIST_SPREAD = 1.2
+# After a Lease renewal that ends an outage the pod watch reconnects at a random point within RELIST_SPREAD_ALONE
+# seconds, or within RELIST_SPREAD_CROWD renew intervals when that renewal took CROWDED_RENEWAL seconds or more: an API
+# server that slow is answering a fleet that came back with it (an idle one answers a Lease PUT in milliseconds).
+RELIST_SPREAD_ALONE = 2.0
+RELIST_SPREAD_CROWD = 3.0
+CROWDED_RENEWAL = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +160,11 @@ class ClusterApi:
         # A lapse may have let the node lifecycle controller mark the Node.
         self.node_status.reconcile_with_server()
         # The pod watch need not wait out the reflector's backoff (up to a minute). A fleet's Leases come back
-        # together (the apiserver answers the renewals queued during its start-up at once), so each node's re-list
-        # is spread over 1.2 renew intervals: about N/12 per second at the default 10 s, under the N/10 budget.
-        self.source.reconnect_soon(RELIST_SPREAD * self._renew_interval)
+        # together (the apiserver answers the renewals queued during its start-up at once, slowly), so a slow
+        # renewal spreads this node's re-list over 3 renew intervals: about N/30 per second at the default 10 s,
+        # well under the N/10 budget. A node alone with its API server re-lists within 2 s.
+        crowded = self.lease.last_renew_took >= CROWDED_RENEWAL
+        self.source.reconnect_soon(RELIST_SPREAD_CROWD * self._renew_interval if crowded else RELIST_SPREAD_ALONE)
         for callback in self._link_back_callbacks:
             callback()
 

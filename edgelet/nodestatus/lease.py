@@ -92,6 +92,7 @@ class LeaseController:
         self.renew_interval = renew_interval
         self.renewals = 0
         self.last_renew = 0.0  # clock() of the last successful renewal
+        self.last_renew_took = 0.0  # seconds the last successful renewal took (the API server's load shows there)
         self._clock = clock
         self._rng = rng or random.Random()
         self._sleep = sleep
@@ -112,11 +113,13 @@ class LeaseController:
         due: float | None = None
         while True:
             previous = self.last_renew
+            started = time.monotonic()
             try:
                 await self.renew()
             except ApiError as e:
                 await self._sleep(retry.failed(e))
                 continue
+            self.last_renew_took = time.monotonic() - started
             lapsed = previous and self.last_renew - previous > self.duration
             if (retry.succeeded() or lapsed) and self._on_lapse_ended is not None:
                 self._on_lapse_ended()
