@@ -1,5 +1,5 @@
 """The C library calls the agent makes that Python's os module lacks: mount(2), umount2(2), inotify(7) and
-glibc's malloc_trim(3), compiled. ctypes makes the same calls at 0.9 MiB of RSS (libffi, `_ctypes` and its
+glibc's malloc_trim(3), compiled. ctypes makes the same calls at 0.3-0.4 MiB of RSS (libffi, `_ctypes` and its
 Python layer) for these six functions; `edgelet/_libc_py.py` is that ctypes version, used where this extension
 is not built (EDGELET_NO_EXTENSIONS=1), and the tests run both (tests/unit/test_libc.py)."""
 

@@ -174,7 +174,7 @@ def modules_run_loads(config: pathlib.Path) -> set[str]:
     return set(json.loads(done.stdout))
 
 
-# The C library calls are compiled (edgelet/_libc.pyx): ctypes (0.9 MiB) only for the pure-Python run's twin.
+# The C library calls are compiled (edgelet/_libc.pyx): ctypes (0.3-0.4 MiB) only for the pure run's twin.
 _CTYPES = [] if os.environ.get("EDGELET_NO_EXTENSIONS") == "1" else ["ctypes", "_ctypes"]
 
 # Loaded only by the command that needs them, in cluster mode, or under a setting that is not the default.
