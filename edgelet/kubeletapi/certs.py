@@ -4,13 +4,13 @@ the kubelet does, by `edgelet keygen` in a child) and the server context that as
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import ssl
 import time
 from collections.abc import Iterable
 
+from edgelet.checkpoint import replace_file
 from edgelet.errors import PermanentError
 from edgelet.keygen import KeygenError, in_child
 
@@ -52,22 +52,11 @@ def ensure_self_signed(directory: str, node_name: str, addresses: Iterable[str])
     except KeygenError as exc:
         raise TLSSetupError(f"kubelet_api: cannot make a self-signed serving certificate: {exc}") from None
     key_pem, cert_pem = made["key"].encode("ascii"), made["certificate"].encode("ascii")
-    tmp_cert, tmp_key = cert_path + ".new", key_path + ".new"  # leftovers of a crash are overwritten
-    _write_new(tmp_key, key_pem, 0o600)
-    _write_new(tmp_cert, cert_pem, 0o644)
-    # The key first: a certificate alone on disk would be taken as a complete pair next start.
-    os.replace(tmp_key, key_path)
-    os.replace(tmp_cert, cert_path)
+    # The key first: a certificate alone on disk would be taken as a complete pair next start. A temp file left
+    # by a crash is overwritten.
+    replace_file(key_path, key_pem, temp=key_path + ".new", mode=0o600, exclusive=False)
+    replace_file(cert_path, cert_pem, temp=cert_path + ".new", mode=0o644, exclusive=False)
     return cert_path, key_path
-
-
-def _write_new(path: str, data: bytes, mode: int) -> None:
-    """`data` in a fresh file (one left by a crash is replaced, never written through: O_EXCL, no symlink)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-    with os.fdopen(descriptor, "wb") as file:
-        file.write(data)
 
 
 def server_context(cert_file: str, key_file: str, *, client_ca_file: str = "",

@@ -330,7 +330,8 @@ class Tunnel:
                 slot.last_error, slot.certificate_refused = message, "client certificate" in message
                 self.changed()
                 # A refusal may follow other failures (a reset that lost the server's alert): it gets its line.
-                await self._wait(retry.failed(message, kind="client certificate" if slot.certificate_refused else None))
+                kind = "client certificate" if slot.certificate_refused else None
+                await self._wait(retry.failed(message, kind=kind))
                 continue
             if stream.server_id in self._streams:
                 # A load balancer led this slot to a server another slot holds already: konnectivity-agent drops it.
