@@ -89,8 +89,10 @@ class ProbeWorker:
 
         if container.state != ContainerState.RUNNING:
             self._set(Result.FAILURE)
-            # A container that ended under restartPolicy Never will not come back.
-            return container.state != ContainerState.EXITED or podutil.restart_policy(self.pod) != "Never"
+            # A container that ended under restartPolicy Never will not come back, unless it is a sidecar:
+            # those restart whatever the pod's policy, and the new instance is probed from the start.
+            return (container.state != ContainerState.EXITED or podutil.restart_policy(self.pod) != "Never"
+                    or podutil.is_sidecar(self.container))
 
         if podutil.deletion_requested(self.pod) and self.probe_type is not ProbeType.READINESS:
             # A pod shutting down is not restarted for failing a probe on its way out.

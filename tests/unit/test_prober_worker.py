@@ -8,7 +8,7 @@ import pytest
 from edgelet import metrics
 from edgelet.kuberuntime.types import ContainerState, ContainerStatus
 from edgelet.prober.probes import ProbeSpec
-from edgelet.prober.results import Outcome, ProbeError, ProbeType, Result, ResultsCache
+from edgelet.prober.results import INITIAL_RESULT, Outcome, ProbeError, ProbeType, Result, ResultsCache
 from edgelet.prober.worker import ProbeWorker
 from tests.scrape import sample_value
 
@@ -33,7 +33,7 @@ def running(cid="c1", started_ago=100.0, state=ContainerState.RUNNING):
 class Harness:
     """A worker over scripted check outcomes, a settable container and a settable wall clock."""
 
-    def __init__(self, probe_type, *, pod=None, started=True, **timing):
+    def __init__(self, probe_type, *, pod=None, container=None, started=True, **timing):
         self.container: ContainerStatus | None = running()
         self.outcomes: list[Result | Exception] = []
         self.checked: list[str] = []
@@ -44,7 +44,7 @@ class Harness:
         self.results = ResultsCache(probe_type, lambda uid, cid, result: self.changes.append((cid, result)))
         spec = ProbeSpec(handler="exec", action={"command": ["true"]}, **timing)
         self.worker = ProbeWorker(
-            probe_type, pod or make_pod(), {"name": "app"}, spec,
+            probe_type, pod or make_pod(), container or {"name": "app"}, spec,
             results=self.results, check=self._check,
             container_lookup=lambda uid, name: self.container if (uid, name) == (UID, "app") else None,
             is_started=lambda cid: self.started, wall_clock=lambda: self.now, recorder=self,
@@ -161,6 +161,20 @@ async def test_non_running_container_fails_and_stops_only_for_good(state, policy
     harness.container = running(state=state)
     assert await harness.worker.do_probe() is keeps_going
     assert harness.result() is F and not harness.checked
+
+
+@pytest.mark.parametrize("probe_type", [ProbeType.READINESS, ProbeType.LIVENESS, ProbeType.STARTUP])
+async def test_an_exited_sidecar_is_probed_again_under_never(probe_type):
+    # A sidecar restarts whatever the pod's policy: its worker waits for the next instance (a worker that
+    # stopped would no longer hold the pod's readiness back).
+    harness = Harness(probe_type, pod=make_pod(policy="Never"), container={"name": "app", "restartPolicy": "Always"},
+                      initial_delay=10)
+    harness.container = running(state=ContainerState.EXITED)
+    assert await harness.worker.do_probe() is True
+    assert harness.result() is F
+    harness.container = running(cid="c2", started_ago=0)
+    assert await harness.worker.do_probe() is True
+    assert not harness.checked and harness.result("c2") is INITIAL_RESULT[probe_type] and harness.result("c1") is None
 
 
 async def test_missing_container_waits():
