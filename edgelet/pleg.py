@@ -46,6 +46,10 @@ EVENT_BATCH_DELAY = 0.05
 # A stream counts only for the events sent once the runtime has subscribed it, which it does as the call
 # arrives; a relist that starts this long after the stream was asked for sees everything sent before.
 SUBSCRIBE_GRACE = 1.0
+# While the stream is live and quiet, how often the PLEG vouches for the whole cache (the kubelet's evented PLEG
+# updates the cache's global timestamp every globalCacheUpdatePeriod, 5 s). A worker waiting for a status newer
+# than its last action is answered at once instead (`_vouch_now`): the tick is for health and the metrics.
+CACHE_REFRESH_PERIOD = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +152,7 @@ class GenericPLEG:
         self.relists = 0  # done so far
         self._last_full_relist: float | None = None
         self._snapshot: core.Snapshot | None = None
-        self.cache = PodCache()
+        self.cache = PodCache(vouch=self._vouch_now)
         self._reinspect: set[str] = set()
         # Inspection results reused while a container's state and creation time are unchanged.
         self._inspected: dict[str, ContainerStatus] = {}
@@ -199,8 +203,12 @@ class GenericPLEG:
             return
         while True:
             quiet_since = self._clock()
+            # A failed inspection is retried a relist period later, as in the periodic relist; otherwise the loop
+            # wakes for the next full relist or to vouch for the cache, whichever comes first.
+            until_full = self._evented_period - (quiet_since - (self._last_full_relist or 0.0))
+            timeout = self._period if self._reinspect else max(self._period, min(CACHE_REFRESH_PERIOD, until_full))
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self._period)
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
             except TimeoutError:
                 pass
             else:
@@ -215,6 +223,15 @@ class GenericPLEG:
             self.cache.update_time(quiet_since)  # a pod whose inspection failed keeps its error, newer still
             self._last_relist = self._clock()
             metrics.pleg_last_seen_seconds.set(time.time())
+
+    def _vouch_now(self) -> float | None:
+        """Now, when the cache is known to hold as of now: the stream is live, no event came since the last relist
+        began, no relist is under way, and no pod waits to be inspected again (so a worker waiting for a status
+        newer than its last action need not wait for the next tick); else None."""
+        if (self._events_live() and not self._wake.is_set() and not self._lock.locked()
+                and not self._reinspect and not self.last_error):
+            return self._clock()
+        return None
 
     def _note_failure(self, message: str) -> None:
         if message != self.last_error:

@@ -127,6 +127,25 @@ async def test_quiet_periods_vouch_for_the_cache_without_a_relist(short_grace, r
     assert pleg.healthy()[0]
 
 
+async def test_a_waiting_worker_is_answered_at_once_while_the_stream_is_quiet(short_grace, running, monkeypatch):
+    """The cache is vouched for on demand, not only at the quiet period's tick; not while an event is pending."""
+    monkeypatch.setattr(pleg_module, "CACHE_REFRESH_PERIOD", 3600.0)
+    runtime = EventRuntime()
+    runtime.add_pod("u1")
+    pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented_relist_period=3600))
+    await eventually(lambda: pleg.mode == "evented", "the stream counts as live")
+    lists = runtime.lists
+    clock = asyncio.get_running_loop().time
+    status = await asyncio.wait_for(pleg.cache.get_newer_than("u1", clock()), timeout=1)
+    assert status.sandboxes[0].id == "sandbox-u1" and runtime.lists == lists
+
+    pleg._wake.set()  # an event has come and its relist has not run yet: the cache cannot be vouched for
+    assert pleg._vouch_now() is None
+    pleg._wake.clear()
+    assert pleg._vouch_now() is not None
+    await eventually(lambda: runtime.lists > lists, "the woken loop relisted")  # before the fixture cancels it
+
+
 async def test_a_lost_stream_brings_back_the_periodic_relist_until_it_is_live_again(short_grace, running):
     runtime = EventRuntime()
     pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented_relist_period=3600))

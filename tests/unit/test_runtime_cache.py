@@ -98,3 +98,26 @@ async def test_a_reader_waiting_for_a_pod_gets_the_error_of_its_next_inspection(
     cache.set_error("u", "connection refused", 11.0)
     with pytest.raises(InspectionError):
         await asyncio.wait_for(waiter, 1)
+
+
+async def test_a_reader_asks_the_writer_to_vouch_before_it_waits():
+    """An event-driven writer that knows the cache holds as of now answers a waiting reader at once; while it
+    does not know (an event pending, a relist under way), the reader waits for the next observation."""
+    vouched: list[float | None] = [None]
+    cache = PodCache(vouch=lambda: vouched[0])
+    cache.set(status("u", 10.0, "cached"))
+    waiter = asyncio.ensure_future(cache.get_newer_than("u", 12.0))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    cache.update_time(11.0)  # not new enough, and the writer cannot vouch: the reader waits on
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    vouched[0] = 12.0  # vouching for the very moment asked about is not newer
+    cache.update_time(11.5)
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    vouched[0] = 13.0
+    cache.update_time(11.6)  # any change wakes the reader, which asks again
+    assert (await asyncio.wait_for(waiter, 1)).name == "cached"
+    assert cache.is_newer_than("other", 12.5)  # what was vouched for holds for every pod
+    assert (await asyncio.wait_for(cache.get_newer_than("u", 12.9), 1)).name == "cached"
