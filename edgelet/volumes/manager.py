@@ -92,6 +92,9 @@ class VolumeManager:
         self.tokens: TokenSource = tokens or NoTokens()
         self._locks: dict[str, asyncio.Lock] = {}
         self._warned: dict[str, set[str]] = {}
+        # Pods whose directories set-up has made and teardown not removed: a pod with no volume to lay out
+        # (most of them) costs its periodic sync no thread hop.
+        self._laid_out: set[str] = set()
 
     def use_tokens(self, tokens: TokenSource) -> None:
         """Serve serviceAccountToken sources from `tokens` (the cluster connection's token manager)."""
@@ -129,8 +132,12 @@ class VolumeManager:
         tokens, errors = await self._service_account_tokens(pod)
         plans, plan_errors = self._plan(pod, tokens)
         errors += plan_errors
-        async with self._lock(uid):
-            paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod))
+        if not plans and uid in self._laid_out:
+            paths, apply_errors = {}, []
+        else:
+            async with self._lock(uid):
+                paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod))
+            self._laid_out.add(uid)
         errors += apply_errors
         if errors:
             raise VolumeError("; ".join(errors))
@@ -245,6 +252,7 @@ class VolumeManager:
         (VolumeError, and the rest stays for the next attempt).
         """
         pod_dir = self.pod_dir(pod_uid)
+        self._laid_out.discard(pod_uid)  # first: a teardown that fails half-way leaves the next set-up to redo it
         async with self._lock(pod_uid):
             await asyncio.to_thread(self._teardown, pod_dir)
         self._locks.pop(pod_uid, None)

@@ -58,6 +58,23 @@ def _secret(name, **data):
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
 
 
+# -- the pod directory -----------------------------------------------------------------------------
+
+
+async def test_a_pod_without_volumes_gets_its_directories_again_after_a_teardown(manager):
+    """Set-up skips a pod whose directories it made and nothing removed; a teardown, even one that is then
+    retried, is something that removed them."""
+    pod = _pod([])
+    volumes_dir = os.path.join(manager.pod_dir(UID), "volumes")
+    for _ in range(2):
+        assert await manager.setup_pod(pod) == {}
+        assert os.path.isdir(volumes_dir)
+        await manager.teardown_pod(UID)
+        assert not os.path.exists(manager.pod_dir(UID))
+    assert await manager.setup_pod(pod) == {}
+    assert os.path.isdir(volumes_dir)
+
+
 # -- emptyDir --------------------------------------------------------------------------------------
 
 async def test_memory_empty_dir_is_a_sized_tmpfs_until_teardown(manager):
