@@ -45,6 +45,10 @@ if TYPE_CHECKING:  # the archive reader and the registry load only once an archi
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL = 5.0
+# While inotify watches the directory, or the directory does not exist (no air-gap images on this node), a pass every
+# this many seconds is the safety net, as the manifest directory's rescan is; `poll_interval` is for a directory
+# that exists with no watch on it. A pass that finds the directory made since watches it from then on.
+WATCHED_POLL_INTERVAL = 20.0
 # A file that changed within this many seconds may still be being copied in; it waits.
 DEFAULT_SETTLE = 2.0
 CHECKPOINT_KIND = "airgap-archive"
@@ -236,18 +240,24 @@ class AirgapImages:
 
     async def run(self) -> None:
         """Imports new and changed archives: at once when inotify reports a change, and every
-        `poll_interval` seconds in any case (inotify can be unavailable or overflow)."""
+        `poll_interval` seconds in any case (inotify can be unavailable or overflow; WATCHED_POLL_INTERVAL while it
+        watches or the directory is absent)."""
         await self.start()
-        watcher = self._watch()
+        watcher, absent = self._watch()
         try:
             while True:
                 self._wake.clear()
+                if absent and os.path.isdir(self.directory):
+                    watcher, absent = self._watch()
                 try:
                     await self.scan()
                 except EdgeletError as err:
                     log.warning("air-gap: scan of %s failed: %s", self.directory, err)
+                interval = self.poll_interval
+                if watcher is not None or absent:
+                    interval = max(interval, WATCHED_POLL_INTERVAL)
                 # A file too young to import is looked at again as soon as it has settled.
-                delay = min(self._settle, self.poll_interval) if self._unsettled else self.poll_interval
+                delay = min(self._settle, interval) if self._unsettled else interval
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), delay)
         finally:
@@ -255,22 +265,24 @@ class AirgapImages:
                 watcher.close()
             await self.close()
 
-    def _watch(self) -> Inotify | None:
+    def _watch(self) -> tuple[Inotify | None, bool]:
+        """An inotify watch on the directory, or None; and whether the directory is absent (looked for again)."""
         try:
             watcher = Inotify()
         except OSError as err:
             log.info("air-gap: polling %s every %gs (no inotify: %s)", self.directory, self.poll_interval, err)
-            return None
+            return None, False
         try:
             watcher.add_watch(self.directory, _WATCH_MASK)
         except OSError as err:
             watcher.close()
-            # No images directory means the feature is not in use: nothing to say above debug.
-            level = logging.DEBUG if err.errno == errno.ENOENT else logging.INFO
-            log.log(level, "air-gap: polling %s every %gs (%s)", self.directory, self.poll_interval, err.strerror)
-            return None
+            if err.errno == errno.ENOENT:  # no images directory: the feature is not in use, nothing to say
+                log.debug("air-gap: %s does not exist; looked for every %gs", self.directory, WATCHED_POLL_INTERVAL)
+                return None, True
+            log.info("air-gap: polling %s every %gs (%s)", self.directory, self.poll_interval, err.strerror)
+            return None, False
         watcher.attach(asyncio.get_running_loop(), lambda events: self._wake.set())
-        return watcher
+        return watcher, False
 
     async def scan(self) -> list[str]:
         """One pass over the directory; returns the names of the archives imported in it."""
