@@ -53,6 +53,7 @@ def test_format_duration(seconds, text):
 
 
 _UNITS = ["ns", "us", "µs", "ms", "s", "m", "h"]
+MAX_DURATION_TEXT = 64  # the longest duration text parse_duration reads
 _NUMBERS = st.one_of(st.from_regex(r"[0-9]{1,12}", fullmatch=True),
                      st.from_regex(r"[0-9]{0,9}\.[0-9]{1,12}", fullmatch=True),
                      st.from_regex(r"[0-9]{1,9}\.", fullmatch=True))
@@ -65,7 +66,10 @@ def test_parse_duration_agrees_with_exact_fractions(sign, segments):
     text = sign + "".join(number + unit for number, unit in segments)
     per_unit = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
     exact = sum(Fraction(number) * per_unit[unit] for number, unit in segments)
-    if exact > 2**63 - 1:
+    if len(text) > MAX_DURATION_TEXT:  # refused by length before any arithmetic (up to 97 characters here)
+        with pytest.raises(ValueError, match="is not a duration"):
+            parse_duration(text)
+    elif exact > 2**63 - 1:
         with pytest.raises(ValueError, match="out of range"):
             parse_duration(text)
     else:
@@ -332,3 +336,9 @@ def test_tunnel_settings_and_their_errors(tmp_path):
             load(text)
         assert caught.value.key == key and words in caught.value.message, (text, caught.value)
         assert str(tmp_path / "edgelet.toml") in str(caught.value)
+
+
+def test_a_duration_text_of_the_longest_length_is_read_and_a_longer_one_refused():
+    assert parse_duration("0" * (MAX_DURATION_TEXT - 2) + "5s") == 5.0
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_duration("0" * (MAX_DURATION_TEXT - 1) + "5s")
