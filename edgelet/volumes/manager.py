@@ -135,9 +135,9 @@ class VolumeManager:
         if not plans and uid in self._laid_out:
             paths, apply_errors = {}, []
         else:
-            async with self._lock(uid):
+            async with self._lock(uid):  # under the pod's lock, as teardown's forgetting is
                 paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod))
-            self._laid_out.add(uid)
+                self._laid_out.add(uid)
         errors += apply_errors
         if errors:
             raise VolumeError("; ".join(errors))
@@ -252,8 +252,9 @@ class VolumeManager:
         (VolumeError, and the rest stays for the next attempt).
         """
         pod_dir = self.pod_dir(pod_uid)
-        self._laid_out.discard(pod_uid)  # first: a teardown that fails half-way leaves the next set-up to redo it
         async with self._lock(pod_uid):
+            # First: a teardown that fails half-way leaves the next set-up to redo it.
+            self._laid_out.discard(pod_uid)
             await asyncio.to_thread(self._teardown, pod_dir)
         self._locks.pop(pod_uid, None)
         self._warned.pop(pod_uid, None)

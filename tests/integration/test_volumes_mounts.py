@@ -4,6 +4,7 @@ hostPath type checks on real files, sockets and devices, secret file modes, and 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import errno
 import os
@@ -73,6 +74,16 @@ async def test_a_pod_without_volumes_gets_its_directories_again_after_a_teardown
         assert not os.path.exists(manager.pod_dir(UID))
     assert await manager.setup_pod(pod) == {}
     assert os.path.isdir(volumes_dir)
+
+
+async def test_a_teardown_that_waited_for_a_set_up_is_not_forgotten(manager):
+    """A teardown asked for while the pod's set-up runs goes after it; the next set-up then lays the pod out
+    again rather than taking it for done."""
+    pod = _pod([])
+    await asyncio.gather(manager.setup_pod(pod), manager.teardown_pod(UID))
+    assert not os.path.exists(manager.pod_dir(UID))
+    await manager.setup_pod(pod)
+    assert os.path.isdir(os.path.join(manager.pod_dir(UID), "volumes"))
 
 
 # -- emptyDir --------------------------------------------------------------------------------------
