@@ -79,11 +79,17 @@ def test_apiserver_restart_and_a_60s_outage(node_ready, control_plane, kubectl, 
 
 
 class AnchorNode:
-    """A second node that stays healthy (its Lease renewed every second by this thread), so the node lifecycle
-    controller is not in full-disruption mode (where it evicts nothing) when the node under test goes away.
+    """A second node that stays healthy, so the node lifecycle controller is not in full-disruption mode (where it
+    evicts nothing) when the node under test goes away: this thread renews its Lease every second and, as a kubelet
+    does, posts its Ready condition with a fresh heartbeat every few seconds.
 
-    The renewals go over one kept-alive HTTPS connection, not a kubectl process each: on a loaded machine a
-    kubectl start can take seconds, and a renewal later than the grace period would take the anchor down too."""
+    The Lease alone is not enough right after an API server restart (the outage test before this one): the
+    controller's Lease informer may still be in its back-off while its Node informer is back, so it sees neither
+    renewal nor heartbeat and marks the anchor Unknown for good (only a status post sets Ready again).
+    The writes go over one kept-alive HTTPS connection, not a kubectl process each: on a loaded machine a
+    kubectl start can take seconds, and a write later than the grace period would take the anchor down too."""
+
+    STATUS_EVERY = 4  # seconds between status posts, well inside the controller's grace period
 
     def __init__(self, kubectl, control_plane, name: str = "anchor"):
         self.kubectl = kubectl
@@ -97,13 +103,11 @@ class AnchorNode:
         self.failures: list[str] = []
 
     def __enter__(self):
-        now = _rfc3339()
+        self._since = _rfc3339()
         self.kubectl.apply(json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name}}), "")
         # `patch --subresource` came with kubectl 1.24: the current client writes the status.
         Kubectl(self.kubectl.kubeconfig, "1.36")(
-            "patch", "node", self.name, "--subresource=status", "--type=merge", "-p", json.dumps(
-            {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}))
+            "patch", "node", self.name, "--subresource=status", "--type=merge", "-p", self._status_patch())
         self.kubectl.apply(json.dumps({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                                        "metadata": {"name": self.name, "namespace": "kube-node-lease"},
                                        "spec": {"holderIdentity": self.name, "leaseDurationSeconds": 40,
@@ -111,20 +115,31 @@ class AnchorNode:
         self._thread.start()
         return self
 
+    def _status_patch(self) -> str:
+        return json.dumps({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": _rfc3339(),
+             "lastTransitionTime": self._since}]}})
+
     def _renew(self) -> None:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.name}"
+        lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.name}"
+        status = f"/api/v1/nodes/{self.name}/status"
         connection = None
+        ticks = 0
         while not self._stop.wait(1):
-            body = json.dumps({"spec": {"renewTime": _rfc3339(micro=True)}})
+            ticks += 1
+            writes = [(lease, json.dumps({"spec": {"renewTime": _rfc3339(micro=True)}}))]
+            if ticks % self.STATUS_EVERY == 0:
+                writes.append((status, self._status_patch()))
             try:
-                if connection is None:
-                    connection = http.client.HTTPSConnection(self._address.hostname, self._address.port,
-                                                             context=self._tls, timeout=10)
-                connection.request("PATCH", path, body, {"Content-Type": "application/merge-patch+json"})
-                reply = connection.getresponse()
-                reply.read()
-                if reply.status != 200:
-                    self.failures.append(f"{_rfc3339()} {reply.status} {reply.reason}")
+                for path, body in writes:
+                    if connection is None:
+                        connection = http.client.HTTPSConnection(self._address.hostname, self._address.port,
+                                                                 context=self._tls, timeout=10)
+                    connection.request("PATCH", path, body, {"Content-Type": "application/merge-patch+json"})
+                    reply = connection.getresponse()
+                    reply.read()
+                    if reply.status != 200:
+                        self.failures.append(f"{_rfc3339()} {path}: {reply.status} {reply.reason}")
             except (OSError, http.client.HTTPException) as e:
                 self.failures.append(f"{_rfc3339()} {e!r}")
                 if connection is not None:
