@@ -234,10 +234,15 @@ class Runtime:
                 time.sleep(0.5)
 
     def _remove_all(self) -> None:
-        for container in self._stub.ListContainers(pb.ListContainersRequest(), timeout=30).containers:
-            self._stub.RemoveContainer(pb.RemoveContainerRequest(container_id=container.id), timeout=60)
-        for sandbox in self._stub.ListPodSandbox(pb.ListPodSandboxRequest(), timeout=30).items:
+        # Stopped before removed: containerd 2.x refuses to remove a container whose task runs ("cannot delete
+        # running task") where 1.6 stopped it itself.
+        sandboxes = self._stub.ListPodSandbox(pb.ListPodSandboxRequest(), timeout=30).items
+        for sandbox in sandboxes:
             self._stub.StopPodSandbox(pb.StopPodSandboxRequest(pod_sandbox_id=sandbox.id), timeout=60)
+        for container in self._stub.ListContainers(pb.ListContainersRequest(), timeout=30).containers:
+            self._stub.StopContainer(pb.StopContainerRequest(container_id=container.id, timeout=0), timeout=60)
+            self._stub.RemoveContainer(pb.RemoveContainerRequest(container_id=container.id), timeout=60)
+        for sandbox in sandboxes:
             self._stub.RemovePodSandbox(pb.RemovePodSandboxRequest(pod_sandbox_id=sandbox.id), timeout=60)
 
 
