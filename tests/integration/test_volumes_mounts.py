@@ -63,8 +63,8 @@ def _secret(name, **data):
 
 
 async def test_a_pod_without_volumes_gets_its_directories_again_after_a_teardown(manager):
-    """Set-up skips a pod whose directories it made and nothing removed; a teardown, even one that is then
-    retried, is something that removed them."""
+    """Set-up skips a pod whose directories it made and nothing removed since; after every teardown it lays the
+    pod out again."""
     pod = _pod([])
     volumes_dir = os.path.join(manager.pod_dir(UID), "volumes")
     for _ in range(2):
