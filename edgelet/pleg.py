@@ -205,8 +205,9 @@ class GenericPLEG:
             quiet_since = self._clock()
             # A failed inspection is retried a relist period later, as in the periodic relist; otherwise the loop
             # wakes for the next full relist or to vouch for the cache, whichever comes first.
-            until_full = self._evented_period - (quiet_since - (self._last_full_relist or 0.0))
-            timeout = self._period if self._reinspect else max(self._period, min(CACHE_REFRESH_PERIOD, until_full))
+            full_relist_at = (self._last_full_relist or 0.0) + self._evented_period
+            timeout = (self._period if self._reinspect
+                       else max(self._period, min(CACHE_REFRESH_PERIOD, full_relist_at - quiet_since)))
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
             except TimeoutError:
@@ -216,9 +217,9 @@ class GenericPLEG:
                 return
             if not self._events_live() or self._reinspect:
                 return  # the stream is gone, or a failed inspection retries as it would in the periodic relist
-            if self._clock() - (self._last_full_relist or 0.0) >= self._evented_period:
+            if self._clock() >= full_relist_at:
                 return
-            # A whole period without an event: the runtime had nothing to report from its start on, so every pod's
+            # A whole tick without an event: the runtime had nothing to report from its start on, so every pod's
             # cached status held then (the kubelet's evented PLEG vouches for the cache the same way).
             self.cache.update_time(quiet_since)  # a pod whose inspection failed keeps its error, newer still
             self._last_relist = self._clock()
