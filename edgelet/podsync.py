@@ -89,6 +89,8 @@ class PodSyncer:
         # uid -> when the worker last acted on the pod (time.monotonic(), the cache's clock): the next sync
         # waits for a status observed after it, so that it never acts on a view older than its own actions.
         self._acted_at: dict[str, float] = {}
+        # Pods whose last sync failed half-way: what it did is in no relist yet, so the next sync asks the runtime.
+        self._failed_midway: set[str] = set()
 
     def seen(self, uid: str) -> None:
         self.first_seen.setdefault(uid, time.monotonic())
@@ -97,7 +99,11 @@ class PodSyncer:
         """One sync; the outcome says when to look again and whether the pod reached a terminal phase (the
         worker then stops it for good). A failed inspection of the pod fails the sync (it is retried)."""
         uid = podutil.uid(pod)
-        runtime_status = await self._fresh_status(uid)
+        if uid in self._failed_midway:
+            runtime_status = await self._pleg.inspect_now(uid)
+            self._failed_midway.discard(uid)
+        else:
+            runtime_status = await self._fresh_status(uid)
         old_status = self._status.get_status(uid) or {}
         deadline_left = active_deadline_left(pod, old_status.get("startTime"), time.time())
         if deadline_left is not None and deadline_left <= 0:  # the kubelet's activeDeadlineHandler
@@ -109,13 +115,21 @@ class PodSyncer:
                 startup_failed=self._prober.startup_failed(uid),
                 startup_succeeded=self._prober.startup_succeeded(uid),
             )
-        finally:  # a sync that failed half-way may have acted too
+        except BaseException:  # a sync that failed half-way may have acted too
+            self._failed_midway.add(uid)
+            raise
+        finally:
             self._acted_at[uid] = time.monotonic()
-        if result.started or result.waiting_reasons != self.waiting.get(uid, {}) or not runtime_status.sandboxes:
-            # What this sync just started is in no relist yet: one inspection now publishes the pod as it is
-            # (the kubelet's cache refresh after SyncPod) instead of a status one relist period late, and
-            # stores it in the cache, where it also satisfies the next sync's wait. A sync that changed
-            # nothing (a running pod adopted after a restart) publishes the cached status as it is.
+        if (result.started or result.stopped or result.waiting_reasons != self.waiting.get(uid, {})
+                or not runtime_status.sandboxes):
+            # What this sync just started or stopped is in no relist yet: one inspection now publishes the pod
+            # as it is (the kubelet's cache refresh after SyncPod) instead of a status one relist period late,
+            # and stores it in the cache, where it also satisfies the next sync's wait. Without it that wait
+            # could be answered by the PLEG's vouching before the runtime's events for these very actions
+            # arrived (they travel apart from the calls' replies), and a sync would act on the pod as it was:
+            # sidecars stopped with their pod, seen exited in a sandbox not yet seen stopped, were started
+            # again. A sync that changed nothing (a running pod adopted after a restart) publishes the cached
+            # status as it is.
             runtime_status = await self._pleg.inspect_now(uid)
         log_reason_changes(pod, self.waiting.get(uid) or {}, result.waiting_reasons)
         self.waiting[uid] = result.waiting_reasons
@@ -215,6 +229,7 @@ class PodSyncer:
         self.waiting.pop(uid, None)
         self.first_seen.pop(uid, None)
         self._acted_at.pop(uid, None)
+        self._failed_midway.discard(uid)
         log.info("pod %s removed", podutil.full_name(pod))
         self._on_removed(pod)
         return True

@@ -58,6 +58,7 @@ class SyncResult:
     waiting_reasons: dict[str, tuple[str, str]] = field(default_factory=dict)
     requeue_after: float | None = None
     started: list[str] = field(default_factory=list)
+    stopped: bool = False  # it stopped containers, or the whole pod
 
     def requeue(self, delay: float) -> None:
         self.requeue_after = delay if self.requeue_after is None else min(self.requeue_after, delay)
@@ -170,11 +171,12 @@ class RuntimeManager:
             if actions.create_sandbox and status.sandboxes:
                 self._recorder.event(pod_ref(pod), NORMAL, "SandboxChanged",
                                      "Pod sandbox changed, it will be killed and re-created.")
-            await self.kill_pod(pod, status, None)
+            result.stopped = await self.kill_pod(pod, status, None)
             if not actions.create_sandbox:
                 return result
             await self._purge_init_containers(pod, status)
-        else:
+        elif actions.containers_to_kill:
+            result.stopped = True
             await asyncio.gather(*(
                 self._stop_container(kill.container_id, kill.name, podutil.grace_period_seconds(pod),
                                      pod, f"{kill.reason}: {kill.message}", event_message=kill.message)
@@ -478,8 +480,9 @@ class RuntimeManager:
 
     # -- stopping -----------------------------------------------------------------------------
 
-    async def kill_pod(self, pod: Pod, status: PodRuntimeStatus, grace_override: int | None) -> None:
-        """Stops every running container (in parallel, each within the grace period), then the sandboxes.
+    async def kill_pod(self, pod: Pod, status: PodRuntimeStatus, grace_override: int | None) -> bool:
+        """Stops every running container (in parallel, each within the grace period), then the sandboxes;
+        True when there was anything to stop.
 
         Sidecars stop last, in reverse spec order, each within what is left of its grace period once the
         containers it serves have stopped. A pod no source knows any more (an orphan) comes as metadata
@@ -494,9 +497,10 @@ class RuntimeManager:
                                  "pod is being killed", ordering=ordering)
             for c in running
         ))
-        for sandbox in status.sandboxes:
-            if sandbox.state == SandboxState.READY:
-                await self._runtime.stop_pod_sandbox(sandbox.id)
+        ready = [sandbox for sandbox in status.sandboxes if sandbox.state == SandboxState.READY]
+        for sandbox in ready:
+            await self._runtime.stop_pod_sandbox(sandbox.id)
+        return bool(running or ready)
 
     @staticmethod
     def _grace(pod: Pod, container: ContainerStatus, has_spec: bool, override: int | None) -> int:

@@ -1,9 +1,11 @@
 """The agent under hostile conditions, against the private containerd: a second agent on one root_dir, stale pod
 versions after a kill, a kill between CreateContainer and StartContainer or during StartContainer, runtime loss
-and CrashLoopBackOff, a manifest that once stopped the sync loop for good."""
+and CrashLoopBackOff, a manifest that once stopped the sync loop for good, and a sync that stops a pod saying so
+(its worker must not act next on a view without the stop)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -252,3 +254,38 @@ def test_a_second_file_with_the_same_pod_name_never_replaces_the_running_pod(age
     assert [c.id for c in after[1] if c.state == pb.CONTAINER_RUNNING] == \
         [c.id for c in before[1] if c.state == pb.CONTAINER_RUNNING]
     assert len(agent.log_text().split("is already defined in")) == 3  # once per run
+
+
+async def test_a_sync_that_stops_the_pod_says_so(cri, tmp_path):
+    # The worker inspects the pod after such a sync: the runtime's events for the stop travel apart from the
+    # calls' replies, and a view without them showed stopped sidecars in a sandbox still ready (so to restart).
+    pod = app_pod()
+    uid = pod["metadata"]["uid"]
+    pod["spec"]["restartPolicy"] = "Never"
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "exit 0"]
+    pleg = GenericPLEG(cri)
+    runtime = runtime_manager(cri, tmp_path)
+    await pleg.relist()
+    first = await runtime.sync_pod(pod, pleg.get_status(uid))
+    assert first.started == ["app"] and not first.stopped
+    await wait_until(lambda: pleg_sees(pleg, uid, ContainerState.EXITED))
+
+    done = await runtime.sync_pod(pod, pleg.get_status(uid))  # every app container is done: the pod stops
+    assert done.stopped and not done.started
+    [sandbox] = await cri.list_pod_sandbox(pb.PodSandboxFilter(label_selector={labels.POD_UID: uid}))
+    assert sandbox.state == pb.SANDBOX_NOTREADY
+    await pleg.relist()
+    idle = await runtime.sync_pod(pod, pleg.get_status(uid))  # nothing left to do
+    assert not idle.stopped and not idle.started
+
+
+async def pleg_sees(pleg: GenericPLEG, uid: str, state: ContainerState) -> bool:
+    await pleg.relist()
+    return [c.state for c in pleg.get_status(uid).containers] == [state]
+
+
+async def wait_until(check, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.1)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from edgelet.errors import EdgeletError
 from edgelet.kuberuntime.cache import PodCache
 from edgelet.kuberuntime.manager import SyncResult
 from edgelet.kuberuntime.types import PodRuntimeStatus, SandboxState, SandboxStatus
@@ -44,11 +45,14 @@ class Pleg:
 class RuntimeManager:
     def __init__(self):
         self.seen: list[tuple[str, str]] = []  # (call, name of the status it was given)
-        self.results: list[SyncResult] = []  # what the next syncs return (then: nothing changed)
+        self.results: list[SyncResult | Exception] = []  # what the next syncs return or raise (then: no change)
 
     async def sync_pod(self, pod, status, **_):
         self.seen.append(("sync", status.name))
-        return self.results.pop(0) if self.results else SyncResult()
+        result = self.results.pop(0) if self.results else SyncResult()
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     async def kill_pod(self, pod, status, grace):
         self.seen.append(("kill", status.name))
@@ -119,12 +123,26 @@ async def test_the_next_sync_waits_for_a_status_newer_than_the_last_action():
     assert runtime_manager.seen[-1] == ("sync", "relist 2") and pleg.inspections == 1
 
 
+async def test_the_sync_after_one_that_failed_half_way_asks_the_runtime():
+    syncer, pleg, runtime_manager, pods = make_syncer()
+    pods.set(POD)
+    pleg.cache.set(relisted("relist"))
+    pleg.cache.update_time(time.monotonic() + 3600)  # the cache vouched for as if the PLEG had seen it all
+    runtime_manager.results.append(EdgeletError("StartContainer failed"))
+    with pytest.raises(EdgeletError):
+        await syncer.sync_pod(POD)  # it may have created a container before it failed: no view in the cache has it
+    await asyncio.wait_for(syncer.sync_pod(POD), 1)
+    await asyncio.wait_for(syncer.sync_pod(POD), 1)
+    assert runtime_manager.seen == [("sync", "relist"), ("sync", "inspection 1"), ("sync", "inspection 1")]
+
+
 WAITING = {"main": ("ImagePullBackOff", "Back-off pulling image")}
 
 
 @pytest.mark.parametrize(("result", "sandboxes", "inspections"), [
     (SyncResult(), True, 0),  # a running pod adopted after a restart: the relist's status is current
     (SyncResult(started=["main"]), True, 1),  # what it started is in no relist yet
+    (SyncResult(stopped=True), True, 1),  # nor what it stopped: the runtime's events for it may still be on the way
     (SyncResult(waiting_reasons=WAITING), True, 1),  # a new waiting reason is published at once
     (SyncResult(), False, 1),  # no sandbox in the cache (yet)
 ])
