@@ -30,6 +30,7 @@ from .kuberuntime.types import (
 from .kuberuntime import labels
 from .kuberuntime.cache import PodCache
 from .plegstream import ContainerEventStream
+from .tasks import wait_set
 
 log = logging.getLogger(__name__)
 
@@ -208,11 +209,7 @@ class GenericPLEG:
             full_relist_at = (self._last_full_relist or 0.0) + self._evented_period
             timeout = (self._period if self._reinspect
                        else max(self._period, min(CACHE_REFRESH_PERIOD, full_relist_at - quiet_since)))
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            except TimeoutError:
-                pass
-            else:
+            if await wait_set(self._wake, timeout):
                 await asyncio.sleep(EVENT_BATCH_DELAY)
                 return
             if not self._events_live() or self._reinspect:

@@ -140,7 +140,8 @@ class ShutdownManager:
         started = self._clock()
         log.warning("node is shutting down: stopping pods within %.0fs", self.config.grace_period)
         try:
-            await asyncio.wait_for(self._report_not_ready(), timeout=min(2.0, self.config.grace_period))
+            async with asyncio.timeout(min(2.0, self.config.grace_period)):
+                await self._report_not_ready()
         except Exception as exc:  # best effort: the API server may be unreachable
             log.info("node shutdown: NotReady not reported to the API server: %s", str(exc) or type(exc).__name__)
         stages = plan_shutdown(self._active_pods(), self.config.grace_period, self.config.critical_pods_grace_period,

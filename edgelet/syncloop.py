@@ -21,6 +21,7 @@ from .kubetime import format_time
 from .podconfig.config import Op, PodUpdate
 from .podutil import Pod
 from .podworkers import WorkType
+from .tasks import wait_set
 
 if TYPE_CHECKING:  # the collaborators, for their types only
     from .admission import Check
@@ -146,10 +147,9 @@ class SyncLoop:
         """No sync before the first relist: adopting running containers needs to see them first."""
         while not self._pleg.has_relisted:
             self.alive_at = time.monotonic()
-            try:
-                await asyncio.wait_for(self._pleg.wait_first_relist(), timeout=SYNC_TICK)
-            except asyncio.TimeoutError:
-                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SYNC_TICK):
+                    await self._pleg.wait_first_relist()
         _, version = await asyncio.gather(self._runtime_state.check(), self._runtime_state.version())
         log.info("container runtime ready: %s", version)
         adopted = sum(1 for uid in self._pleg.runtime_pod_uids()
@@ -183,8 +183,7 @@ class SyncLoop:
             if all(ready(source) for source in sources.values() if source is not None) or remaining <= 0:
                 break
             self.alive_at = time.monotonic()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(became_ready.wait(), min(remaining, SYNC_TICK))
+            await wait_set(became_ready, min(remaining, SYNC_TICK))
         wanted = {podutil.uid(pod) for pod in pod_config.get_pods()}
         unwanted = [uid for uid, source in sources.items() if uid not in wanted and ready(source)]
         if not unwanted:

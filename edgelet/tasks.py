@@ -15,6 +15,23 @@ from typing import Callable, Coroutine
 log = logging.getLogger(__name__)
 
 
+async def wait_set(event: asyncio.Event, timeout: float | None) -> bool:
+    """Waits at most `timeout` seconds for `event`; True when it is set.
+
+    `asyncio.timeout`, not `asyncio.wait_for`: Python 3.11's wait_for runs the wait in a task of its own each
+    time, and a cancellation that arrives as the wait ends is lost (gh-86296), which keeps a cancelled loop
+    running. The loops of the agent wait this way every tick.
+    """
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 class TaskGroup:
     def __init__(self, on_crash: Callable[[str, BaseException], None] | None = None) -> None:
         self._tasks: dict[str, asyncio.Task] = {}

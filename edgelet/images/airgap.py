@@ -12,7 +12,6 @@ the pod's name with it and creates containers by image id.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import os
@@ -28,6 +27,7 @@ from edgelet.checkpoint import CheckpointStore
 from edgelet.cri import RuntimeUnavailable
 from edgelet.errors import EdgeletError, PermanentError, TemporaryError
 from edgelet.images import reference
+from edgelet.tasks import wait_set
 from edgelet.podconfig.inotify import (
     IN_CLOSE_WRITE,
     IN_DELETE,
@@ -258,8 +258,7 @@ class AirgapImages:
                     interval = max(interval, WATCHED_POLL_INTERVAL)
                 # A file too young to import is looked at again as soon as it has settled.
                 delay = min(self._settle, interval) if self._unsettled else interval
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                await wait_set(self._wake, delay)
         finally:
             if watcher is not None:
                 watcher.close()

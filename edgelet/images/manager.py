@@ -231,7 +231,8 @@ class ImageManager:
         if self._pull_timeout is None:
             return await awaitable
         try:
-            return await asyncio.wait_for(awaitable, self._pull_timeout)
+            async with asyncio.timeout(self._pull_timeout):
+                return await awaitable
         except TimeoutError:
             raise _PullFailed(f"timed out after {self._pull_timeout:g}s") from None
 

@@ -212,7 +212,8 @@ class RegistryServer:
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                data = await asyncio.wait_for(reader.read(64 * 1024), _IDLE_TIMEOUT)
+                async with asyncio.timeout(_IDLE_TIMEOUT):
+                    data = await reader.read(64 * 1024)
                 conn.receive_data(data)
                 continue
             if isinstance(event, h11.Request):

@@ -26,6 +26,7 @@ from edgelet.kubeapi.errors import ApiError, NotFound, ServerError
 from edgelet.objectstore import CONFIGMAP, SECRET, InvalidObjectError, Key, ObjectStore, validate_object
 from edgelet.podutil import Pod
 from edgelet.retry import Retrier
+from edgelet.tasks import wait_set
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +181,7 @@ class ObjectSyncer:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 return
-            try:
-                await asyncio.wait_for(self._progress.wait(), timeout=remaining)
-            except asyncio.TimeoutError:
+            if not await wait_set(self._progress, remaining):
                 return
 
     async def run(self) -> None:
@@ -202,10 +201,7 @@ class ObjectSyncer:
             if full:
                 next_refresh = self._clock() + self.refresh
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(next_refresh - self._clock(), 0.0))
-            except asyncio.TimeoutError:
-                pass
+            await wait_set(self._wake, max(next_refresh - self._clock(), 0.0))
 
     async def refresh_once(self, *, full: bool = True) -> None:
         """Reads the wanted objects (all of them, or only those never read), forgets unwanted ones and

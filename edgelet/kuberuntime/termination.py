@@ -7,6 +7,7 @@ sidecar after it in the spec has stopped, but never past its grace period.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Callable, Collection
 
@@ -41,10 +42,9 @@ class TerminationOrdering:
         if not events:
             return 0.0
         began = self._clock()
-        try:
-            await asyncio.wait_for(asyncio.gather(*events), timeout)
-        except asyncio.TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*events)
         return self._clock() - began
 
     def stopped(self, name: str) -> None:

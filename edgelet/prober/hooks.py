@@ -95,7 +95,8 @@ class HookRunner:
             return grace
         started = self._clock()
         try:
-            await asyncio.wait_for(self._run(pod, container, container_id, handler, "preStop"), grace)
+            async with asyncio.timeout(grace):
+                await self._run(pod, container, container_id, handler, "preStop")
         except TimeoutError:
             log.info("pod %s: container %s (%s): PreStop hook not completed in the %ds grace period",
                      podutil.full_name(pod), name, container_id[:13], grace)

@@ -371,7 +371,8 @@ async def grpc_check(host: str, port: int, service: str, timeout: float) -> Outc
     deadline = loop.time() + timeout
     async with aio.insecure_channel(address, options=options) as channel:
         try:
-            await asyncio.wait_for(channel.channel_ready(), timeout)
+            async with asyncio.timeout(timeout):
+                await channel.channel_ready()
         except TimeoutError:
             return Outcome(Result.FAILURE, f"timeout: failed to connect service {address!r} within {timeout:g}s")
         check = channel.unary_unary(HEALTH_CHECK_METHOD, request_serializer=None, response_deserializer=None)

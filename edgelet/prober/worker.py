@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from edgelet import metrics, podutil
 from edgelet.events import NO_EVENTS, WARNING, Recorder, pod_ref
 from edgelet.kuberuntime.types import ContainerState, ContainerStatus
+from edgelet.tasks import wait_set
 
 from .probes import ProbeSpec
 from .results import INITIAL_RESULT, Outcome, ProbeError, ProbeType, Result, ResultsCache
@@ -184,10 +185,7 @@ class ProbeWorker:
 
     async def _wait(self, delay: float) -> None:
         if delay > 0:
-            try:
-                await asyncio.wait_for(self._wake.wait(), delay)
-            except TimeoutError:
-                pass
+            await wait_set(self._wake, delay)
         self._wake.clear()
 
     def forget(self) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.kubeconfig import KubeConfig, ssl_context
 from edgelet.simulate.node import HollowNode, Timings
-from edgelet.tasks import TaskGroup
+from edgelet.tasks import TaskGroup, wait_set
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +91,7 @@ class Fleet:
             for index, node in enumerate(self.nodes):
                 delay = self._began + index / self.options.start_rate - time.monotonic()
                 if delay > 0:
-                    try:
-                        await asyncio.wait_for(stop.wait(), delay)
-                    except asyncio.TimeoutError:
-                        pass
+                    await wait_set(stop, delay)
                 if stop.is_set():
                     break
                 node.start(self.tasks, pods=self.options.pods_per_node, namespace=self.options.namespace)

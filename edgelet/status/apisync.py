@@ -27,6 +27,7 @@ from edgelet.podutil import Pod
 from edgelet.retry import Retrier
 from edgelet.status.apidiff import FieldPath, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.status.manager import StatusManager
+from edgelet.tasks import wait_set
 from edgelet.status.mirror import Key, MirrorPods, mirror_is_current, pod_key as _key, pod_path, report_refusal
 
 log = logging.getLogger(__name__)
@@ -153,10 +154,7 @@ class StatusSyncer:
         if self._wake.is_set():
             self._wake.clear()
             return
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=max(timeout, 0.0))
-        except asyncio.TimeoutError:
-            pass
+        await wait_set(self._wake, max(timeout, 0.0))
         self._wake.clear()
 
     def mark_resync(self) -> None:

@@ -18,6 +18,7 @@ import grpc
 from edgelet import metrics
 from edgelet.config import TunnelConfig
 from edgelet.retry import Retrier
+from edgelet.tasks import wait_set
 from edgelet.tunnel import konnectivity_pb2 as pb
 from edgelet.tunnel.splice import TlsSplice, tls_context
 from edgelet.tunnel.policy import (AGENT_ID, AGENT_IDENTIFIERS, SERVER_COUNT, SERVER_ID, Destinations,
@@ -186,8 +187,9 @@ class ServerStream:
 
     async def _connect(self, request: pb.DialRequest, target: tuple[str, int]) -> None:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(*target), DIAL_TIMEOUT)
-        except (OSError, asyncio.TimeoutError) as e:
+            async with asyncio.timeout(DIAL_TIMEOUT):
+                reader, writer = await asyncio.open_connection(*target)
+        except (OSError, TimeoutError) as e:
             metrics.tunnel_dials.labels("failed").inc()
             log.info("tunnel: dial %s (%s:%d) failed: %s", request.address, *target, e or "timeout")
             await self._send_quietly(_packet_dial_response(request.random, error=f"dial {request.address}: {e or 'timeout'}"))
@@ -218,8 +220,9 @@ class ServerStream:
         try:
             conn.writer.write(data)
             if conn.writer.transport.get_write_buffer_size() > self.tunnel.config.connection_buffer:
-                await asyncio.wait_for(conn.writer.drain(), STALLED_WRITE)
-        except (OSError, asyncio.TimeoutError, RuntimeError) as e:
+                async with asyncio.timeout(STALLED_WRITE):
+                    await conn.writer.drain()
+        except (OSError, TimeoutError, RuntimeError) as e:
             log.info("tunnel: connection %d to %s: write failed (%s); closing it", conn.connect_id, conn.address,
                      e or "stalled")
             await self._close(conn)
@@ -315,8 +318,7 @@ class Tunnel:
         self._wake = asyncio.Event()
 
     async def _wait(self, delay: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), delay)
+        await wait_set(self._wake, delay)
 
     async def _keep_stream(self, index: int) -> None:
         slot = self._slots[index]
@@ -373,12 +375,14 @@ class Tunnel:
                                         response_deserializer=pb.Packet.FromString)
         call = connect(metadata=((AGENT_ID, self.agent_id), (AGENT_IDENTIFIERS, self.identifiers)))
         try:
-            headers = await asyncio.wait_for(call.initial_metadata(), CONNECT_TIMEOUT)
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                headers = await call.initial_metadata()
             values = dict(headers or ())
             if SERVER_ID not in values:
-                code = await asyncio.wait_for(call.code(), CONNECT_TIMEOUT)
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    code = await call.code()
                 raise StreamFailed(splice.last_error or f"{code.name}: {await call.details()}")
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await channel.close()
             raise StreamFailed(splice.last_error or f"no answer within {CONNECT_TIMEOUT:.0f}s") from None
         except grpc.aio.AioRpcError as e:

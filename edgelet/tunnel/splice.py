@@ -91,11 +91,10 @@ class TlsSplice:
             log.warning("tunnel: refused a connection to the TLS splice from process %d", pid)
             return
         try:
-            remote_reader, remote_writer = await asyncio.wait_for(
-                asyncio.open_connection(self._host, self._port, ssl=self._context, server_hostname=self._host,
-                                        limit=READ_CHUNK),
-                self._connect_timeout)
-        except (OSError, ssl.SSLError, asyncio.TimeoutError) as e:
+            async with asyncio.timeout(self._connect_timeout):
+                remote_reader, remote_writer = await asyncio.open_connection(
+                    self._host, self._port, ssl=self._context, server_hostname=self._host, limit=READ_CHUNK)
+        except (OSError, ssl.SSLError, TimeoutError) as e:
             self.last_error = _describe(e) or f"no TLS connection within {self._connect_timeout:.0f}s"
             return
         self.last_error = ""

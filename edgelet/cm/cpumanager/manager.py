@@ -32,6 +32,7 @@ from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.errors import EdgeletError
 from edgelet.kuberuntime.types import PodRuntimeStatus
 from edgelet.podutil import Pod
+from edgelet.tasks import wait_set
 
 if TYPE_CHECKING:
     from edgelet.cm.topology import CPUTopology
@@ -237,7 +238,4 @@ class CPUManager:
                 log.warning("CPU manager: reconcile failed: %s", exc)
             except Exception:  # a bug here must not stop reconciling for good, but must be seen
                 log.exception("CPU manager: reconcile failed")
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.reconcile_period)
-            except asyncio.TimeoutError:
-                pass
+            await wait_set(self._wake, self.reconcile_period)
