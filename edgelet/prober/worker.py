@@ -87,6 +87,12 @@ class ProbeWorker:
             self._set(INITIAL_RESULT[self.probe_type])
         if self.on_hold:
             return True  # it failed for good; nothing to learn until a new instance runs
+        if container.state == ContainerState.CREATED:
+            # Created, not started yet (the runtime manager starts it, or starts it again when its start failed
+            # half-way): it has failed no probe. A FAILURE stored here would stay with this instance once it
+            # runs, and a sidecar's failed startup probe kills it: the evented PLEG sees a container between
+            # CreateContainer and StartContainer, and a sidecar was stopped 5 ms after its start that way.
+            return True
 
         if container.state != ContainerState.RUNNING:
             self._set(Result.FAILURE)

@@ -153,7 +153,6 @@ async def test_startup_success_is_stored():
     (ContainerState.EXITED, "Never", False),
     (ContainerState.EXITED, "OnFailure", True),
     (ContainerState.EXITED, "Always", True),
-    (ContainerState.CREATED, "Never", True),
     (ContainerState.UNKNOWN, "Never", True),
 ])
 async def test_non_running_container_fails_and_stops_only_for_good(state, policy, keeps_going):
@@ -161,6 +160,20 @@ async def test_non_running_container_fails_and_stops_only_for_good(state, policy
     harness.container = running(state=state)
     assert await harness.worker.do_probe() is keeps_going
     assert harness.result() is F and not harness.checked
+
+
+@pytest.mark.parametrize("probe_type", [ProbeType.READINESS, ProbeType.LIVENESS, ProbeType.STARTUP])
+async def test_a_container_created_but_not_started_keeps_its_initial_result(probe_type):
+    # Seen between CreateContainer and StartContainer: a FAILURE stored for it would count against the instance
+    # once it runs (a sidecar whose startup probe "failed" is killed at once).
+    harness = Harness(probe_type, started=probe_type is not ProbeType.STARTUP)
+    harness.container = running(state=ContainerState.CREATED)
+    assert await harness.worker.do_probe() is True
+    assert harness.result() is INITIAL_RESULT[probe_type] and not harness.checked
+    harness.container = running(started_ago=0)  # the same instance, started
+    harness.outcomes.append(S)
+    assert await harness.worker.do_probe() is True
+    assert harness.checked == ["c1"] and harness.result() is S
 
 
 @pytest.mark.parametrize("probe_type", [ProbeType.READINESS, ProbeType.LIVENESS, ProbeType.STARTUP])
