@@ -230,7 +230,7 @@ class Agent:
         return ClusterConnection(
             self.config, pod_config=self.pod_config, pod_manager=self.pod_manager, status_manager=self.status,
             object_store=self.store,
-            health_provider=self._node_health,
+            health_provider=self._node_health, health_settled=lambda: self.runtime_state.checked,
             pressure_provider=self.eviction.pressure,
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
             runtime_features_provider=lambda: self.runtime_state.features,

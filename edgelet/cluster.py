@@ -73,6 +73,7 @@ class ClusterConnection:
         status_manager: StatusManager,
         object_store: ObjectStore,
         health_provider: Callable[[], Mapping[str, tuple[bool, str]]],
+        health_settled: Callable[[], bool] = lambda: True,
         runtime_version_provider: Callable[[], str | Awaitable[str]],
         node_ip: str,
         runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
@@ -105,6 +106,7 @@ class ClusterConnection:
         report = NodeReport(
             facts=lambda: asyncio.to_thread(gather_node_info, root_dir, hostname=node_name, node_ip=node_ip),
             health=health_provider,
+            health_settled=health_settled,
             runtime_version=runtime_version_provider,
             runtime_features=runtime_features_provider,
             pressure=pressure_provider,

@@ -51,6 +51,8 @@ class NodeReport:
     max_pods: int = 110
     daemon_port: int = 0  # the kubelet API's port (0: none)
     runtime_features: Callable[[], RuntimeFeatures | None] = lambda: None  # runtimeHandlers, features
+    # Whether `health` tells the runtime's verdict yet (its first Status call done); the first status waits for it.
+    health_settled: Callable[[], bool] = lambda: True
 
 
 class PodHandle(Protocol):
@@ -119,6 +121,7 @@ class ClusterApi:
             client, node_name,
             facts_provider=report.facts,
             health_provider=report.health,
+            health_settled=report.health_settled,
             runtime_version_provider=report.runtime_version,
             runtime_features_provider=report.runtime_features,
             pressure_provider=report.pressure,

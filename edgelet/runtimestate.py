@@ -37,6 +37,7 @@ class RuntimeState:
         self._forget_crash_backoff = forget_crash_backoff
         self._listeners: list[Callable[[], None]] = []  # told when the readiness verdict flips
         self._health = (False, f"waiting for the container runtime at {runtime.endpoint}")
+        self.checked = False  # whether a Status call has been answered or has failed yet
         self.lost = False  # the relist cannot reach the runtime (the sync loop watches it)
         self.features: RuntimeFeatures | None = None  # from the last Status reply
 
@@ -51,6 +52,7 @@ class RuntimeState:
         """The kubelet's runtime health: the CRI Status call, RuntimeReady and NetworkReady."""
         was_ready = self._health[0]
         self._health = await self._status()
+        self.checked = True
         if self._health[0] != was_ready:
             for listener in self._listeners:
                 listener()

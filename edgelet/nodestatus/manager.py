@@ -35,6 +35,8 @@ from edgelet.retry import Retrier
 log = logging.getLogger(__name__)
 
 NODES_PATH = "/api/v1/nodes"
+# How often the first status after a start looks whether the runtime's health is known yet.
+SETTLE_POLL = 0.1
 
 
 async def _resolve(value: Any) -> Any:
@@ -49,6 +51,7 @@ class NodeStatusManager:
         *,
         facts_provider: Callable[[], NodeInfo | Awaitable[NodeInfo]],
         health_provider: Callable[[], Health],
+        health_settled: Callable[[], bool] = lambda: True,
         runtime_version_provider: Callable[[], str | Awaitable[str]] = lambda: "",
         runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
@@ -76,6 +79,7 @@ class NodeStatusManager:
         self.last_write = 0.0  # clock() of the last successful status write
         self._facts_provider = facts_provider
         self._health_provider = health_provider
+        self._health_settled = health_settled
         self._runtime_version_provider = runtime_version_provider
         self._runtime_features_provider = runtime_features_provider
         self._pressure_provider = pressure_provider
@@ -102,6 +106,7 @@ class NodeStatusManager:
 
     async def run(self) -> None:
         await self.register()
+        await self._until_health_settled()
         retry = Retrier("node status update", initial=self._backoff_initial, maximum=self.update_frequency,
                         rng=self._rng, logger=log)
         while True:
@@ -117,6 +122,15 @@ class NodeStatusManager:
                 continue
             retry.succeeded()
             await self._sleep(self.update_frequency)
+
+    async def _until_health_settled(self) -> None:
+        """The first status write waits, at most one update period, until the runtime's health is known: a
+        restarted agent would otherwise write its node NotReady ("waiting for the container runtime") for the
+        moment before its first Status call, and the node lifecycle controller taints a NotReady node. The
+        Lease keeps the node alive meanwhile; a runtime still silent after the wait is reported as it is."""
+        deadline = self._clock() + self.update_frequency
+        while not self._health_settled() and self._clock() < deadline:
+            await self._sleep(SETTLE_POLL)
 
     async def register(self) -> None:
         """Create the Node, or adopt the existing one (adding the labels it lacks); retries forever."""

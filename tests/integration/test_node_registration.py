@@ -125,6 +125,41 @@ async def test_an_existing_node_is_adopted_and_reconciled(api: ApiServerDouble, 
     assert api.write_count("POST", "/api/v1/nodes") == 1 and api.write_count("PATCH", NODE_PATH) == 1
 
 
+async def test_a_restart_writes_no_status_before_the_runtime_health_is_known(
+        api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    # A restarted agent's first Status call may not be answered yet: "waiting for the container runtime" would
+    # turn a Ready node NotReady for that moment (and the node lifecycle controller taints a NotReady node).
+    api.create("nodes", {"metadata": {"name": NODE}, "status": {"conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2025-06-01T00:00:00Z"}]}})
+    machine, settled = Machine(), False
+    machine.health["runtime"] = (False, "waiting for the container runtime at unix:///run/containerd.sock")
+    m = manager(client, machine, Clock(), update_frequency=10.0, health_settled=lambda: settled)
+    tasks.append(asyncio.create_task(m.run()))
+    await asyncio.wait_for(m.registered.wait(), 5)
+    await asyncio.sleep(0.3)
+    assert m.status_writes == 0 and condition(api.get("nodes", NODE), "Ready")["status"] == "True"
+    machine.health["runtime"], settled = (True, ""), True
+    await eventually(lambda: m.status_writes == 1)
+    assert condition(api.get("nodes", NODE), "Ready")["lastTransitionTime"] == "2025-06-01T00:00:00Z"  # Ready all along
+
+
+async def test_a_runtime_silent_at_start_is_reported_after_one_update_period(
+        api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    clock = Clock()
+
+    async def sleep(seconds: float) -> None:
+        clock.now += seconds
+        await asyncio.sleep(0)
+
+    machine = Machine()
+    machine.health["runtime"] = (False, "waiting for the container runtime at unix:///run/containerd.sock")
+    m = manager(client, machine, clock, update_frequency=10.0, health_settled=lambda: False, sleep=sleep)
+    tasks.append(asyncio.create_task(m.run()))
+    await eventually(lambda: m.status_writes >= 1)
+    ready = condition(api.get("nodes", NODE), "Ready")
+    assert ready["status"] == "False" and "waiting for the container runtime" in ready["message"]
+
+
 async def test_status_is_written_only_on_change_or_report_frequency(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
     machine, clock = Machine(), Clock()
     m = manager(client, machine, clock, report_frequency=60.0)
