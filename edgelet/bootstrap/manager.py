@@ -264,6 +264,13 @@ class ClientCertificateManager(RenewedCertificate):
 
     # -- what the cluster connection asks ----------------------------------------------------------
 
+    def valid(self) -> bool:
+        """A stored certificate counts only beside the cluster CA: while the CA is to be discovered (none stored,
+        or the config's ca_cert_hash no longer matches it, say a node pointed at another cluster), the node
+        has no credentials to talk with. After discovery a stored certificate is tried for the rotation; a
+        server that refuses it (another cluster's) sends the node back to the token."""
+        return self.ca_pem is not None and super().valid()
+
     def tls_context(self) -> ssl.SSLContext:
         return tls_context(self.server, self.ca_pem, self.current if self.valid() else None, self._where)
 

@@ -306,16 +306,25 @@ def test_manager_uses_a_stored_certificate_until_it_ends(tmp_path):
 
 
 def test_manager_discovers_again_when_the_stored_ca_has_another_pin(tmp_path):
-    from edgelet.bootstrap.manager import CA_KEY, ClientCertificateManager
+    from edgelet.bootstrap.manager import CA_KEY, CLIENT_KEY, ClientCertificateManager
     from edgelet.checkpoint import CheckpointStore
 
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_pem, _ = make_cert(now, now + datetime.timedelta(days=1))
-    CheckpointStore(tmp_path / "pki", kind="pki").write(CA_KEY, ca_pem)
+    cert_pem, key = make_cert(now - datetime.timedelta(hours=1), now + datetime.timedelta(hours=1))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    store = CheckpointStore(tmp_path / "pki", kind="pki")
+    store.write(CA_KEY, ca_pem)
+    store.write(CLIENT_KEY, key_pem + cert_pem)
     pin = spki_hash(first_certificate(ca_pem).spki_der)
-    assert ClientCertificateManager(_join(ca_cert_hash=pin), "edge-1", str(tmp_path / "pki")).ca_pem == ca_pem
+    same = ClientCertificateManager(_join(ca_cert_hash=pin), "edge-1", str(tmp_path / "pki"))
+    assert same.ca_pem == ca_pem and same.valid()
     other = "sha256:" + "1" * 64
-    assert ClientCertificateManager(_join(ca_cert_hash=other), "edge-1", str(tmp_path / "pki")).ca_pem is None
+    moved = ClientCertificateManager(_join(ca_cert_hash=other), "edge-1", str(tmp_path / "pki"))
+    # The stored certificate is the old cluster's: no credentials until the new CA is discovered (an agent
+    # pointed at another cluster once started its API work at once, and crashed on the unknown CA).
+    assert moved.ca_pem is None and not moved.valid()
 
 
 def test_manager_keeps_a_stored_bundle_whose_second_certificate_is_pinned(tmp_path):
