@@ -114,9 +114,13 @@ class Connection:
 
     async def _next_event(self, timeout: float | None) -> object:
         while True:
+            state = self._h11.their_state  # h11 turns it to ERROR when it raises
             try:
                 event = self._h11.next_event()
             except h11.RemoteProtocolError as exc:
+                if self._reader.at_eof():  # h11 refuses an end of stream where its state wants more
+                    where = "without an answer" if state is h11.SEND_RESPONSE else "inside the body"
+                    raise HttpError(f"the server closed the connection {where}") from None
                 raise HttpError(f"the server's answer is not HTTP/1.1: {exc}") from None
             if event is not h11.NEED_DATA:
                 return event

@@ -121,6 +121,18 @@ async def test_both_refuse_what_is_not_http(garbage):
             await with_http11(server)
 
 
+@pytest.mark.parametrize(("answer", "message"), [
+    (b"", "the server closed the connection without an answer"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", "the server closed the connection inside the body"),
+    (b"HTTP/1.1 200 OK\r\nContent-Le", "the server closed the connection without an answer"),
+])
+async def test_a_connection_closed_early_is_named_so(answer, message):
+    # Not "the server's answer is not HTTP/1.1: can't handle event type ConnectionClosed ...", which h11 says.
+    async with ScriptedServer([answer], close_after_each=True) as server:
+        with pytest.raises(HttpError, match=f"^{message}$"):
+            await with_http11(server)
+
+
 async def test_a_kept_alive_connection_serves_the_next_request():
     ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
     async with ScriptedServer([ok, ok, ok]) as server:
