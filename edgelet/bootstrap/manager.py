@@ -267,8 +267,7 @@ class ClientCertificateManager(RenewedCertificate):
     def valid(self) -> bool:
         """A stored certificate counts only beside the cluster CA: while the CA is to be discovered (none stored,
         or the config's ca_cert_hash no longer matches it, say a node pointed at another cluster), the node
-        has no credentials to talk with. After discovery a stored certificate is tried for the rotation; a
-        server that refuses it (another cluster's) sends the node back to the token."""
+        has no credentials to talk with, and the discovery drops the certificate (see _obtain)."""
         return self.ca_pem is not None and super().valid()
 
     def tls_context(self) -> ssl.SSLContext:
@@ -301,6 +300,12 @@ class ClientCertificateManager(RenewedCertificate):
             self.ca_pem = await discover_ca(self.server, self._token, self._pinned_hash)
             await asyncio.to_thread(self._store.write, CA_KEY, self.ca_pem)
             log.info("discovered the cluster CA (public key %s) from kube-public/cluster-info", self._pinned_hash)
+            if self.current is not None:
+                # Issued under a CA this node no longer knows (the pin changed: a rebuilt or another cluster). Its
+                # server would refuse it in the TLS handshake, which looks like any broken connection: use the token.
+                log.warning("the stored client certificate (serial %x) predates the discovered cluster CA; joining "
+                            "again with the bootstrap token", self.current.cert.serial)
+                self.current = None
         if self.valid() and not self._cert_refused:
             # Rotation: the node's own certificate asks (the approver's selfnodeclient rule).
             client = ApiClient(self.server, tls=self.tls_context())

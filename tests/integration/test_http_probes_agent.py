@@ -4,7 +4,8 @@ One pod-network pod whose busybox httpd answers its httpGet readiness and livene
 postStart hook GETs an HTTPS server of the test (a throwaway certificate, so unverified as the kubelet's);
 the pod becomes Ready, a server that starts failing its liveness probe gets its container restarted, and
 each start calls the hook. The cluster nodes: one with a kubeconfig, and one as the benchmark runs it (a
-bootstrap-token join over TLS with the CA pin, its client certificate rotated, the kubelet API serving).
+bootstrap-token join over TLS with the CA pin, its client certificate rotated, the kubelet API serving); that
+joined node also moves to a rebuilt cluster (a new CA and pin) and joins it again with its token.
 """
 
 from __future__ import annotations
@@ -199,3 +200,32 @@ def test_http_readiness_liveness_and_post_start_hook(node, hook_server):
         assert ready(node.pod("web"))
         assert node.kubelet_api_pods() == ["web"]
         assert not crypto_mapped(node.agent.proc.pid), "cryptography was loaded into the agent"
+
+
+def test_a_joined_node_pointed_at_a_rebuilt_cluster_joins_it_again_with_the_token(tmp_path, containerd):
+    """The cluster is rebuilt (new CA, new pin in the config) while the node keeps its root_dir: the stored CA
+    and client certificate are the old cluster's. The node discovers the new CA, drops the old certificate
+    (the new server refuses it in the TLS handshake) and joins with the token; it once crashed at start."""
+    first = JoinedNode(tmp_path, containerd.endpoint)
+    try:
+        first.agent.start()
+        wait_for(lambda: api_get(first.api, "nodes", NODE), 60, interval=0.2, what="the node in the first cluster")
+    finally:
+        first.agent.stop()
+        first.api.close()
+    rebuilt_pki = ClusterPKI(tmp_path / "pki-rebuilt")
+    with ApiServerDouble(ssl_context=rebuilt_pki.server_context(), bookmark_interval=0.5, node_name=NODE) as api:
+        api.csr_signer = rebuilt_pki.sign
+        api.create("configmaps", cluster_info(api.url, rebuilt_pki.ca_pem), "kube-public")
+        agent = AgentProcess(tmp_path, containerd.endpoint, node_name=NODE, extra_toml=join_toml(
+            api.url, rebuilt_pki.ca_cert_hash(), free_port()))
+        agent.start()
+        try:
+            wait_for(lambda: api_get(api, "nodes", NODE), 60, interval=0.2, what="the node in the rebuilt cluster")
+            assert rebuilt_pki.issued == [CLIENT_SIGNER]  # one CSR, made with the token
+            log = agent.log_text()
+            assert "predates the discovered cluster CA" in log and "Traceback" not in log
+            assert agent.proc.poll() is None
+        finally:
+            agent.stop()
+            unmount_below(tmp_path)
