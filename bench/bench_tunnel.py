@@ -5,9 +5,10 @@ API client, node status) and the connections every such node holds: its CRI chan
 containerd, relisting every second as the PLEG does, and a TLS connection to the API server. One also opens the
 tunnel (edgelet/tunnel) to a real konnectivity-server on loopback and holds its stream; the other does not
 import it. The difference of their VmRSS (and of their private memory, which leaves out the shared library
-pages both could share) is the tunnel's cost. Without the CRI channel on both sides the difference would also
-hold gRPC's threads and the code pages of its C core that the first channel of a process brings in, which an
-agent has from its start (about 3.5 MiB). konnectivity-server is the one `make e2e-deps` builds
+pages both could share) is the tunnel's cost. Both children run as `make bench` runs its agents (the service
+unit's environment, bytecode optimization level 2, compiled bytecode). Without the CRI channel on both sides the
+difference would also hold gRPC's threads and the code pages of its C core that the first channel of a process
+brings in, which an agent has from its start (about 3.5 MiB). konnectivity-server is the one `make e2e-deps` builds
 (hack/konnectivity.sh); containerd the one `hack/local-containerd.sh` starts; the PKI is made here with the
 openssl command.
 """
@@ -27,6 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.bench_agent import agent_environment, compile_bytecode
 from bench.run import start_containerd, stop_containerd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,7 +161,12 @@ def main() -> int:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(2)
-            env = {**os.environ, "PYTHONPATH": str(REPO), "MALLOC_ARENA_MAX": "2", "GRPC_VERBOSITY": "NONE"}
+            # As `make bench` runs its agents: the service unit's environment, the package's optimization level and
+            # compiled bytecode (the tunnel's modules included, or the first round would compile them).
+            env = {**agent_environment(), "GRPC_VERBOSITY": "NONE"}
+            compile_bytecode()
+            subprocess.run([sys.executable, "-c", "import edgelet.tunnel.agent, edgelet.tunnel.wiring"], env=env,
+                           cwd=REPO, check=True)
             rows = []
             for _ in range(opts.rounds):
                 args = [f"127.0.0.1:{agent_port}", str(pki), str(opts.settle), cri]
