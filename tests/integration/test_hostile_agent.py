@@ -5,7 +5,6 @@ and CrashLoopBackOff, a manifest that once stopped the sync loop for good, and a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from tests.integration.agent_harness import (
     wait_for,
 )
 from tests.integration.test_agent import SocketProxy, runtime_objects
+from tests.integration.test_probes import wait_until
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -268,7 +268,7 @@ async def test_a_sync_that_stops_the_pod_says_so(cri, tmp_path):
     await pleg.relist()
     first = await runtime.sync_pod(pod, pleg.get_status(uid))
     assert first.started == ["app"] and not first.stopped
-    await wait_until(lambda: pleg_sees(pleg, uid, ContainerState.EXITED))
+    await wait_until(lambda: pleg_sees(pleg, uid, ContainerState.EXITED), 20, what="the app container exited")
 
     done = await runtime.sync_pod(pod, pleg.get_status(uid))  # every app container is done: the pod stops
     assert done.stopped and not done.started
@@ -282,10 +282,3 @@ async def test_a_sync_that_stops_the_pod_says_so(cri, tmp_path):
 async def pleg_sees(pleg: GenericPLEG, uid: str, state: ContainerState) -> bool:
     await pleg.relist()
     return [c.state for c in pleg.get_status(uid).containers] == [state]
-
-
-async def wait_until(check, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.1)
