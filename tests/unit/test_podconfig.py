@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 import copy
+import os
 import struct
 
 import pytest
@@ -11,7 +13,8 @@ from edgelet import podutil
 from edgelet.events.model import pod_ref
 from edgelet.kuberuntime.types import PodRuntimeStatus
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate, merge_source
-from edgelet.podconfig.file import ManifestScanner, is_manifest_name
+from edgelet.podconfig import file as file_source
+from edgelet.podconfig.file import RACY_NS, ManifestScanner, is_manifest_name
 from edgelet.podconfig.inotify import IN_CREATE, IN_ISDIR, IN_Q_OVERFLOW, InotifyEvent, parse_events
 from edgelet.status.mirror import mirror_pod
 from edgelet.status.generate import generate_pod_status
@@ -234,6 +237,53 @@ def test_scanner_loads_good_files_and_reports_bad_ones_once(tmp_path):
     fixed = scanner.scan()
     assert fixed.recovered == [str(tmp_path / "b.yaml")]
     assert sorted(p["metadata"]["name"] for p in fixed.objects.pods) == ["a-n", "b-n"]
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[str]:
+    """The paths the file source opens."""
+    opened: list[str] = []
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(os.path.basename(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(file_source, "open", counting_open, raising=False)
+    return opened
+
+
+def test_a_rescan_reads_only_the_files_whose_stat_changed(tmp_path, reads):
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.yaml").write_text(POD_YAML % name)
+    later = os.stat(tmp_path / "c.yaml").st_ctime_ns + RACY_NS + 1
+    scanner = ManifestScanner(str(tmp_path), "n", clock=lambda: later)
+    first = scanner.scan()
+    assert reads == ["a.yaml", "b.yaml", "c.yaml"]
+    reads.clear()
+    assert scanner.scan().objects == first.objects and reads == []  # nothing changed: nothing read
+    (tmp_path / "b.yaml").write_text(POD_YAML % "x")  # the same size
+    mtime = os.stat(tmp_path / "a.yaml").st_mtime_ns
+    os.utime(tmp_path / "b.yaml", ns=(mtime, mtime))  # and its mtime put back: the ctime still tells
+    (tmp_path / "d.yaml").write_text(POD_YAML % "d")
+    names = [p["metadata"]["name"] for p in scanner.scan().objects.pods]
+    assert reads == ["b.yaml", "d.yaml"] and names == ["a-n", "x-n", "c-n", "d-n"]
+
+
+def test_a_file_changed_just_before_it_was_read_is_read_again_at_the_next_scan(tmp_path, reads):
+    """Within RACY_NS of the read, a second write could leave the same stat on a coarse clock."""
+    path = tmp_path / "a.yaml"
+    path.write_text(POD_YAML % "a")
+    changed = max(os.stat(path).st_mtime_ns, os.stat(path).st_ctime_ns)
+    now = [changed + RACY_NS // 2]
+    scanner = ManifestScanner(str(tmp_path), "n", clock=lambda: now[0])
+    scanner.scan()
+    scanner.scan()
+    assert reads == ["a.yaml", "a.yaml"]  # racily clean: not trusted
+    now[0] = changed + RACY_NS + 1
+    scanner.scan()
+    scanner.scan()
+    scanner.scan()
+    assert reads == ["a.yaml"] * 3  # read once more, late enough to vouch; trusted from then on
 
 
 def test_a_static_pod_is_held_once_and_what_reads_it_leaves_it_as_accepted(tmp_path):
