@@ -42,7 +42,11 @@ log = logging.getLogger(__name__)
 
 SYNC_TICK = 1.0
 LOG_ROTATION_INTERVAL = 10.0
-RUNTIME_CHECK_INTERVAL = 5.0
+RUNTIME_CHECK_INTERVAL = 5.0  # the kubelet asks the runtime's Status every 5 s
+# While the runtime's container events flow, a runtime that goes away breaks their stream, which turns the PLEG
+# generic and brings the 5 s check back at once; the Status call then only watches the conditions the runtime
+# reports (RuntimeReady, NetworkReady), and every call wakes gRPC's thread pool for seconds: it is made less often.
+EVENTED_RUNTIME_CHECK_INTERVAL = 30.0
 # How long the start-up clean-up waits for the first full view of the sources its candidates came from.
 STARTUP_SOURCES_WAIT = 10.0
 
@@ -69,6 +73,7 @@ class SyncLoop:
         on_runtime_ready: Callable[[], Awaitable[None]],
         on_pods_changed: Callable[[], None] = lambda: None,
         heap_trimmer: HeapTrimmer | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         """`probe_results` carries the uids of pods whose probe results changed (the kubelet's probe result
         channel); `on_runtime_ready` runs once, after the first relist and before the first pod sync (the
@@ -95,7 +100,8 @@ class SyncLoop:
         self.alive_at = time.monotonic()  # the watchdog and /healthz read it: a hung loop stops it
         self._next_log_rotation = 0.0
         self._metrics_seen: tuple[int, int] | None = None  # (relists, cache writes) the gauges were counted at
-        self._next_runtime_check = 0.0
+        self._clock = clock  # for housekeeping's own schedules
+        self._runtime_checked_at: float | None = None
         self._housekeeping_problem = ""
 
     async def run(self) -> None:
@@ -300,9 +306,10 @@ class SyncLoop:
     async def _housekeeping(self) -> None:
         """Trims the C heap now and then; kills runtime pods that no source knows, once every source has
         reported at least once."""
-        now = time.monotonic()
-        if now >= self._next_runtime_check:  # the kubelet asks the runtime's Status every 5 s
-            self._next_runtime_check = now + RUNTIME_CHECK_INTERVAL
+        now = self._clock()
+        interval = EVENTED_RUNTIME_CHECK_INTERVAL if self._pleg.mode == "evented" else RUNTIME_CHECK_INTERVAL
+        if self._runtime_checked_at is None or now - self._runtime_checked_at >= interval:
+            self._runtime_checked_at = now
             await self._runtime_state.check()
         self._heap_trimmer.maybe_trim(now)
         if not self._pod_config.all_sources_ready():
@@ -317,7 +324,7 @@ class SyncLoop:
 
     async def _rotate_logs(self) -> None:
         """The kubelet's container log manager: every 10 s, rotate live logs past the size limit."""
-        now = time.monotonic()
+        now = self._clock()
         if now < self._next_log_rotation:
             return
         self._next_log_rotation = now + LOG_ROTATION_INTERVAL
