@@ -44,6 +44,10 @@ INSPECT_PARALLELISM = 64
 # The events of one action come in a burst (a sandbox created and started, its containers created and started):
 # the relist waits this long after the first of them so that one relist sees the whole burst.
 EVENT_BATCH_DELAY = 0.05
+# While events keep coming (a burst of pod starts) a relist starts at most this long after the one before: each
+# lists every sandbox and container, which costs the runtime as much CPU as the starts it reports on. A worker is
+# never held by it: it inspects its own pod after acting. A lone event is still relisted after EVENT_BATCH_DELAY.
+EVENT_RELIST_INTERVAL = 0.25
 # A stream counts only for the events sent once the runtime has subscribed it, which it does as the call
 # arrives; a relist that starts this long after the stream was asked for sees everything sent before.
 SUBSCRIBE_GRACE = 1.0
@@ -210,7 +214,7 @@ class GenericPLEG:
             timeout = (self._period if self._reinspect
                        else max(self._period, min(CACHE_REFRESH_PERIOD, full_relist_at - quiet_since)))
             if await wait_set(self._wake, timeout):
-                await asyncio.sleep(EVENT_BATCH_DELAY)
+                await asyncio.sleep(max(EVENT_BATCH_DELAY, EVENT_RELIST_INTERVAL - (self._clock() - started)))
                 return
             if not self._events_live() or self._reinspect:
                 return  # the stream is gone, or a failed inspection retries as it would in the periodic relist

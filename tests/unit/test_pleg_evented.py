@@ -221,3 +221,18 @@ async def test_get_waits_for_the_next_event_and_a_cancelled_get_loses_none():
     assert (await asyncio.wait_for(queue.get(), timeout=5)).pod_uid == "a"
     with pytest.raises(asyncio.QueueEmpty):
         queue.get_nowait()
+
+
+async def test_a_stream_of_events_is_relisted_at_most_every_event_relist_interval(short_grace, running):
+    """A burst of pod starts sends events without pause: the relists they cause are spaced."""
+    runtime = EventRuntime()
+    pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented_relist_period=3600))
+    await eventually(lambda: pleg.mode == "evented", "the stream counts as live")
+    loop = asyncio.get_running_loop()
+    lists, started = runtime.lists, loop.time()
+    while loop.time() - started < 1.0:
+        runtime.send()
+        await asyncio.sleep(0.01)
+    relists = runtime.lists - lists
+    assert pleg_module.EVENT_RELIST_INTERVAL == 0.25
+    assert 2 <= relists <= 5, f"{relists} relists for 100 events in 1 s"
