@@ -340,7 +340,7 @@ class AgentProcess:
         return rss
 
     def cpu_seconds(self) -> float:
-        """utime + stime of every thread of the agent so far."""
+        """CPU time of every thread of the agent so far (procstat.cpu_seconds)."""
         return procstat.cpu_seconds(self.pid)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -28,11 +29,22 @@ def pss_mb(pid: int) -> float | None:
     return None
 
 
+def process_cpu_clock(pid: int) -> int:
+    """The clock id of another process's CPU time (Linux's MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)): every
+    thread's time on the CPU in nanoseconds, the threads that already ended included."""
+    return (~pid << 3) | 2
+
+
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of every thread of the process so far (/proc/<pid>/stat fields 14 and 15)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    """CPU time of every thread of the process so far. Read from the process's CPU clock to the nanosecond:
+    /proc/<pid>/stat gives the same sum (fields 14 and 15) in clock ticks, which over an 18 s window of an idle
+    agent is a step of 0.056 % of a core. The ticks are the fallback where the clock cannot be read."""
+    try:
+        return time.clock_gettime_ns(process_cpu_clock(pid)) / 1e9
+    except OSError:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
 def machine_busy_seconds() -> float:

@@ -1,9 +1,15 @@
-"""The benchmark's reading of the agent's /metrics: CRI calls per relist and per pod start."""
+"""The benchmark's reading of the agent's /metrics (CRI calls per relist and per pod start) and of its CPU time."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
+from bench import procstat
 from bench.bench_agent import (OPTIMIZE, REPO, Scrape, calls_between, calls_per_pod_start, parse_scrape,
                                unit_environment)
 from edgelet.metrics import Counter, Histogram, Registry
@@ -100,3 +106,29 @@ def test_the_bench_line_names_runtime_and_pleg_mode_and_the_goals_follow_the_mod
     assert Results(pleg_mode="evented").goals() is EVENTED_GOALS
     assert Results(pleg_mode="generic").goals() is GOALS
     assert EVENTED_GOALS["idle_cpu_110_pct"] == (0.2, "max")
+
+
+def test_cpu_seconds_reads_another_process_to_the_nanosecond_and_agrees_with_its_ticks():
+    """The benchmark's CPU figures read the agent's process CPU clock; /proc/PID/stat has the same sum in ticks."""
+    child = ("import threading, time\n"
+             "def spin():\n"
+             "    end = time.process_time() + 0.15\n"
+             "    while time.process_time() < end:\n"
+             "        pass\n"
+             "thread = threading.Thread(target=spin)\n"
+             "thread.start()\n"
+             "thread.join()\n"  # a thread that ended: its time stays the process's
+             "time.sleep(30)\n")
+    busy = subprocess.Popen([sys.executable, "-c", child])
+    try:
+        time.sleep(1.0)
+        precise = procstat.cpu_seconds(busy.pid)
+        with open(f"/proc/{busy.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        assert precise >= 0.15  # the ended thread's time is in it
+        assert abs(precise - ticks) <= 0.02
+        assert precise != round(precise, 2)  # finer than a tick
+    finally:
+        busy.kill()
+        busy.wait()
