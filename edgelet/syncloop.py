@@ -43,9 +43,10 @@ log = logging.getLogger(__name__)
 SYNC_TICK = 1.0
 LOG_ROTATION_INTERVAL = 10.0
 RUNTIME_CHECK_INTERVAL = 5.0  # the kubelet asks the runtime's Status every 5 s
-# While the runtime's container events flow, a runtime that goes away breaks their stream, which turns the PLEG
-# generic and brings the 5 s check back at once; the Status call then only watches the conditions the runtime
-# reports (RuntimeReady, NetworkReady), and every call wakes gRPC's thread pool for seconds: it is made less often.
+# While the runtime's container events flow and it last said it was ready, a runtime that goes away breaks their
+# stream, which turns the PLEG generic and brings the 5 s check back at once; the Status call then only watches the
+# conditions a ready runtime reports (RuntimeReady, NetworkReady), and every call wakes gRPC's thread pool for
+# seconds: it is made less often. A runtime not ready yet (its CNI still loading, say) is asked every 5 s.
 EVENTED_RUNTIME_CHECK_INTERVAL = 30.0
 # How long the start-up clean-up waits for the first full view of the sources its candidates came from.
 STARTUP_SOURCES_WAIT = 10.0
@@ -307,7 +308,8 @@ class SyncLoop:
         """Trims the C heap now and then; kills runtime pods that no source knows, once every source has
         reported at least once."""
         now = self._clock()
-        interval = EVENTED_RUNTIME_CHECK_INTERVAL if self._pleg.mode == "evented" else RUNTIME_CHECK_INTERVAL
+        watched = self._pleg.mode == "evented" and self._runtime_state.health()[0]
+        interval = EVENTED_RUNTIME_CHECK_INTERVAL if watched else RUNTIME_CHECK_INTERVAL
         if self._runtime_checked_at is None or now - self._runtime_checked_at >= interval:
             self._runtime_checked_at = now
             await self._runtime_state.check()

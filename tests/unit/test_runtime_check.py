@@ -1,5 +1,6 @@
 """How often housekeeping asks the runtime's Status: every 5 s as the kubelet does, every 30 s while the runtime's
-container events flow (a runtime that goes away breaks their stream, which brings the 5 s check back at once)."""
+container events flow and it said it was ready (a runtime that goes away breaks their stream, which brings the 5 s
+check back at once)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,18 @@ class Pleg:
 
 
 class RuntimeState:
-    def __init__(self, clock):
+    def __init__(self, clock, ready: list[bool]):
         self.clock = clock
+        self.answers = iter(ready)  # what each Status call says
+        self.ready = False
         self.checked_at: list[float] = []
 
     async def check(self) -> None:
         self.checked_at.append(self.clock())
+        self.ready = next(self.answers, True)
+
+    def health(self) -> tuple[bool, str]:
+        return self.ready, "ok" if self.ready else "container runtime not ready: NetworkReady=false"
 
 
 class Sources:
@@ -32,10 +39,10 @@ class Trimmer:
         pass
 
 
-async def housekeep(steps: list[tuple[float, str]]) -> list[float]:
-    """Housekeeping at each (time, PLEG mode); the times the runtime was asked."""
+async def housekeep(steps: list[tuple[float, str]], ready: tuple[bool, ...] = ()) -> list[float]:
+    """Housekeeping at each (time, PLEG mode), the runtime answering `ready` (then ready); the times it was asked."""
     now = [0.0]
-    pleg, state = Pleg(), RuntimeState(lambda: now[0])
+    pleg, state = Pleg(), RuntimeState(lambda: now[0], list(ready))
     loop = SyncLoop(SyncConfig(), max_pods=110, pod_manager=None, pod_config=Sources(), pleg=pleg, workers=None,
                     syncer=None, prober=None, probe_results=None, status=None, runtime_state=state, volumes=None,
                     log_rotator=None, recorder=None, on_runtime_ready=None, heap_trimmer=Trimmer(),
@@ -60,3 +67,8 @@ async def test_while_events_flow_the_check_slows_and_a_lost_stream_brings_it_bac
     steps = every_2s(64, "evented") + every_2s(76, "generic", start=66)
     # 0 and 30 and 60 while events flow; the stream lost at 66, six seconds after the last check: asked at once.
     assert await housekeep(steps) == [0.0, 30.0, 60.0, 66.0, 72.0]
+
+
+async def test_a_runtime_not_ready_is_asked_every_5s_while_events_flow():
+    """Its CNI configuration still loading at start, say: the node must not wait 30 s to see it ready."""
+    assert await housekeep(every_2s(50, "evented"), ready=(False, False)) == [0.0, 6.0, 12.0, 42.0]
