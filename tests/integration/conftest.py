@@ -6,16 +6,33 @@ Opt a module into a runtime emptied before and after each test with
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
+from edgelet.cri import CRIError
 from edgelet.cri.client import RuntimeClient
 from tests.integration.agent_harness import AgentProcess
+
+
+# A container whose StartContainer is still running in the runtime (its caller, an agent the test stopped, went
+# away mid-start) cannot be removed until that start ends: containerd 2.1 took about 6 s under load.
+STARTING_WAIT = 60.0
 
 
 async def remove_everything(client: RuntimeClient) -> None:
     """Stops and removes every sandbox and container the runtime has (removal kills what still runs)."""
     for container in await client.list_containers():
-        await client.remove_container(container.id)
+        deadline = time.monotonic() + STARTING_WAIT
+        while True:
+            try:
+                await client.remove_container(container.id)
+                break
+            except CRIError as exc:
+                if "in starting state" not in exc.details or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.2)
     for sandbox in await client.list_pod_sandbox():
         await client.stop_pod_sandbox(sandbox.id)
         await client.remove_pod_sandbox(sandbox.id)
