@@ -44,8 +44,11 @@ TWO_CONTAINERS = """\
 
 
 def _popen(agent: AgentProcess, *args: str, **kwargs) -> subprocess.Popen:
+    """The CLI as a terminal starts it: Ctrl-C (SIGINT) at its default, even where the test itself runs in a
+    shell's background job, which ignores SIGINT and passes that on (Python then never raises KeyboardInterrupt)."""
     return subprocess.Popen([sys.executable, "-m", "edgelet", *args, "--config", str(agent.config_path)],
-                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), text=True, **kwargs)
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
 
 
 def _phase(pod: dict | None) -> str | None:
