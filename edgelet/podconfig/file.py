@@ -285,8 +285,7 @@ class ManifestScanner:
             return _Cached(b"", None, ConfigError(path, "", f"cannot read manifest: {exc.strerror or exc}"))
         digest = hashlib.blake2b(data, digest_size=16).digest()
         if previous is not None and previous.digest == digest:
-            if previous.signature != signature:
-                previous.signature = signature
+            previous.signature = signature
             return previous
         try:
             return _Cached(digest, parse_manifest(data, path, self.node_name), None, signature)
