@@ -21,18 +21,22 @@ from tests.integration.agent_harness import AgentProcess
 STARTING_WAIT = 60.0
 
 
+async def remove_container(client: RuntimeClient, container_id: str) -> None:
+    """Removes the container, waiting up to STARTING_WAIT for a start still running in the runtime to end."""
+    deadline = time.monotonic() + STARTING_WAIT
+    while True:
+        try:
+            return await client.remove_container(container_id)
+        except CRIError as exc:
+            if "in starting state" not in exc.details or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.2)
+
+
 async def remove_everything(client: RuntimeClient) -> None:
     """Stops and removes every sandbox and container the runtime has (removal kills what still runs)."""
     for container in await client.list_containers():
-        deadline = time.monotonic() + STARTING_WAIT
-        while True:
-            try:
-                await client.remove_container(container.id)
-                break
-            except CRIError as exc:
-                if "in starting state" not in exc.details or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.2)
+        await remove_container(client, container.id)
     for sandbox in await client.list_pod_sandbox():
         await client.stop_pod_sandbox(sandbox.id)
         await client.remove_pod_sandbox(sandbox.id)
