@@ -196,24 +196,6 @@ async def started_at(client: RuntimeClient, containers: list[pb.Container]) -> l
     return [(await client.container_status(c.id)).started_at for c in containers]
 
 
-async def wipe_runtime(client: RuntimeClient, *, parallel: int = 8, timeout: float = 120.0) -> None:
-    """Removes every sandbox (and with it its containers), then checks that none is left."""
-    gate = asyncio.Semaphore(parallel)
-
-    async def remove(sandbox_id: str) -> None:
-        async with gate:
-            await client.stop_pod_sandbox(sandbox_id)
-            await client.remove_pod_sandbox(sandbox_id)
-
-    deadline = time.monotonic() + timeout
-    while sandboxes := await client.list_pod_sandbox():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(sandboxes)} sandboxes still there after {timeout:.0f}s")
-        await asyncio.gather(*(remove(s.id) for s in sandboxes))
-    for container in await client.list_containers():
-        await client.remove_container(container.id)
-
-
 # -- the agent process ----------------------------------------------------------------------------
 
 

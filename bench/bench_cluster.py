@@ -15,6 +15,7 @@ from bench import procstat
 from edgelet.cri.client import RuntimeClient
 from tests.kubeapi_double import ApiServerDouble
 from tests.kubeapi_double.joining import CLIENT_SIGNER, ClusterPKI, cluster_info, crypto_mapped, join_toml
+from tests.runtime_cleanup import empty_runtime
 
 ROTATION_TIMEOUT = 90.0
 SETTLE_S = 5.0
@@ -79,5 +80,5 @@ async def bench_cluster(endpoint: str, client: RuntimeClient, workdir: Path, pod
             agent.check_alive()
         finally:
             agent.stop()
-    await agent_bench.wipe_runtime(client)
+    await empty_runtime(client)
     return results

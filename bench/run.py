@@ -35,6 +35,7 @@ from edgelet import core  # noqa: E402
 from edgelet.cri.client import RuntimeClient  # noqa: E402
 from edgelet.errors import EdgeletError  # noqa: E402
 from tests.integration.agent_harness import unmount_under  # noqa: E402
+from tests.runtime_cleanup import empty_runtime  # noqa: E402
 
 REPO = agent_bench.REPO
 LOCAL_CONTAINERD = REPO / "hack" / "local-containerd.sh"
@@ -209,7 +210,7 @@ async def sleep_until(moment: float) -> None:
 
 async def stop_agent(agent: agent_bench.AgentProcess, runtime: RuntimeClient) -> None:
     agent.stop()
-    await agent_bench.wipe_runtime(runtime)
+    await empty_runtime(runtime)
     unmount_under(agent.workdir)
 
 
@@ -241,7 +242,7 @@ async def bench_sequential(rt: Runtimes, workdir: Path, results: Results, opts: 
         results.pod_start_calls = agent_bench.calls_per_pod_start(before, after, opts.seq_pods)
     finally:
         await stop_agent(agent, rt.agent)
-        await agent_bench.wipe_runtime(rt.raw)
+        await empty_runtime(rt.raw)
     results.raw_seq_returned_ms = [s.returned_s * 1e3 for s in raw]
     results.raw_seq_running_ms = [s.running_s * 1e3 for s in raw]
     results.raw_seq_steps_ms = {step: sum(s.call_ns[i] for s in raw) / len(raw) / 1e6
@@ -253,7 +254,7 @@ async def raw_burst_round(rt: Runtimes, workdir: Path, results: Results, count: 
     burst = await agent_bench.raw_burst(rt.raw, count, str(workdir / "raw-logs"), parallel=BURST_PARALLEL)
     results.raw_burst_returned_s.append(burst.returned_s)
     results.raw_burst_running_s.append(burst.running_s)
-    await agent_bench.wipe_runtime(rt.raw)
+    await empty_runtime(rt.raw)
 
 
 async def agent_burst_round(rt: Runtimes, agent: agent_bench.AgentProcess, results: Results, count: int) -> None:
@@ -366,7 +367,7 @@ async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], w
         results.runtime = await wait_runtime_ready(agent_rt)
         await wait_runtime_ready(raw_rt)
         for client in (agent_rt, raw_rt):
-            await agent_bench.wipe_runtime(client)
+            await empty_runtime(client)
         rt = Runtimes(agent_endpoint, agent_rt, raw_rt, stop_raw)
         await bench_sequential(rt, workdir, results, opts)
         await bench_burst(rt, workdir, results, opts)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
@@ -21,6 +20,7 @@ from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri import runtime_v1_pb2_grpc as pb_grpc
 from edgelet.kuberuntime import labels
 from tests.integration.agent_harness import AgentProcess, free_port
+from tests.runtime_cleanup import empty_runtime_at
 
 FIGURES_ENV = "CHAOS_FIGURES"
 FIGURE_NAMES = ("kill9_rounds", "duplicates", "lost", "orphans", "needless_restarts", "stale_peak",
@@ -220,30 +220,10 @@ class Runtime:
         except grpc.RpcError:
             return None
 
-    def remove_everything(self, timeout: float = 60.0) -> None:
-        """Empties the runtime. A killed agent can leave a StartContainer running on in containerd, and a
-        container that is starting cannot be removed: such errors are retried until `timeout`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self._remove_all()
-                return
-            except grpc.RpcError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-
-    def _remove_all(self) -> None:
-        # Stopped before removed: containerd 2.x refuses to remove a container whose task runs ("cannot delete
-        # running task") where 1.6 stopped it itself.
-        sandboxes = self._stub.ListPodSandbox(pb.ListPodSandboxRequest(), timeout=30).items
-        for sandbox in sandboxes:
-            self._stub.StopPodSandbox(pb.StopPodSandboxRequest(pod_sandbox_id=sandbox.id), timeout=60)
-        for container in self._stub.ListContainers(pb.ListContainersRequest(), timeout=30).containers:
-            self._stub.StopContainer(pb.StopContainerRequest(container_id=container.id, timeout=0), timeout=60)
-            self._stub.RemoveContainer(pb.RemoveContainerRequest(container_id=container.id), timeout=60)
-        for sandbox in sandboxes:
-            self._stub.RemovePodSandbox(pb.RemovePodSandboxRequest(pod_sandbox_id=sandbox.id), timeout=60)
+    def remove_everything(self) -> None:
+        """Empties the runtime (a killed agent can leave a StartContainer running on in containerd: see
+        tests.runtime_cleanup)."""
+        empty_runtime_at(self.endpoint)
 
 
 def percentile(values: list[float], fraction: float) -> float:

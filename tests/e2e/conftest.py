@@ -26,6 +26,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.integration.agent_harness import AgentProcess, free_port, unmount_under, wait_for
+from tests.runtime_cleanup import empty_runtime_at
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROL_PLANE = REPO / "hack" / "control-plane.sh"
@@ -308,7 +309,7 @@ def cluster_agent(control_plane: ControlPlane, containerd, tmp_path: Path, kubec
     yield start
     for agent in agents:
         agent.stop()
-    _remove_everything(containerd)
+    empty_runtime_at(containerd.endpoint)
     for agent in agents:
         unmount_under(agent.workdir)
     kubectl.run("delete", "pods", "--all", "-n", "default", "--grace-period=0", "--force", "--wait=false",
@@ -324,23 +325,6 @@ def node_ready(cluster_agent, control_plane, kubectl) -> AgentProcess:
     wait_for(lambda: condition(kubectl.get("node", control_plane.node, None) or {}, "Ready") == "True", 60,
              interval=0.3, what="node Ready")
     return agent
-
-
-def _remove_everything(containerd) -> None:
-    """Removes every sandbox and container of the private containerd (pods outlive a stopped agent)."""
-    import asyncio
-
-    from edgelet.cri.client import RuntimeClient
-
-    async def clean() -> None:
-        async with RuntimeClient(containerd.endpoint, timeout=60.0) as client:
-            for container in await client.list_containers():
-                await client.remove_container(container.id)
-            for sandbox in await client.list_pod_sandbox():
-                await client.stop_pod_sandbox(sandbox.id)
-                await client.remove_pod_sandbox(sandbox.id)
-
-    asyncio.run(clean())
 
 
 def wait_pod(kubectl: Kubectl, name: str, predicate, timeout: float = 60, namespace: str = "default") -> dict:

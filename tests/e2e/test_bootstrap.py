@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import (
-    ControlPlane, Kubectl, _remove_everything, condition, free_port, loopback_node_name, now, pod_phase,
+    ControlPlane, Kubectl, condition, free_port, loopback_node_name, now, pod_phase,
     running_control_plane, wait_pod,
 )
 from tests.integration.agent_harness import AgentProcess, busybox_pod, is_running, unmount_under, wait_for
+from tests.runtime_cleanup import empty_runtime_at
 
 pytestmark = pytest.mark.containerd
 
@@ -183,7 +184,7 @@ def agents(containerd, tmp_path: Path):
     yield start
     for agent, _ in started:
         agent.stop()
-    _remove_everything(containerd)
+    empty_runtime_at(containerd.endpoint)
     for agent, kubectl in started:
         unmount_under(agent.workdir)
         kubectl.run("delete", "pods", "--all", "-n", "default", "--grace-period=0", "--force", "--wait=false",

@@ -23,6 +23,7 @@ from edgelet.kuberuntime import labels
 from tests.kubeapi_double import ApiServerDouble, StatusError
 
 from tests.integration.agent_harness import AgentProcess, busybox_pod, free_port, wait_for
+from tests.runtime_cleanup import empty_runtime_at
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -145,17 +146,7 @@ def running_container_ids(endpoint: str, pod_uid: str) -> list[str]:
 
 def remove_pod_from_runtime(endpoint: str, pod_uid: str) -> None:
     """What a crash, a reboot or an operator can do behind the agent's back."""
-
-    async def remove():
-        async with RuntimeClient(endpoint) as client:
-            selector = {labels.POD_UID: pod_uid}
-            for container in await client.list_containers(pb.ContainerFilter(label_selector=selector)):
-                await client.remove_container(container.id)
-            for sandbox in await client.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector)):
-                await client.stop_pod_sandbox(sandbox.id)
-                await client.remove_pod_sandbox(sandbox.id)
-
-    asyncio.run(remove())
+    empty_runtime_at(endpoint, selector={labels.POD_UID: pod_uid})
 
 
 # -- fixtures --------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from edgelet import metrics
 from edgelet.cri import CRIError, NotFound, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
+from tests.runtime_cleanup import empty_runtime
 from tests.scrape import sample_value
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
@@ -199,6 +200,23 @@ async def test_deletes_are_idempotent(cri, containerd):
     await cri.remove_image("docker.io/library/never-pulled:1")
     assert sandbox_id not in {s.id for s in await cri.list_pod_sandbox()}
     assert container_id not in {c.id for c in await cri.list_containers()}
+
+
+async def test_empty_runtime_removes_one_pods_objects_or_everything_running_or_not(cri, containerd):
+    """The clean-up every suite and the benchmark use (tests.runtime_cleanup): running and exited containers, a
+    sandbox with none, one pod by its labels."""
+    kept_sandbox, kept_container, _ = await start_pod(cri, containerd)
+    sandbox_id, running_id, config = await start_pod(cri, containerd)
+    exited_id = await cri.create_container(sandbox_id, container_config(containerd, "done", ("true",)), config)
+    await cri.start_container(exited_id)
+    empty_sandbox = await cri.run_pod_sandbox(sandbox_config(containerd))
+
+    await empty_runtime(cri, selector={"io.kubernetes.pod.uid": config.metadata.uid})
+    assert {s.id for s in await cri.list_pod_sandbox()} == {kept_sandbox, empty_sandbox}
+    assert {c.id for c in await cri.list_containers()} == {kept_container}
+
+    await empty_runtime(cri)
+    assert await cri.list_pod_sandbox() == [] and await cri.list_containers() == []
 
 
 async def test_images(cri, containerd):
