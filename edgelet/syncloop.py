@@ -101,7 +101,7 @@ class SyncLoop:
         self.alive_at = time.monotonic()  # the watchdog and /healthz read it: a hung loop stops it
         self._next_log_rotation = 0.0
         self._metrics_seen: tuple[int, int] | None = None  # (relists, cache writes) the gauges were counted at
-        self._clock = clock  # for housekeeping's own schedules
+        self._clock = clock  # housekeeping's schedules; alive_at stays on time.monotonic, which its readers use
         self._runtime_checked_at: float | None = None
         self._housekeeping_problem = ""
 
@@ -111,7 +111,7 @@ class SyncLoop:
         config_get: asyncio.Task | None = None
         pleg_get: asyncio.Task | None = None
         probe_get: asyncio.Task | None = None
-        next_housekeeping = time.monotonic() + self._settings.housekeeping_interval
+        next_housekeeping = self._clock() + self._settings.housekeeping_interval
         try:
             while True:
                 config_get = config_get or asyncio.create_task(self._pod_config.updates.get())
@@ -119,8 +119,7 @@ class SyncLoop:
                 probe_get = probe_get or asyncio.create_task(self._probe_results.get())
                 done, _ = await asyncio.wait({config_get, pleg_get, probe_get}, timeout=SYNC_TICK,
                                              return_when=asyncio.FIRST_COMPLETED)
-                now = time.monotonic()
-                self.alive_at = now
+                self.alive_at = time.monotonic()
                 self._watch_runtime()
                 if config_get in done:
                     self._handle_config(config_get.result())
@@ -133,6 +132,7 @@ class SyncLoop:
                     probe_get = None
                 # Requeues, retries after failures and the periodic resync, each pod at its own time.
                 self._workers.sync_due()
+                now = self._clock()
                 if now >= next_housekeeping:
                     next_housekeeping = now + self._settings.housekeeping_interval
                     await self._guarded_housekeeping()
