@@ -23,7 +23,7 @@ from edgelet.cm.cpuset import parse_cpuset
 from edgelet.errors import ConfigError
 from edgelet.podconfig.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
 from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
-from edgelet.quantity import format_bytes, parse_quantity, parse_quantity_bytes
+from edgelet.quantity import NANO, format_bytes, parse_quantity, parse_quantity_bytes
 
 __all__ = [
     "Config", "ConfigError", "format_duration", "format_effective", "load_config", "parse_config",
@@ -277,7 +277,7 @@ class Threshold:
         quantity = parse_quantity(text)
         if quantity < 0:
             raise ValueError(f"{text!r} must not be negative")
-        return Threshold(quantity=int(quantity))
+        return Threshold(quantity=quantity // NANO)
 
 
 def _threshold_error(value: str) -> str | None:

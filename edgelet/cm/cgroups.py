@@ -9,7 +9,6 @@ Names are tuples of components, as the kubelet's CgroupName: ("kubepods", "burst
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Mapping
 
 from .. import podutil
@@ -80,21 +79,21 @@ class CgroupResources:
     memory_limit: int | None = None  # bytes
 
 
-def _overhead(pod: podutil.Pod, resource: str) -> Decimal:
+def _overhead(pod: podutil.Pod, resource: str) -> int:
     value = (podutil.spec(pod).get("overhead") or {}).get(resource)
-    return parse_quantity(value) if value is not None else Decimal(0)
+    return parse_quantity(value) if value is not None else 0
 
 
-def _millis(value: Decimal | None) -> int | None:
+def _millis(value: int | None) -> int | None:
     return to_millis_ceil(value) if value is not None else None
 
 
-def _positive_bytes(value: Decimal | None) -> int | None:
+def _positive_bytes(value: int | None) -> int | None:
     """A limit of zero declares none (the kubelet's IsZero)."""
     return to_int_ceil(value) if value is not None and value > 0 else None
 
 
-def _positive_millis(value: Decimal | None) -> int | None:
+def _positive_millis(value: int | None) -> int | None:
     return to_millis_ceil(value) if value is not None and value > 0 else None
 
 

@@ -7,7 +7,6 @@ decide alone.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from edgelet import podutil
@@ -20,14 +19,14 @@ BEST_EFFORT = "BestEffort"
 _QOS_RESOURCES = ("cpu", "memory")
 
 
-def _quantity(value: Any, where: str) -> Decimal:
+def _quantity(value: Any, where: str) -> int:
     try:
         return parse_quantity(value)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
 
 
-def _positive(resources: dict[str, Any], where: str) -> dict[str, Decimal]:
+def _positive(resources: dict[str, Any], where: str) -> dict[str, int]:
     """The cpu and memory entries above zero; zero means "not set" for QoS."""
     found = {}
     for name in _QOS_RESOURCES:
@@ -52,8 +51,8 @@ def _requests_and_limits(resources: dict[str, Any] | None, where: str) -> tuple[
 
 def qos_class(pod: podutil.Pod) -> str:
     """The pod's QoS class; raises ValueError naming the field when a quantity cannot be parsed."""
-    requests: dict[str, Decimal] = {}
-    limits: dict[str, Decimal] = {}
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
     guaranteed = True
 
     pod_resources = podutil.spec(pod).get("resources")
@@ -68,9 +67,9 @@ def qos_class(pod: podutil.Pod) -> str:
                 container_requests, container_limits = _requests_and_limits(
                     container.get("resources"), f"{field}[{index}].resources")
                 for name, amount in container_requests.items():
-                    requests[name] = requests.get(name, Decimal(0)) + amount
+                    requests[name] = requests.get(name, 0) + amount
                 for name, amount in container_limits.items():
-                    limits[name] = limits.get(name, Decimal(0)) + amount
+                    limits[name] = limits.get(name, 0) + amount
                 if set(container_limits) != set(_QOS_RESOURCES):
                     guaranteed = False
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import functools
 import os
-from decimal import Decimal
 from typing import Any, Callable, Mapping
 
 from .. import podutil
 from ..errors import PermanentError
 from ..podutil import Pod
-from ..quantity import parse_quantity, to_int_ceil, to_millis_ceil
+from ..quantity import NANO, parse_quantity, to_int_ceil, to_millis_ceil
 from . import qos
 
 MIN_SHARES = 2
@@ -36,24 +35,23 @@ class ResourceError(PermanentError):
     """A resource quantity or selector that cannot be used; the message names the field."""
 
 
-def _amount(value: Any, where: str) -> Decimal:
-    if isinstance(value, Decimal):
-        return value
+def _amount(value: Any, where: str) -> int:
+    """The quantity in nano-units (edgelet.quantity)."""
     try:
         return parse_quantity(value)
     except ValueError as exc:
         raise ResourceError(f"{where}: {exc}") from None
 
 
-def container_quantity(container: dict[str, Any], section: str, resource: str) -> Decimal | None:
-    """`resources.<section>.<resource>` of a container, parsed; None when not set."""
+def container_quantity(container: dict[str, Any], section: str, resource: str) -> int | None:
+    """`resources.<section>.<resource>` of a container in nano-units; None when not set."""
     values = (container.get("resources") or {}).get(section) or {}
     if resource not in values:
         return None
     return _amount(values[resource], f"container {container.get('name')!r}: resources.{section}.{resource}")
 
 
-def effective_request(container: dict[str, Any], resource: str) -> Decimal | None:
+def effective_request(container: dict[str, Any], resource: str) -> int | None:
     """The request, or the limit when the request is left out (the API server's defaulting)."""
     request = container_quantity(container, "requests", resource)
     return request if request is not None else container_quantity(container, "limits", resource)
@@ -194,16 +192,16 @@ def resource_field_value(pod: Pod, container_name: str, selector: dict[str, Any]
             name in _ALLOCATABLE_DEFAULTED or name.startswith("hugepages-")):
         raise ResourceError(f"unsupported container resource : {resource}")
     divisor = _amount(selector["divisor"], f"resourceFieldRef {resource}: divisor") \
-        if selector.get("divisor") not in (None, "") else Decimal(0)
+        if selector.get("divisor") not in (None, "") else 0
     if divisor == 0:
-        divisor = Decimal(1)
+        divisor = NANO
     if section == "requests":
         amount = effective_request(container, name)
     else:
         amount = container_quantity(container, "limits", name)
         if amount is None and name in _ALLOCATABLE_DEFAULTED and node_allocatable and name in node_allocatable:
             amount = _amount(node_allocatable[name], f"node allocatable {name}")
-    amount = amount if amount is not None else Decimal(0)
+    amount = amount if amount is not None else 0
     if name == "cpu":
         return str(_ceil_div(to_millis_ceil(amount), max(to_millis_ceil(divisor), 1)))
     return str(_ceil_div(to_int_ceil(amount), max(to_int_ceil(divisor), 1)))
@@ -222,7 +220,7 @@ def pod_memory_limit(pod: Pod) -> int | None:
     return (total or None) if every_container else None
 
 
-def _int_or_none(value: Decimal | None) -> int | None:
+def _int_or_none(value: int | None) -> int | None:
     return to_int_ceil(value) if value is not None else None
 
 

@@ -22,7 +22,7 @@ PARSER_MODULES = (
     "edgelet.podutil",
     "edgelet.quantity",
 )
-PARSER_DIGEST = "sha256:1d1ebc6637ee5e67d372e184dc551716c1e72f7306c7e3877a62b80ea7bb7d0e"
+PARSER_DIGEST = "sha256:bb1a8f5fb8a8ba26cdc17d547b3302b9827959a99a8f451bf88760898d992eac"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

@@ -189,7 +189,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.podconfig.http",  # [pods] http_url
     "difflib",  # a manifest with an unknown field
     "encodings.idna",  # resolving a host name (the ops server binds its IP address itself)
-    "shutil", "tempfile", "bz2", "lzma", "fractions",  # as for a cluster run, below
+    "shutil", "tempfile", "bz2", "lzma", "fractions", "decimal", "_decimal",  # as for a cluster run, below
     *_CTYPES,
 ]
 
@@ -208,8 +208,9 @@ def test_a_standalone_run_leaves_cluster_and_other_commands_modules_unloaded(tmp
 _NOT_FOR_A_CLUSTER_RUN = ["cryptography", "httpx", "httpcore", "anyio", "sniffio", "certifi", "edgelet.podconfig.http",
                           "edgelet.tunnel",  # the konnectivity tunnel: only with [cluster.tunnel]
                           # 0.5 MiB (docs/benchmarks.md): argparse's width, tempfile's mkdtemp and shutil's rmtree
-                          # would bring them; fractions is gone with parse_duration's integer arithmetic.
-                          "shutil", "tempfile", "bz2", "lzma", "fractions", *_CTYPES]
+                          # would bring them; fractions is gone with parse_duration's integer arithmetic, decimal
+                          # (0.26 MiB) with the quantities' nano-units.
+                          "shutil", "tempfile", "bz2", "lzma", "fractions", "decimal", *_CTYPES]
 
 
 def test_a_cluster_run_with_the_kubelet_api_loads_neither_cryptography_nor_httpx(tmp_path):

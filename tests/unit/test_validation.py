@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from edgelet.podconfig.validation import (
     qualified_name_error,
     validate_pod,
 )
-from edgelet.quantity import format_bytes, parse_quantity, to_int_ceil, to_millis_ceil
+from edgelet.quantity import NANO, format_bytes, parse_quantity, to_int_ceil, to_millis_ceil
 
 
 def valid_pod() -> dict[str, Any]:
@@ -229,17 +228,46 @@ def test_name_formats(check, value, ok):
 
 
 @pytest.mark.parametrize(
-    ("text", "value"),
+    ("text", "nanos"),
     [
-        ("100m", Decimal("0.1")), ("1.5", Decimal("1.5")), ("1", Decimal(1)), (2, Decimal(2)), (0.5, Decimal("0.5")),
-        ("64Mi", Decimal(64 * 2**20)), ("1G", Decimal(10**9)), ("1e3", Decimal(1000)), ("1E3", Decimal(1000)),
-        ("1.5Gi", Decimal(3 * 2**29)), ("500u", Decimal("0.0005")), ("10n", Decimal("1e-8")), ("2k", Decimal(2000)),
-        ("1E", Decimal(10**18)), ("+5", Decimal(5)), ("-5m", Decimal("-0.005")), (".5", Decimal("0.5")),
-        ("5.", Decimal(5)), ("1e-3", Decimal("0.001")),
+        ("100m", NANO // 10), ("1.5", 3 * NANO // 2), ("1", NANO), (2, 2 * NANO), (0.5, NANO // 2),
+        ("64Mi", 64 * 2**20 * NANO), ("1G", 10**9 * NANO), ("1e3", 1000 * NANO), ("1E3", 1000 * NANO),
+        ("1.5Gi", 3 * 2**29 * NANO), ("500u", 500_000), ("10n", 10), ("2k", 2000 * NANO), ("1E", 10**18 * NANO),
+        ("+5", 5 * NANO), ("-5m", -5_000_000), (".5", NANO // 2), ("5.", 5 * NANO), ("1e-3", 10**6), ("0", 0),
+        # Finer than a nano-unit rounds up, away from zero, as the API server's Quantity does.
+        ("1e-12", 1), ("-1e-12", -1), ("1.0000000001", NANO + 1), ("0.5n", 1), ("1.5Ki", 1536 * NANO),
     ],
 )
-def test_parse_quantity(text, value):
-    assert parse_quantity(text) == value
+def test_parse_quantity_in_nano_units(text, nanos):
+    assert parse_quantity(text) == nanos
+
+
+_MANTISSAS = st.one_of(st.from_regex(r"[+-]?[0-9]{1,12}", fullmatch=True),
+                       st.from_regex(r"[+-]?[0-9]{0,9}\.[0-9]{1,14}", fullmatch=True),
+                       st.from_regex(r"[+-]?[0-9]{1,9}\.", fullmatch=True))
+_SUFFIXES = st.one_of(st.sampled_from(["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi",
+                                       "Ei"]),
+                      st.builds(lambda e, sign: f"e{sign}{e}", st.integers(0, 30), st.sampled_from(["", "+", "-"])))
+
+
+@given(_MANTISSAS, _SUFFIXES)
+def test_parse_quantity_agrees_with_exact_decimals(mantissa, suffix):
+    """Integer arithmetic in the agent, checked against decimal.Decimal at ample precision (which the agent no longer
+    loads): the value in nano-units, rounded away from zero, or out of range beyond an int64 of units."""
+    from decimal import ROUND_UP, Decimal, localcontext
+    with localcontext() as context:
+        context.prec = 200
+        multiplier = (Decimal(2) ** (10 * ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"].index(suffix) + 10)
+                      if suffix.endswith("i") else Decimal(10) ** {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6,
+                                                                "G": 9, "T": 12, "P": 15, "E": 18}[suffix]
+                      if not suffix.startswith("e") else Decimal(10) ** int(suffix[1:]))
+        exact = Decimal(mantissa) * multiplier
+        if abs(exact) >= 2**63:
+            with pytest.raises(ValueError, match="out of range"):
+                parse_quantity(mantissa + suffix)
+        else:
+            expected = int((exact * 10**9).quantize(Decimal(1), rounding=ROUND_UP))
+            assert parse_quantity(mantissa + suffix) == expected
 
 
 @pytest.mark.parametrize("text", ["", "1K", "1 Mi", "Mi", "1.2.3", "1e", "1Mi2", "0x10", "1e999", "1Ei" * 2, True,
