@@ -32,9 +32,17 @@ async def empty_runtime(client: RuntimeClient, *, selector: dict[str, str] | Non
     sandbox_filter = pb.PodSandboxFilter(label_selector=selector) if selector else None
     container_filter = pb.ContainerFilter(label_selector=selector) if selector else None
 
-    async def at_most_parallel(call, *args) -> None:
-        async with gate:
-            await call(*args)
+    async def each(call, ids) -> None:
+        """`call(id)` for every id, `parallel` at a time; every call ends before the first failure is raised, so a
+        retry never runs beside calls of the pass before."""
+        async def one(item: str) -> None:
+            async with gate:
+                await call(item)
+
+        results = await asyncio.gather(*map(one, ids), return_exceptions=True)
+        failures = [result for result in results if isinstance(result, BaseException)]
+        if failures:
+            raise failures[0]
 
     async def remove_container(container_id: str) -> None:
         await client.stop_container(container_id, 0)
@@ -51,9 +59,9 @@ async def empty_runtime(client: RuntimeClient, *, selector: dict[str, str] | Non
                 raise TimeoutError(f"{len(sandboxes)} sandboxes and {len(containers)} containers still there "
                                    f"after {timeout:.0f}s")
             # Sandboxes stopped first: their containers stop with them, and nothing restarts meanwhile.
-            await asyncio.gather(*(at_most_parallel(client.stop_pod_sandbox, s.id) for s in sandboxes))
-            await asyncio.gather(*(at_most_parallel(remove_container, c.id) for c in containers))
-            await asyncio.gather(*(at_most_parallel(client.remove_pod_sandbox, s.id) for s in sandboxes))
+            await each(client.stop_pod_sandbox, [s.id for s in sandboxes])
+            await each(remove_container, [c.id for c in containers])
+            await each(client.remove_pod_sandbox, [s.id for s in sandboxes])
         except RuntimeCallError:
             if time.monotonic() > deadline:
                 raise
