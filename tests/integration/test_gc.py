@@ -15,6 +15,7 @@ from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.gc import ImageGC
 from edgelet.kuberuntime import labels
 from edgelet.kuberuntime.gc import ContainerGC
+from tests.runtime_cleanup import empty_runtime
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -111,9 +112,7 @@ async def test_image_gc_removes_unused_images_and_keeps_those_in_use(
             assert await gc.sandbox_image() is None
             assert [image.pinned for image in await cri.list_images() if image.id == pause_id] == [True]
     finally:
-        for sandbox in await cri.list_pod_sandbox():
-            await cri.stop_pod_sandbox(sandbox.id)
-            await cri.remove_pod_sandbox(sandbox.id)
+        await empty_runtime(cri)  # the images are removed only once no container uses them
         await cri.remove_image(used_id)
         await cri.remove_image(unused_id)
 
