@@ -106,8 +106,11 @@ def test_a_pod_reaches_the_api_as_its_service_account_until_it_is_deleted(cluste
         assert len(agent_token_requests(control_plane)) == asked
 
         kubectl("delete", "pod", "token-reader", "--wait=true", timeout=60)
-        # Bound to the pod: once it is gone the API refuses its token.
-        assert _review(kubectl, token).get("authenticated", False) is False  # false is left out of the answer
+        # Bound to the pod: once it is gone the API refuses its token. Not at once: kube-apiserver caches a token's
+        # successful authentication for 10 s (its built-in authenticators' TokenSuccessCacheTTL) and looks the pod
+        # up in an informer's cache first, so the refusal follows the delete by up to about that much.
+        wait_for(lambda: _review(kubectl, token).get("authenticated", False) is False, 30, interval=1,
+                 what="the API server refusing the deleted pod's token")  # false is left out of the answer
         assert _api_as(control_plane, token, "/api/v1/namespaces/default/pods").status_code == 401
     finally:
         kubectl.run("delete", "pod", "token-reader", "--grace-period=0", "--force", check=False)
