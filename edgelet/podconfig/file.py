@@ -114,8 +114,12 @@ class ParsedManifests:
         self._written = {path: cached.digest for path, cached in loaded.items()}
         return loaded
 
+    def pending(self, cache: dict[str, _Cached]) -> bool:
+        """Whether `save(cache)` would write: a manifest that parses was added, changed or removed since."""
+        return self._store is not None and _parsed_digests(cache) != self._written
+
     def save(self, cache: dict[str, _Cached]) -> None:
-        current = {path: cached.digest for path, cached in cache.items() if cached.objects is not None}
+        current = _parsed_digests(cache)
         if current == self._written or self._store is None:
             return
         entries = [{"path": path, "digest": cached.digest.hex(), "pods": cached.objects.pods,
@@ -127,6 +131,10 @@ class ParsedManifests:
             log.warning("recording the parsed manifests under %s failed: %s", self.directory, exc)
             return
         self._written = current
+
+
+def _parsed_digests(cache: dict[str, _Cached]) -> dict[str, bytes]:
+    return {path: cached.digest for path, cached in cache.items() if cached.objects is not None}
 
 
 def _objects(entry: dict[str, Any], seen: str) -> ManifestObjects:
@@ -188,12 +196,22 @@ class ManifestScanner:
         return paths, skipped
 
     def scan(self) -> ScanResult:
-        result = self._scan()
-        if self._parsed is not None and result.objects is not None:
-            self._parsed.save(self._cache)
+        """`read`, then `record`."""
+        result = self.read()
+        self.record(result)
         return result
 
-    def _scan(self) -> ScanResult:
+    def record_pending(self, result: ScanResult) -> bool:
+        """Whether `record(result)` would write anything."""
+        return self._parsed is not None and result.objects is not None and self._parsed.pending(self._cache)
+
+    def record(self, result: ScanResult) -> None:
+        """Keeps what `result`'s read parsed for the next start (written only when a manifest changed)."""
+        if self._parsed is not None and result.objects is not None:
+            self._parsed.save(self._cache)
+
+    def read(self) -> ScanResult:
+        """The manifests as they are now (re-reading and re-parsing only what changed)."""
         if not self._parsed_loaded:
             self._parsed_loaded = True
             self._cache = self._parsed.load()
@@ -356,8 +374,11 @@ class FileSource:
             while True:
                 self._changed.clear()
                 self._ensure_watch()
-                result = await asyncio.to_thread(self._scanner.scan)
+                result = await asyncio.to_thread(self._scanner.read)
                 self._publish(result)
+                if self._scanner.record_pending(result):
+                    # Only the next start gains from the record (an fsynced write): the pods are handed on first.
+                    await asyncio.to_thread(self._scanner.record, result)
                 await self._wait_for_change()
         finally:
             if self._inotify is not None:

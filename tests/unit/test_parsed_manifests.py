@@ -92,6 +92,29 @@ def test_written_when_content_changes_and_only_then(manifests, tmp_path, parses)
     assert sorted(pod["metadata"]["name"] for pod in restarted.objects.pods) == ["a-n1", "b2-n1"]
 
 
+def test_a_read_writes_nothing_and_its_record_is_pending_until_recorded(manifests, tmp_path):
+    """The file source hands a read's pods on first and records them after (the record only speeds up the next
+    start): `read` never writes, `record_pending` says whether `record` would."""
+    state = tmp_path / "state"
+    source = scanner(manifests, state)
+    first = source.read()
+    assert not record_file(state).exists()
+    assert source.record_pending(first)
+    source.record(first)
+    written = record_file(state).stat()
+    unchanged = source.read()
+    assert not source.record_pending(unchanged)
+    (manifests / "b.yaml").write_text(POD % "b2")
+    changed = source.read()
+    assert record_file(state).stat().st_ino == written.st_ino  # still the old record
+    assert source.record_pending(changed)
+    source.record(changed)
+    assert not source.record_pending(changed)
+    restarted = scanner(manifests, state).scan()
+    assert sorted(pod["metadata"]["name"] for pod in restarted.objects.pods) == ["a-n1", "b2-n1"]
+    assert not ManifestScanner(str(manifests), NODE).record_pending(unchanged)  # nowhere to record to
+
+
 def test_another_node_name_parses_anew(manifests, tmp_path, parses):
     state = tmp_path / "state"
     scanner(manifests, state).scan()
