@@ -325,13 +325,12 @@ class RuntimeManager:
             return False
         try:
             pid_target = self._pid_target(container, status) if container_type == "ephemeral" else ""
-            config = self._container_config(pod, container, image_ref, restart_count, volume_paths, pod_ip,
-                                            pid_target=pid_target)
+            config = await self._container_config(pod, container, image_ref, restart_count, volume_paths, pod_ip,
+                                                  pid_target=pid_target,
+                                                  log_directory=os.path.join(sandbox_config.log_directory, name))
         except EdgeletError as exc:
             self._failed(pod, name, result, container_type, "CreateContainerConfigError", str(exc), 10.0)
             return False
-        await asyncio.to_thread(os.makedirs, os.path.join(sandbox_config.log_directory, name),
-                                mode=0o755, exist_ok=True)
         async with self._start_gate:
             try:
                 container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
@@ -455,8 +454,12 @@ class RuntimeManager:
             raise ContainerConfigError(f"target container {target!r} is not running")
         return latest.id
 
-    def _container_config(self, pod: Pod, container: dict, image_ref: str, restart_count: int,
-                          volume_paths: dict[str, str], pod_ip: str, *, pid_target: str = "") -> pb.ContainerConfig:
+    async def _container_config(self, pod: Pod, container: dict, image_ref: str, restart_count: int,
+                                volume_paths: dict[str, str], pod_ip: str, *, pid_target: str = "",
+                                log_directory: str) -> pb.ContainerConfig:
+        """The CreateContainer config, with what it names on the host made ready: the mounts' files and the
+        container's log directory (`log_directory`), written in a thread. The hosts file is fsynced, and a slow
+        disk must not stall every other pod's work for each container started."""
         from .env import expand_command, resolve_env
         from .resources import linux_resources
 
@@ -464,8 +467,8 @@ class RuntimeManager:
         env = resolve_env(pod, container, store=self._store, service_env=self._service_env, node_ip=self._node_ip(),
                           pod_ip=pod_ip, pod_ips=pod_ips, node_allocatable=self._node_allocatable)
         command, args = expand_command(container, env)
-        mounts = (self._volumes.mounts_for(pod, container, volume_paths, env=env, pod_ips=pod_ips)
-                  if self._volumes is not None else [])
+        mounts = await asyncio.to_thread(self._prepare_host_files, pod, container, volume_paths, env, pod_ips,
+                                         log_directory)
         resources = linux_resources(pod, container)
         if cpuset := self._cpuset_for(pod, container):  # exclusive CPUs of the static CPU policy
             resources["cpuset_cpus"] = cpuset
@@ -477,6 +480,14 @@ class RuntimeManager:
             env=env, command=command, args=args, mounts=mounts,
             resources=resources, pid_target=pid_target,
         )
+
+    def _prepare_host_files(self, pod: Pod, container: dict, volume_paths: dict[str, str],
+                            env: list[tuple[str, str]], pod_ips: list[str], log_directory: str) -> list[dict[str, Any]]:
+        """The container's CRI mounts, their files written, and its log directory (blocking I/O)."""
+        mounts = (self._volumes.mounts_for(pod, container, volume_paths, env=env, pod_ips=pod_ips)
+                  if self._volumes is not None else [])
+        os.makedirs(log_directory, mode=0o755, exist_ok=True)
+        return mounts
 
     # -- stopping -----------------------------------------------------------------------------
 

@@ -78,7 +78,7 @@ def write_hosts_file(path: str, content: bytes) -> bool:
         pass
     if os.path.isdir(path) and not os.path.islink(path):
         os.rmdir(path)  # an empty directory in its place (left by a bad mount): the file goes there
-    # One fixed temp name (writes for a pod come from the event loop one at a time): what a crash leaves is
-    # overwritten by the next write and removed with the pod directory.
+    # One fixed temp name, so writes of one file must not overlap (the volume manager makes them take turns): what
+    # a crash leaves is overwritten by the next write and removed with the pod directory.
     replace_file(path, content, temp=path + TEMP_SUFFIX, mode=0o644, exclusive=False)
     return True

@@ -10,6 +10,7 @@ import functools
 import logging
 import os
 import secrets
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -91,6 +92,9 @@ class VolumeManager:
         # Service-account tokens: from the API server in cluster mode (`use_tokens`), refused standalone.
         self.tokens: TokenSource = tokens or NoTokens()
         self._locks: dict[str, asyncio.Lock] = {}
+        # mounts_for runs in threads, several containers of a pod at once: their writes of the pod's one hosts
+        # file (through one temp name) take turns.
+        self._hosts_lock = threading.Lock()
         self._warned: dict[str, set[str]] = {}
         # Pods whose directories set-up has made and teardown not removed: a pod with no volume to lay out
         # (most of them) costs its periodic sync no thread hop.
@@ -286,7 +290,8 @@ class VolumeManager:
 
         `env` is the container's environment (for subPathExpr); `pod_ips` the sandbox's IPs: the managed
         /etc/hosts is mounted once they are known, or at once for host-network pods, unless the container
-        mounts something on /etc/hosts itself. Writes the hosts file and a fresh termination-log file.
+        mounts something on /etc/hosts itself. Writes the hosts file (fsynced) and a fresh termination-log
+        file, and bind-mounts subPaths: blocking I/O, for a thread (calls for several containers may overlap).
         """
         container_name = _component(container.get("name"), "container name")
         pod_dir = self.pod_dir(podutil.uid(pod))
@@ -346,7 +351,8 @@ class VolumeManager:
         content = pod_hosts_file(pod, pod_ips, self.cluster_domain, node_hosts).encode()
         path = os.path.join(pod_dir, "etc-hosts")
         os.makedirs(pod_dir, mode=0o750, exist_ok=True)
-        write_hosts_file(path, content)
+        with self._hosts_lock:
+            write_hosts_file(path, content)
         return path
 
     @staticmethod

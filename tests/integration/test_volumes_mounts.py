@@ -15,6 +15,7 @@ import pytest
 
 from edgelet.objectstore import ObjectStore
 from edgelet.volumes import VolumeError, VolumeManager, subpath
+from edgelet.volumes.hosts import pod_hosts_file
 from edgelet.volumes.mountutil import MNT_DETACH, mounts_under, read_mounts, remove_tree, unmount
 from edgelet.volumes.plugins import mount_tmpfs
 
@@ -295,6 +296,22 @@ async def test_mounts_for_a_container(manager, store):
     assert again[4]["host_path"] != log_mount["host_path"]  # a restart gets a fresh file
     manager.prune_termination_logs(UID, "app", keep=[again[4]["host_path"]])
     assert os.listdir(f"{pod_dir}/containers/app") == [os.path.basename(again[4]["host_path"])]
+    await manager.teardown_pod(UID)
+
+
+async def test_containers_of_one_pod_prepared_at_once_each_get_the_whole_hosts_file(manager):
+    """The runtime manager prepares each container's mounts in a thread, a pod's containers in parallel: their
+    writes of the pod's one hosts file take turns, so none fails and none mounts half a file."""
+    containers = [{"name": f"app{i}"} for i in range(6)]
+    pod = _pod([], containers)
+    paths = await manager.setup_pod(pod)
+    hosts = os.path.join(manager.pod_dir(UID), "etc-hosts")
+    for round_ in range(20):
+        pod_ips = [f"10.88.{round_}.9"]  # a new address each round: every container finds the file to rewrite
+        mounts = await asyncio.gather(*(asyncio.to_thread(manager.mounts_for, pod, c, paths, pod_ips=pod_ips)
+                                        for c in containers))
+        assert all(m[0]["host_path"] == hosts for m in mounts)
+        assert open(hosts).read() == pod_hosts_file(pod, pod_ips, manager.cluster_domain, None)
     await manager.teardown_pod(UID)
 
 
