@@ -6,6 +6,7 @@ import copy
 import os
 import time
 
+import orjson
 import pytest
 
 from edgelet import checkpoint, podutil
@@ -115,6 +116,70 @@ def test_a_read_writes_nothing_and_its_record_is_pending_until_recorded(manifest
     assert not ManifestScanner(str(manifests), NODE).record_pending(unchanged)  # nowhere to record to
 
 
+@pytest.fixture
+def opened(monkeypatch):
+    """The manifests the scanner opened, by file name."""
+    seen: list[str] = []
+
+    def counting(path, *args, **kwargs):
+        seen.append(os.path.basename(path))
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(file_source, "open", counting, raising=False)
+    return seen
+
+
+class Clock:
+    """Wall-clock nanoseconds as the scanner reads them, `ahead` of the real clock."""
+
+    def __init__(self):
+        self.ahead = 0
+
+    def __call__(self) -> int:
+        return time.time_ns() + self.ahead
+
+
+def test_a_restart_does_not_read_a_manifest_whose_recorded_stat_vouches_for_it(manifests, tmp_path, opened):
+    state, clock = tmp_path / "state", Clock()
+    source = ManifestScanner(str(manifests), NODE, parsed=ParsedManifests(str(state), NODE), clock=clock)
+    source.scan()  # just written: too recent for their stat to vouch for their bytes (RACY_NS)
+    written = record_file(state).stat()
+    opened.clear()
+    restarted = scanner(manifests, state).scan()
+    assert sorted(opened) == ["a.yaml", "b.yaml", "broken.yaml"]  # recorded without a signature: read
+    clock.ahead = file_source.RACY_NS + 1_000_000_000
+    settled = source.read()
+    assert source.record_pending(settled)  # the same bytes, now with a signature worth keeping
+    source.record(settled)
+    assert record_file(state).stat().st_ino != written.st_ino
+    assert not source.record_pending(source.read())
+    opened.clear()
+    again = scanner(manifests, state).scan()
+    assert opened == ["broken.yaml"]  # not recorded: read and reported at every start
+    assert without_seen(again.objects) == without_seen(restarted.objects)
+    (manifests / "b.yaml").write_text(POD % "c")  # same size, other bytes: another stat
+    opened.clear()
+    changed = scanner(manifests, state).scan()
+    assert sorted(opened) == ["b.yaml", "broken.yaml"]
+    assert sorted(pod["metadata"]["name"] for pod in changed.objects.pods) == ["a-n1", "c-n1"]
+
+
+def test_a_record_without_signatures_is_read_as_before(manifests, tmp_path, opened, parses):
+    """A record written before signatures were kept: every file is read again, none is parsed again."""
+    state, clock = tmp_path / "state", Clock()
+    clock.ahead = file_source.RACY_NS + 1_000_000_000
+    ManifestScanner(str(manifests), NODE, parsed=ParsedManifests(str(state), NODE), clock=clock).scan()
+    path = record_file(state)
+    record = orjson.loads(checkpoint.decode(path.read_bytes(), PARSED_KIND))
+    assert all(entry.pop("signature") for entry in record["entries"])
+    path.write_bytes(checkpoint.encode(PARSED_KIND, orjson.dumps(record)))
+    opened.clear()
+    parses.clear()
+    scanner(manifests, state).scan()
+    assert sorted(opened) == ["a.yaml", "b.yaml", "broken.yaml"]
+    assert parses == ["broken.yaml"]
+
+
 def test_another_node_name_parses_anew(manifests, tmp_path, parses):
     state = tmp_path / "state"
     scanner(manifests, state).scan()
@@ -145,6 +210,7 @@ def test_a_record_of_another_parser_is_parsed_anew(manifests, tmp_path, parses, 
     lambda data: data[:-3],  # torn write
     lambda data: checkpoint.encode(PARSED_KIND, b'[]'),  # intact bytes, no usable record
     lambda data: checkpoint.encode(PARSED_KIND, data.split(b"\n", 1)[1].replace(b'"pods":[{', b'"pods":[[{', 1)),
+    lambda data: checkpoint.encode(PARSED_KIND, data.split(b"\n", 1)[1].replace(b'"signature":null', b'"signature":[1]', 1)),
 ])
 def test_a_bad_record_is_set_aside_and_the_manifests_parsed(manifests, tmp_path, parses, damage, caplog):
     state = tmp_path / "state"
