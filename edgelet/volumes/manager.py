@@ -219,8 +219,10 @@ class VolumeManager:
                 log.warning("pod %s: %s", uid, message)
 
     def _apply(self, pod_dir: str, plans: list[_Plan], fs_group: int | None) -> tuple[dict[str, str], list[str]]:
-        for directory in (pod_dir, os.path.join(pod_dir, "volumes")):
-            os.makedirs(directory, mode=0o750, exist_ok=True)
+        volumes_dir = os.path.join(pod_dir, "volumes")
+        if not os.path.isdir(volumes_dir):  # one stat on every later sync (each pod's first after a restart too)
+            for directory in (pod_dir, volumes_dir):
+                os.makedirs(directory, mode=0o750, exist_ok=True)
         # The mount table is only needed to see which tmpfs volumes are already mounted.
         mounts = read_mounts() if any(plan.in_memory for plan in plans) else []
         paths: dict[str, str] = {}
