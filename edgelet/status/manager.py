@@ -68,6 +68,15 @@ def _stored_pod(pod: Pod, status: dict[str, Any]) -> Pod:
     }
 
 
+def _share_spec(entry: PodStatusEntry, pod: Pod) -> None:
+    """A status read back at start holds a copy of the pod's spec of its own; once the live pod's spec is seen
+    to be the same, the entry keeps that one instead (about 5 KiB less per pod after a restart). Memory only: the
+    checkpoint's bytes are the same either way."""
+    spec, stored = pod.get("spec"), entry.pod.get("spec")
+    if stored is not spec and spec is not None and stored == spec:
+        entry.pod = {**entry.pod, "spec": spec}
+
+
 class StatusManager:
     def __init__(self, directory: str):
         self._store = CheckpointStore(directory, kind=STATUS_KIND, mode=0o600)
@@ -104,6 +113,7 @@ class StatusManager:
         entry = self._entries.get(uid)
         same_pod = entry is not None and same_metadata(entry.pod.get("metadata") or {}, pod.get("metadata") or {})
         if entry is not None and entry.status_hash == digest and same_pod:
+            _share_spec(entry, pod)
             return False
         version = entry.version + 1 if entry is not None else 1
         stored = _stored_pod(pod, status)

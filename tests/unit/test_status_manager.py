@@ -48,6 +48,25 @@ def test_a_restart_seeing_the_pod_anew_writes_nothing(tmp_path):
     assert restarted.set_pod_status(pod(annotations={"a": "2"}), RUNNING) is False
 
 
+def test_a_status_read_back_shares_the_live_pods_spec_once_it_is_the_same(tmp_path):
+    """After a restart each stored status held a second copy of its pod's spec for as long as the status did not
+    change; the entry takes the live pod's spec as soon as a sync finds the two equal."""
+    manager = StatusManager(str(tmp_path))
+    manager.set_pod_status(pod(), RUNNING)
+    manager.set_pod_status(pod("u2"), RUNNING)
+    manager.flush()
+    restarted = StatusManager(str(tmp_path))
+    restarted.load()
+    live, edited = pod(), pod("u2")
+    edited["spec"]["containers"][0]["image"] = "busybox:2"
+    assert restarted.set_pod_status(live, RUNNING) is False
+    assert restarted.get_entry("u1").pod["spec"] is live["spec"]
+    assert restarted.set_pod_status(edited, RUNNING) is False  # the status alone decides what is written
+    assert restarted.get_entry("u2").pod["spec"]["containers"][0]["image"] == "busybox:1"  # as on disk
+    restarted.flush()
+    assert restarted.disk_writes == 0
+
+
 def test_listeners_hear_each_change_with_its_version(tmp_path):
     manager = StatusManager(str(tmp_path))
     heard = []
