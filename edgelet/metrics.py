@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from edgelet.checkpoint import CheckpointStore
-from edgelet.cm.cpumanager.policy import CPUState, CPUStateError
+from edgelet.cm.cpumanager.policy import CPUState
 from edgelet.cm.cpuset import format_cpuset, parse_cpuset
 
 CHECKPOINT_KIND = "cpu-manager"
