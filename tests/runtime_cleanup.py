@@ -32,23 +32,22 @@ async def empty_runtime(client: RuntimeClient, *, selector: dict[str, str] | Non
     sandbox_filter = pb.PodSandboxFilter(label_selector=selector) if selector else None
     container_filter = pb.ContainerFilter(label_selector=selector) if selector else None
 
-    async def each(call, ids) -> None:
-        """`call(id)` for every id, `parallel` at a time; every call ends before the first failure is raised, so a
-        retry never runs beside calls of the pass before."""
+    async def each(call, ids) -> list[BaseException]:
+        """`call(id)` for every id, `parallel` at a time; the failures, once every call has ended (so a retry never
+        runs beside calls of the pass before)."""
         async def one(item: str) -> None:
             async with gate:
                 await call(item)
 
         results = await asyncio.gather(*map(one, ids), return_exceptions=True)
-        failures = [result for result in results if isinstance(result, BaseException)]
-        if failures:
-            raise failures[0]
+        return [result for result in results if isinstance(result, BaseException)]
 
     async def remove_container(container_id: str) -> None:
         await client.stop_container(container_id, 0)
         await client.remove_container(container_id)
 
     deadline = time.monotonic() + timeout
+    refused: RuntimeCallError | None = None
     while True:
         try:
             sandboxes = await client.list_pod_sandbox(sandbox_filter)
@@ -57,15 +56,31 @@ async def empty_runtime(client: RuntimeClient, *, selector: dict[str, str] | Non
                 return
             if time.monotonic() > deadline:  # say, an agent still running that starts them again
                 raise TimeoutError(f"{len(sandboxes)} sandboxes and {len(containers)} containers still there "
-                                   f"after {timeout:.0f}s")
-            # Sandboxes stopped first: their containers stop with them, and nothing restarts meanwhile.
-            await each(client.stop_pod_sandbox, [s.id for s in sandboxes])
-            await each(remove_container, [c.id for c in containers])
-            await each(client.remove_pod_sandbox, [s.id for s in sandboxes])
-        except RuntimeCallError:
+                                   f"after {timeout:.0f}s: {_describe(sandboxes, containers)}"
+                                   + (f"; the last refusal: {refused}" if refused else "")) from refused
+            # Sandboxes stopped first: their containers stop with them, and nothing restarts meanwhile. One refusal
+            # holds back no other removal: what is left at the deadline is what the runtime keeps.
+            failures = await each(client.stop_pod_sandbox, [s.id for s in sandboxes])
+            failures += await each(remove_container, [c.id for c in containers])
+            failures += await each(client.remove_pod_sandbox, [s.id for s in sandboxes])
+            if failures:
+                raise failures[0]
+        except RuntimeCallError as err:
             if time.monotonic() > deadline:
                 raise
+            refused = err
             await asyncio.sleep(RETRY_DELAY)
+
+
+def _describe(sandboxes, containers) -> str:
+    """What is left, as `crictl pods` and `crictl ps -a` would name it: enough to tell a runtime that keeps
+    them from an agent that makes them again (new ids, fresh creation times)."""
+    now = time.time_ns()
+    pods = [f"pod {s.metadata.namespace}/{s.metadata.name} {s.id[:13]} {pb.PodSandboxState.Name(s.state)} "
+            f"created {(now - s.created_at) / 1e9:.0f}s ago" for s in sandboxes]
+    ctrs = [f"container {c.metadata.name} {c.id[:13]} of {c.pod_sandbox_id[:13]} {pb.ContainerState.Name(c.state)} "
+            f"created {(now - c.created_at) / 1e9:.0f}s ago" for c in containers]
+    return ", ".join(pods + ctrs)
 
 
 def empty_runtime_at(endpoint: str, **options) -> None:

@@ -122,8 +122,9 @@ class Sampler(threading.Thread):
         self.join()
 
 
-def converge(agent: ChaosAgent, runtime: Runtime, churn: Churn, sampler: Sampler) -> tuple[int, int, float]:
-    """Lets the agent run until the runtime holds exactly the wanted pods; (lost pods, orphans, seconds taken)."""
+def converge(agent: ChaosAgent, runtime: Runtime, churn: Churn, sampler: Sampler) -> tuple[list[str], int, float]:
+    """Lets the agent run until the runtime holds exactly the wanted pods; (uids of lost pods, orphans, seconds
+    taken)."""
     started = time.monotonic()
     agent.start()
     wanted = churn.wanted()
@@ -137,10 +138,16 @@ def converge(agent: ChaosAgent, runtime: Runtime, churn: Churn, sampler: Sampler
         time.sleep(0.2)
     took = time.monotonic() - started
     agent.kill9()
-    lost = sum(1 for uid in wanted if not view.running(uid))
+    lost = sorted(uid for uid in wanted if not view.running(uid))
     orphans = sum(len(view.ready_sandboxes(uid)) + sum(1 for c in view.containers.get(uid, ()) if c.state == 1)
                   for uid in view.live_uids() - wanted)
     return lost, orphans, took
+
+
+def _troubles(agent: ChaosAgent, last: int = 40) -> str:
+    """The agent's last warnings and errors across all rounds, for a failure to explain itself."""
+    lines = [line for line in agent.log_text().splitlines() if " WARNING " in line or " ERROR " in line]
+    return "the agent's last warnings and errors:\n" + "\n".join(lines[-last:])
 
 
 @pytest.mark.timeout(1500)
@@ -153,6 +160,7 @@ def test_kill9_during_churn(tmp_path, containerd, runtime, scale, figures):
     sampler = Sampler(runtime, churn)
     sampler.start()
     lost = orphans = skipped_batches = 0
+    lost_uids: list[str] = []
     converge_times: list[float] = []
     try:
         for round_number in range(1, scale.kill9_rounds + 1):
@@ -171,7 +179,8 @@ def test_kill9_during_churn(tmp_path, containerd, runtime, scale, figures):
             skipped_batches += not applied
             if round_number % scale.kill9_check_every == 0 or round_number == scale.kill9_rounds:
                 round_lost, round_orphans, took = converge(agent, runtime, churn, sampler)
-                lost += round_lost
+                lost += len(round_lost)
+                lost_uids += round_lost
                 orphans += round_orphans
                 converge_times.append(took)
     finally:
@@ -193,7 +202,7 @@ def test_kill9_during_churn(tmp_path, containerd, runtime, scale, figures):
                  f"stale_peak={sampler.stale_peak} (batch <= {MAX_BATCH}) "
                  f"converge_p95_s={percentile(converge_times, 0.95):.1f}")
     assert duplicates == 0, f"two running containers for one pod container: {sorted(sampler.duplicate_keys)}"
-    assert lost == 0, "wanted pods not running after convergence"
+    assert lost == 0, f"wanted pods not running after convergence: {lost_uids}; {_troubles(agent)}"
     assert orphans == 0, "sandboxes or containers of no wanted pod still running after convergence"
     again = {uid: sorted(sampler.container_ids[uid]) for uid, attempt in sampler.max_attempt.items()
              if max(len(sampler.container_ids[uid]), attempt + 1) > 1}
