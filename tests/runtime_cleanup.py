@@ -13,6 +13,7 @@ refusals are handled in one place:
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from edgelet.cri import RuntimeCallError
@@ -57,7 +58,8 @@ async def empty_runtime(client: RuntimeClient, *, selector: dict[str, str] | Non
             if time.monotonic() > deadline:  # say, an agent still running that starts them again
                 raise TimeoutError(f"{len(sandboxes)} sandboxes and {len(containers)} containers still there "
                                    f"after {timeout:.0f}s: {_describe(sandboxes, containers)}"
-                                   + (f"; the last refusal: {refused}" if refused else "")) from refused
+                                   + (f"; the last refusal: {refused}" if refused else "")
+                                   + _shim_processes({c.pod_sandbox_id for c in containers})) from refused
             # Sandboxes stopped first: their containers stop with them, and nothing restarts meanwhile. One refusal
             # holds back no other removal: what is left at the deadline is what the runtime keeps.
             failures = await each(client.stop_pod_sandbox, [s.id for s in sandboxes])
@@ -81,6 +83,38 @@ def _describe(sandboxes, containers) -> str:
     ctrs = [f"container {c.metadata.name} {c.id[:13]} of {c.pod_sandbox_id[:13]} {pb.ContainerState.Name(c.state)} "
             f"created {(now - c.created_at) / 1e9:.0f}s ago" for c in containers]
     return ", ".join(pods + ctrs)
+
+
+def _shim_processes(sandbox_ids: set[str]) -> str:
+    """The shims of the sandboxes whose containers could not be removed, and every process under them, each with
+    its state and the kernel function it waits in: a start the runtime never ends shows where it hangs."""
+    parents: dict[int, int] = {}
+    lines: dict[int, str] = {}
+    roots: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+            with open(f"/proc/{entry}/wchan") as wchan:
+                waits_in = wchan.read() or "-"
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        lines[pid] = f"{pid} {fields[0]} {waits_in} {b' '.join(argv).decode(errors='replace').strip()[:120]}"
+        if b"-id" in argv and any(arg.decode(errors="replace") in sandbox_ids for arg in argv):
+            roots.append(pid)
+    shown: list[str] = []
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        shown.append(lines[pid])
+        todo += [child for child, parent in parents.items() if parent == pid]
+    return "; their shims' processes (pid state wchan argv): " + " | ".join(shown) if shown else ""
 
 
 def empty_runtime_at(endpoint: str, **options) -> None:
