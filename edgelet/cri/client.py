@@ -6,6 +6,8 @@ This is edgelet's counterpart of the kubelet's instrumented remote runtime. The 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -91,6 +93,26 @@ _CLIENT_TIMEOUT: Any = object()
 # Calls whose reply the relist reads as bytes (see edgelet/_core); same RPC, no decoding here.
 _RAW_RPCS = ("list_podsandbox", "list_containers")
 
+# Calls the runtime sees through to their end even when their caller is cancelled (a pod worker stopped, the
+# agent shutting down). A cancelled call cancels its request's context in the runtime, and containerd 2.x,
+# cancelled while it makes a task, can keep a task it has made but not started: the container is then reported
+# exited, cannot be stopped, and cannot be removed until containerd restarts ("cannot delete running task";
+# containerd issue 11037). Seen here with a crash-looping container whose restart an agent stop cut short.
+# The caller stops waiting at once; the call runs on, and close() lets it end before closing the channel.
+_RUN_TO_END = frozenset({"run_podsandbox", "start_container"})
+
+# How long close() waits for such calls.
+CLOSE_GRACE = 10.0
+
+log = logging.getLogger(__name__)
+
+
+def _abandoned(call: asyncio.Future) -> None:
+    """The end of a call its caller stopped waiting for: a failure is logged here, as nobody else will see it (the
+    next sync sees the state it left)."""
+    if not call.cancelled() and (error := call.exception()) is not None:
+        log.info("a runtime call that ran on after its caller stopped waiting failed: %s", error)
+
 
 def normalize_endpoint(endpoint: str) -> str:
     """`unix:///path` or a bare absolute socket path -> the gRPC target `unix:///path`."""
@@ -128,6 +150,7 @@ class RuntimeClient:
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {}
         self._raw_calls: dict[str, Callable[..., Awaitable[bytes]]] = {}
         self._events_call: Callable[..., Any] | None = None
+        self._running_to_end: set[asyncio.Future] = set()
         # Resolve the metric children once: .labels() takes a lock and a dict lookup per call.
         self._observe = {op: metrics.runtime_operations_duration_seconds.labels(op).observe for op in _RPCS}
         self._count_error = {op: metrics.runtime_operations_errors.labels(op).inc for op in _RPCS}
@@ -158,7 +181,10 @@ class RuntimeClient:
         )
         self._channel = channel
 
-    async def close(self) -> None:
+    async def close(self, grace: float = CLOSE_GRACE) -> None:
+        """Closes the channel once the calls that run to their end have ended (at most `grace` seconds)."""
+        if self._running_to_end:
+            await asyncio.wait(list(self._running_to_end), timeout=grace)
         if self._channel is not None:
             channel, self._channel = self._channel, None
             self._calls.clear()
@@ -175,6 +201,18 @@ class RuntimeClient:
         self, operation: str, request: Any, *, timeout: float | None = _CLIENT_TIMEOUT, raw: bool = False
     ) -> Any:
         """The one place every call passes: deadline, duration histogram, error counter, error mapping."""
+        if operation not in _RUN_TO_END:
+            return await self._call(operation, request, timeout, raw)
+        call = asyncio.ensure_future(self._call(operation, request, timeout, raw))
+        self._running_to_end.add(call)
+        call.add_done_callback(self._running_to_end.discard)
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            call.add_done_callback(_abandoned)
+            raise
+
+    async def _call(self, operation: str, request: Any, timeout: float | None, raw: bool) -> Any:
         if self._channel is None:
             self._connect()
         call = self._raw_calls[operation] if raw else self._calls[operation]
