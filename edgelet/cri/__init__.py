@@ -52,4 +52,11 @@ def start_in_flight(error: Exception) -> bool:
     return isinstance(error, CRIError) and "already in starting state" in error.details
 
 
-__all__ = ["CRIError", "NotFound", "RuntimeCallError", "RuntimeUnavailable", "create_in_flight", "start_in_flight"]
+def in_starting_state(error: Exception) -> bool:
+    """A call refused because the container's start is under way in the runtime (containerd: `already in starting
+    state` to a second StartContainer, `in starting state, can't be removed` to RemoveContainer)."""
+    return isinstance(error, CRIError) and "in starting state" in error.details
+
+
+__all__ = ["CRIError", "NotFound", "RuntimeCallError", "RuntimeUnavailable", "create_in_flight", "in_starting_state",
+           "start_in_flight"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Mapping,
 from .. import metrics, podutil
 from ..backoff import Backoff
 from ..cri import runtime_v1_pb2 as pb
-from ..cri import NotFound, create_in_flight, start_in_flight
+from ..cri import CRIError, NotFound, create_in_flight, in_starting_state, start_in_flight
 from ..cri.client import RuntimeClient
 from ..errors import EdgeletError
 from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
@@ -293,14 +293,13 @@ class RuntimeManager:
             # Created but never started (the agent died in between): start that one rather than a second.
             if await self._adopt_created(pod, container, previous, sandbox_id, result, container_type):
                 return True
-            restart_count = previous.restart_count  # its replacement takes its place; it never ran
+            restart_count = await self._replacement_count(pod, name, previous)
         elif previous is not None and self._start_cut_short(previous):
             # An earlier agent died during its StartContainer and the runtime gave the start up: the
             # container never ran, so its replacement is no restart and no crash (no back-off).
             log.info("pod %s: container %s (%s) never ran, its start was cut short by a restart of the agent; "
                      "replacing it", podutil.full_name(pod), name, previous.id[:13])
-            await self._remove_never_run(previous.id)
-            restart_count = previous.restart_count
+            restart_count = await self._replacement_count(pod, name, previous)
         # Restart back-off (CrashLoopBackOff) applies to containers that ran and ended before.
         elif previous is not None and previous.state == ContainerState.EXITED:
             key = self.backoff_key(pod, container)
@@ -408,7 +407,6 @@ class RuntimeManager:
                 return True
         log.info("pod %s: replacing container %s (%s) that was created but never started (%s)",
                  podutil.full_name(pod), name, created.id[:13], why)
-        await self._remove_never_run(created.id)
         return False
 
     def _start_cut_short(self, container: ContainerStatus) -> bool:
@@ -417,13 +415,25 @@ class RuntimeManager:
         return (container.state == ContainerState.EXITED and container.started_at == 0
                 and container.id not in self._failed_starts)
 
-    async def _remove_never_run(self, container_id: str) -> None:
-        """Removes a container that never ran before its replacement takes its name (and restart count)."""
+    async def _replacement_count(self, pod: Pod, name: str, never_run: ContainerStatus) -> int:
+        """Removes a container that never ran so that its replacement takes its name and restart count (it is no
+        restart). A runtime that keeps it (containerd 2.x cannot remove a container whose start was cancelled while
+        it made the task: "cannot delete running task") still gets the pod running: the replacement takes the next
+        attempt, as the kubelet's would, and container GC keeps trying the old one. A removal refused because the
+        container's start is still under way is raised: the sync after it sees how that start ended."""
+        self._failed_starts.discard(never_run.id)
         try:
-            await self._runtime.remove_container(container_id)
+            await self._runtime.remove_container(never_run.id)
         except NotFound:
             pass
-        self._failed_starts.discard(container_id)
+        except CRIError as exc:
+            if in_starting_state(exc):
+                raise
+            log.warning("pod %s: the runtime keeps container %s (%s), which never ran (%s); its replacement is "
+                        "attempt %d", podutil.full_name(pod), name, never_run.id[:13], exc,
+                        never_run.restart_count + 1)
+            return never_run.restart_count + 1
+        return never_run.restart_count
 
     def _failed(self, pod: Pod, name: str, result: SyncResult, container_type: str, reason: str, message: str,
                 retry_after: float, event_message: str | None = None) -> None:

@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from edgelet.backoff import Backoff
+from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageManager
 from edgelet.kuberuntime import labels
@@ -136,10 +137,10 @@ async def test_container_created_before_a_kill_is_started_not_doubled(cri, tmp_p
     assert [(c.id, c.state) for c in containers] == [(created_id, pb.CONTAINER_RUNNING)]
 
 
-async def test_a_start_cut_short_by_a_kill_is_replaced_without_counting_a_restart(cri, tmp_path):
-    # An agent killed during StartContainer leaves the runtime to give that start up: the container ends
-    # EXITED without ever having run. A command that cannot be executed leaves the same state behind
-    # (the spec hash covers name and image only, so the restarted agent takes it for its own container).
+async def a_pod_whose_container_never_ran(cri, tmp_path):
+    """(pod, PLEG, its container's status): an earlier run left the pod's container exited without ever running.
+    A command that cannot be executed leaves the state an agent killed during StartContainer leaves (the spec hash
+    covers name and image only, so a restarted agent takes that container for its own)."""
     pod = app_pod()
     uid = pod["metadata"]["uid"]
     unstartable = json.loads(json.dumps(pod))
@@ -151,12 +152,45 @@ async def test_a_start_cut_short_by_a_kill_is_replaced_without_counting_a_restar
     await pleg.relist()
     [never_ran] = pleg.get_status(uid).containers
     assert never_ran.state == ContainerState.EXITED and never_ran.started_at == 0
+    return pod, pleg, never_ran
 
+
+async def test_a_start_cut_short_by_a_kill_is_replaced_without_counting_a_restart(cri, tmp_path):
+    # An agent killed during StartContainer leaves the runtime to give that start up: the container ends
+    # EXITED without ever having run.
+    pod, pleg, never_ran = await a_pod_whose_container_never_ran(cri, tmp_path)
+    uid = pod["metadata"]["uid"]
     result = await runtime_manager(cri, tmp_path).sync_pod(pod, pleg.get_status(uid))  # the restarted agent
     assert result.started == ["app"] and not result.waiting_reasons
     containers = await cri.list_containers(pb.ContainerFilter(label_selector={labels.POD_UID: uid}))
     assert [(c.state, c.metadata.attempt) for c in containers] == [(pb.CONTAINER_RUNNING, 0)]
     assert containers[0].id != never_ran.id
+
+
+class KeepsNeverRun:
+    """The real runtime client, except that RemoveContainer is refused as containerd 2.x refuses it for a container
+    whose start was cancelled while it made the task (containerd issue 11037)."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    async def remove_container(self, container_id: str) -> None:
+        raise CRIError("remove_container", "FAILED_PRECONDITION",
+                       f"failed to delete containerd container {container_id!r}: cannot delete running task")
+
+
+async def test_a_never_run_container_the_runtime_keeps_is_replaced_by_the_next_attempt(cri, tmp_path, caplog):
+    pod, pleg, never_ran = await a_pod_whose_container_never_ran(cri, tmp_path)
+    uid = pod["metadata"]["uid"]
+    result = await runtime_manager(KeepsNeverRun(cri), tmp_path).sync_pod(pod, pleg.get_status(uid))
+    assert result.started == ["app"] and not result.waiting_reasons
+    containers = await cri.list_containers(pb.ContainerFilter(label_selector={labels.POD_UID: uid}))
+    assert sorted((c.metadata.attempt, c.state, c.id == never_ran.id) for c in containers) == [
+        (0, pb.CONTAINER_EXITED, True), (1, pb.CONTAINER_RUNNING, False)]
+    assert "the runtime keeps container app" in caplog.text and "its replacement is attempt 1" in caplog.text
 
 
 async def test_a_start_that_failed_in_this_agent_counts_as_a_restart(cri, tmp_path):
