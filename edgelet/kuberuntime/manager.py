@@ -380,7 +380,7 @@ class RuntimeManager:
     async def _adopt_created(self, pod: Pod, container: dict, created: ContainerStatus, sandbox_id: str,
                              result: SyncResult, container_type: str) -> bool:
         """Starts a container an earlier run created but did not start, when it is of this sandbox and spec;
-        otherwise removes it deliberately (the caller then creates a fresh one). True when it was started or
+        otherwise False: the caller removes it and creates a fresh one. True when it was started or
         an earlier StartContainer of it is still in flight in the runtime (the next sync looks again)."""
         name = container["name"]
         why = "it belongs to an older sandbox or spec"
