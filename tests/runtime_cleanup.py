@@ -8,8 +8,8 @@ refusals are handled in one place:
 - a container whose StartContainer is still under way cannot be removed until that start ends. An agent stopped
   or killed mid-start leaves one behind: containerd 2.1 held it "in starting state" for about 6 s under load.
   Such failures, and a runtime that is restarting, are retried until the deadline;
-- a start cancelled while containerd 2.x made the task leaves a container it never removes (its task is deleted
-  with `ctr`, see _delete_kept_task).
+- a start cancelled while containerd 2.x made the task leaves a container it never removes, and whose sandbox it
+  cannot stop (its task is deleted with `ctr` first, see _delete_kept_task).
 """
 
 from __future__ import annotations
@@ -70,10 +70,14 @@ async def empty_runtime(client: RuntimeClient, *, selector: dict[str, str] | Non
                                    f"after {timeout:.0f}s: {_describe(sandboxes, containers)}"
                                    + (f"; the last refusal: {refused}" if refused else "")
                                    + _shim_processes({c.pod_sandbox_id for c in containers})) from refused
-            # Sandboxes stopped first: their containers stop with them, and nothing restarts meanwhile. One refusal
-            # holds back no other removal: what is left at the deadline is what the runtime keeps.
-            failures = await each(client.stop_pod_sandbox, [s.id for s in sandboxes])
-            failures += await each(remove_container, [c.id for c in containers])
+            # Exited containers go first: one containerd kept after a cancelled start (see _delete_kept_task) holds
+            # up its sandbox's StopPodSandbox until its task is gone. Then the sandboxes are stopped: their other
+            # containers stop with them, and nothing restarts meanwhile. One refusal holds back no other removal:
+            # what is left at the deadline is what the runtime keeps.
+            exited = {c.id for c in containers if c.state == pb.CONTAINER_EXITED}
+            failures = await each(remove_container, exited)
+            failures += await each(client.stop_pod_sandbox, [s.id for s in sandboxes])
+            failures += await each(remove_container, [c.id for c in containers if c.id not in exited])
             failures += await each(client.remove_pod_sandbox, [s.id for s in sandboxes])
             if failures:
                 raise failures[0]

@@ -97,7 +97,8 @@ def test_logs_follow_ends_with_the_container_and_with_the_pod(agent):
     brief = _popen(agent, "logs", "-f", "brief", stdout=subprocess.PIPE)
     lasting = _popen(agent, "logs", "-f", "lasting", stdout=subprocess.PIPE)
     try:
-        assert brief.stdout.readline() == "start\n"
+        first = brief.stdout.readline()
+        assert first == "start\n", _explain(agent, brief, "brief", first)
         assert lasting.stdout.readline() == "up\n"
         assert brief.wait(30) == 0, "-f must end when the container ends"
         assert brief.stdout.read() == "done\n"
@@ -109,6 +110,17 @@ def test_logs_follow_ends_with_the_container_and_with_the_pod(agent):
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def _explain(agent: AgentProcess, process: subprocess.Popen, pod: str, first: str) -> str:
+    """What a `logs -f` that printed the wrong first line left to go on: its exit status, the pod's log files and
+    status, and the agent's last lines."""
+    code = process.wait(10)
+    files = sorted(str(path.relative_to(agent.workdir)) + f" ({path.stat().st_size} bytes)"
+                   for path in agent.workdir.rglob("*.log") if f"_{pod}-" in str(path) or f"_{pod}_" in str(path))
+    status = (agent.pod(pod) or {}).get("status")
+    return (f"logs -f printed {first!r} first and exited {code}; log files: {files}; status: {status}; "
+            f"the agent's last lines:\n" + "\n".join(agent.log_text().splitlines()[-30:]))
 
 
 def test_a_closed_pipe_ends_logs_follow_quietly(agent):

@@ -239,33 +239,6 @@ async def test_a_start_whose_caller_is_cancelled_runs_on_and_close_waits_for_it(
     await empty_runtime(cri, timeout=20)
 
 
-async def test_empty_runtime_removes_what_a_start_cancelled_in_the_runtime_left(cri, containerd):
-    """The runtime bug the client's run-to-end calls avoid, made on purpose: StartContainer requests whose context
-    is cancelled a little later each time (the client's own shield bypassed), until containerd keeps a container
-    it can neither start nor remove. The clean-up every suite uses must still empty the runtime."""
-    config = sandbox_config(containerd)
-    sandbox_id = await cri.run_pod_sandbox(config)
-    kept = None
-    for step in range(250):
-        container_id = await cri.create_container(sandbox_id, container_config(containerd, f"c{step}"), config)
-        call = asyncio.ensure_future(
-            cri._call("start_container", pb.StartContainerRequest(container_id=container_id), 60.0, False))
-        await asyncio.sleep(0.0004 * step)
-        call.cancel()
-        await asyncio.gather(call, return_exceptions=True)
-        try:
-            await cri.stop_container(container_id, 0)
-            await cri.remove_container(container_id)
-        except CRIError as err:
-            if "cannot delete running task" in err.details:
-                kept = container_id
-                break
-    if kept is None:
-        pytest.skip(f"containerd {containerd.release} removed every container whose start was cancelled")
-    await empty_runtime(cri, timeout=20)
-    assert await cri.list_pod_sandbox() == [] and await cri.list_containers() == []
-
-
 async def test_empty_runtime_removes_one_pods_objects_or_everything_running_or_not(cri, containerd):
     """The clean-up every suite and the benchmark use (tests.runtime_cleanup): running and exited containers, a
     sandbox with none, one pod by its labels."""
