@@ -421,7 +421,7 @@ class RuntimeManager:
         it made the task: "cannot delete running task") still gets the pod running: the replacement takes the next
         attempt, as the kubelet's would, and container GC keeps trying the old one. A removal refused because the
         container's start is still under way is raised: the sync after it sees how that start ended."""
-        self._failed_starts.discard(never_run.id)
+        replacement = never_run.restart_count
         try:
             await self._runtime.remove_container(never_run.id)
         except NotFound:
@@ -429,11 +429,11 @@ class RuntimeManager:
         except CRIError as exc:
             if in_starting_state(exc):
                 raise
+            replacement += 1
             log.warning("pod %s: the runtime keeps container %s (%s), which never ran (%s); its replacement is "
-                        "attempt %d", podutil.full_name(pod), name, never_run.id[:13], exc,
-                        never_run.restart_count + 1)
-            return never_run.restart_count + 1
-        return never_run.restart_count
+                        "attempt %d", podutil.full_name(pod), name, never_run.id[:13], exc, replacement)
+        self._failed_starts.discard(never_run.id)
+        return replacement
 
     def _failed(self, pod: Pod, name: str, result: SyncResult, container_type: str, reason: str, message: str,
                 retry_after: float, event_message: str | None = None) -> None:
