@@ -18,6 +18,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.runtime_cleanup import recorded, run_ctr
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONTAINERD = REPO_ROOT / "hack" / "local-containerd.sh"
 BUSYBOX_IMAGE = "docker.io/library/busybox:local"
@@ -42,11 +44,7 @@ class Containerd:
 
     def _recorded(self, key: str) -> str:
         """A value hack/local-containerd.sh recorded for this instance in instance.env."""
-        for line in (self.state_dir / "instance.env").read_text().splitlines():
-            name, _, value = line.partition("=")
-            if name == key:
-                return value
-        raise LookupError(f"{self.state_dir / 'instance.env'}: no {key}")
+        return recorded(self.state_dir, key)
 
     @property
     def pod_subnet(self) -> str:
@@ -60,13 +58,7 @@ class Containerd:
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Runs the instance's own `ctr` against it in the CRI namespace (k8s.io)."""
-        return subprocess.run(
-            [str(Path(self._recorded("BIN")) / "ctr"), "--address", self.socket, "--namespace", "k8s.io", *args],
-            check=check,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_ctr(self.socket, *args, check=check)
 
 
 def _cannot_run(reason: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -88,24 +89,36 @@ async def empty_runtime(client: RuntimeClient, *, selector: dict[str, str] | Non
             await asyncio.sleep(RETRY_DELAY)
 
 
+def recorded(state_dir: Path, key: str) -> str:
+    """A value hack/local-containerd.sh recorded for the instance in STATE_DIR/instance.env."""
+    for line in (state_dir / "instance.env").read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name == key:
+            return value
+    raise LookupError(f"{state_dir / 'instance.env'}: no {key}")
+
+
+def run_ctr(socket: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Runs a private instance's own `ctr` against it in the CRI namespace (k8s.io); the instance's state
+    directory is its socket's."""
+    ctr = Path(recorded(Path(socket).parent, "BIN")) / "ctr"
+    return subprocess.run([str(ctr), "--address", socket, "--namespace", "k8s.io", *args], check=check,
+                          capture_output=True, text=True, timeout=60)
+
+
 async def _delete_kept_task(endpoint: str, container_id: str) -> bool:
     """Deletes, with the runtime's own `ctr`, the task containerd 2.x keeps for a container whose start was
     cancelled while it made the task (containerd issue 11037): CRI reports the container exited, StopContainer does
     nothing and RemoveContainer is refused until containerd restarts. The agent never makes such a start any more
     (its client lets StartContainer end), but a SIGKILL in the chaos suite can; this clean-up between tests only
     works on a private instance of hack/local-containerd.sh. True when the task is gone."""
-    socket = endpoint.removeprefix("unix://")
     try:
-        env = dict(line.split("=", 1) for line in Path(socket).with_name("instance.env").read_text().splitlines()
-                   if "=" in line)
-    except OSError:
+        deleting = await asyncio.to_thread(run_ctr, endpoint.removeprefix("unix://"), "task", "delete", "-f",
+                                           container_id, check=False)
+    except (OSError, LookupError):  # no instance of hack/local-containerd.sh
         return False
-    deleting = await asyncio.create_subprocess_exec(
-        os.path.join(env.get("BIN", "/usr/bin"), "ctr"), "--address", socket, "-n", "k8s.io", "task", "delete", "-f",
-        container_id, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    _, err = await deleting.communicate()
-    print(f"runtime clean-up: deleted the task containerd kept for never-run container {container_id[:13]} "
-          f"(ctr exit status {deleting.returncode}: {err.decode(errors='replace').strip()})", file=sys.stderr)
+    print(f"runtime clean-up: deleting the task containerd kept for never-run container {container_id[:13]}: "
+          f"ctr exit status {deleting.returncode} {deleting.stderr.strip()}", file=sys.stderr)
     return deleting.returncode == 0
 
 
@@ -123,7 +136,7 @@ def _describe(sandboxes, containers) -> str:
 def _shim_processes(sandbox_ids: set[str]) -> str:
     """The shims of the sandboxes whose containers could not be removed, and every process under them, each with
     its state and the kernel function it waits in: a start the runtime never ends shows where it hangs."""
-    parents: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     lines: dict[int, str] = {}
     roots: list[int] = []
     for entry in os.listdir("/proc"):
@@ -139,7 +152,7 @@ def _shim_processes(sandbox_ids: set[str]) -> str:
         except OSError:  # gone meanwhile
             continue
         pid = int(entry)
-        parents[pid] = int(fields[1])
+        children.setdefault(int(fields[1]), []).append(pid)
         lines[pid] = f"{pid} {fields[0]} {waits_in} {b' '.join(argv).decode(errors='replace').strip()[:120]}"
         if b"-id" in argv and any(arg.decode(errors="replace") in sandbox_ids for arg in argv):
             roots.append(pid)
@@ -148,7 +161,7 @@ def _shim_processes(sandbox_ids: set[str]) -> str:
     while todo:
         pid = todo.pop()
         shown.append(lines[pid])
-        todo += [child for child, parent in parents.items() if parent == pid]
+        todo += children.get(pid, ())
     return "; their shims' processes (pid state wchan argv): " + " | ".join(shown) if shown else ""
 
 
