@@ -33,8 +33,10 @@ SERVICE_UNIT = REPO / "packaging" / "edgelet.service"
 # The bytecode optimization level the shipped bundle is built and run with (packaging/edgelet.spec): the
 # agent runs with it here too, so that its RSS and start are the package's (docstrings and asserts gone).
 OPTIMIZE = 2
-# Where the agents' bytecode is kept (stale files are recompiled by their source's mtime, as always).
-PYCACHE = REPO / "build" / f"bench-pycache-opt{OPTIMIZE}"
+# Where the agents' bytecode is kept (stale files are recompiled by their source's mtime, as always). The
+# bundle's bytecode has no column positions either (-X no_debug_ranges, packaging/edgelet.spec); a .pyc's
+# name does not say so, hence a directory of its own.
+PYCACHE = REPO / "build" / f"bench-pycache-opt{OPTIMIZE}-nocolumns"
 IMAGE = "docker.io/library/busybox:local"
 NODE_NAME = "benchnode"
 RAW_NAMESPACE = "bench-raw"
@@ -76,13 +78,15 @@ def unit_environment(unit_text: str) -> dict[str, str]:
 
 def agent_environment() -> dict[str, str]:
     """The environment of every agent the benchmark starts: the service unit's (MALLOC_ARENA_MAX), bytecode
-    kept under PYCACHE at the package's optimization level and written as an install would have written it
-    (PYTHONDONTWRITEBYTECODE, which a test shell may set, does not apply to an installed service)."""
+    kept under PYCACHE as the package's is made (optimization level, no column positions) and written as an
+    install would have written it (PYTHONDONTWRITEBYTECODE, which a test shell may set, does not apply to an
+    installed service)."""
     env = {**os.environ, **unit_environment(SERVICE_UNIT.read_text())}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     env["PYTHONOPTIMIZE"] = str(OPTIMIZE)
+    env["PYTHONNODEBUGRANGES"] = "1"
     return env
 
 

@@ -74,7 +74,7 @@ build_native() {
         die "the build venv $venv needs cython and pyinstaller: $venv/bin/pip install cython pyinstaller"
     (cd "$work/src" && "$python" setup.py --quiet build_ext --inplace) >"$work/build_ext.log" 2>&1 ||
         { cat "$work/build_ext.log" >&2; die "compiling edgelet._core and edgelet._libc failed"; }
-    "$python" -m PyInstaller "${pyinstaller_args[@]}" --distpath "$work/bundle" \
+    "$python" -X no_debug_ranges -m PyInstaller "${pyinstaller_args[@]}" --distpath "$work/bundle" \
         --workpath "$work/pyinstaller" "$work/src/packaging/edgelet.spec"
     glibc="$(getconf GNU_LIBC_VERSION | awk '{print $2}')"
 }
@@ -105,7 +105,7 @@ EOF
     in_chroot /bin/sh -ec "cd $inside/src
         /opt/build-venv/bin/python setup.py --quiet build_ext --inplace >$inside/build_ext.log 2>&1 ||
             { cat $inside/build_ext.log >&2; exit 1; }
-        /opt/build-venv/bin/python -m PyInstaller ${pyinstaller_args[*]} --distpath $inside/bundle \
+        /opt/build-venv/bin/python -X no_debug_ranges -m PyInstaller ${pyinstaller_args[*]} --distpath $inside/bundle \
             --workpath $inside/pyinstaller packaging/edgelet.spec"
     glibc="$(in_chroot getconf GNU_LIBC_VERSION | awk '{print $2}')"
     umount "$chroot_root/proc"

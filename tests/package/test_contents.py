@@ -3,8 +3,10 @@ and a bundled binary that runs with an empty environment."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import stat
+import types
 from pathlib import Path
 
 import pytest
@@ -144,6 +146,24 @@ def bundled(extracted: Path, *args: str, check: bool = True):
 def test_binary_runs_without_an_environment(packages, extracted):
     banner = bundled(extracted, "version").stdout
     assert banner.startswith(f"edgelet {packages.version} (core: compiled, python 3.")
+
+
+def test_bundled_bytecode_is_made_as_the_benchmark_measures_it(extracted):
+    """The agent's modules in the bundle carry no docstrings (-OO) and no column positions (-X no_debug_ranges):
+    the bytecode bench/bench_agent.py runs the agent with, read back with PyInstaller's own archive reader."""
+    from PyInstaller.archive.readers import CArchiveReader
+
+    modules = CArchiveReader(str(extracted / "opt/edgelet/edgelet")).open_embedded_archive("PYZ.pyz")
+    for name in ("edgelet.agent", "edgelet.kuberuntime.manager", "asyncio.base_events", "grpc.aio._channel"):
+        module = modules.extract(name)
+        codes = [module]
+        for code in codes:
+            codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+        assert len(codes) > 20, name
+        assert all(column is None for code in codes for *_, column, _end in code.co_positions()), name
+        # A function's first constant is its docstring, None without one; comprehensions and lambdas have none.
+        functions = [code for code in codes if code.co_flags & inspect.CO_NEWLOCALS and code.co_name[0] != "<"]
+        assert all(code.co_consts[0] is None for code in functions), name
 
 
 def test_binary_accepts_the_shipped_config(extracted):

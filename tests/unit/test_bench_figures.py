@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -10,8 +11,8 @@ import time
 import pytest
 
 from bench import procstat
-from bench.bench_agent import (OPTIMIZE, REPO, Scrape, calls_between, calls_per_pod_start, parse_scrape,
-                               unit_environment)
+from bench.bench_agent import (OPTIMIZE, REPO, Scrape, agent_environment, calls_between, calls_per_pod_start,
+                               parse_scrape, unit_environment)
 from edgelet.metrics import Counter, Histogram, Registry
 
 def agent_metrics() -> str:
@@ -75,6 +76,17 @@ def test_agent_runs_at_the_bundles_optimization_level():
     spec = (REPO / "packaging" / "edgelet.spec").read_text()
     assert f"OPTIMIZE = {OPTIMIZE}\n" in spec
     assert "optimize=OPTIMIZE" in spec and '[("O", None, "OPTION")] * OPTIMIZE' in spec
+
+
+def test_agent_runs_bytecode_without_column_positions_as_the_bundle():
+    """PyInstaller compiles in its own process, so hack/package.sh gives every PyInstaller run the option
+    (the spec refuses to build without it), and the benchmark's agents compile and run with it too."""
+    package_sh = (REPO / "hack" / "package.sh").read_text()
+    runs = re.findall(r"python\"? (.*)-m PyInstaller", package_sh)
+    assert runs == ["-X no_debug_ranges "] * 2
+    assert '"no_debug_ranges" not in sys._xoptions' in (REPO / "packaging" / "edgelet.spec").read_text()
+    env = agent_environment()
+    assert env["PYTHONNODEBUGRANGES"] == "1" and env["PYTHONPYCACHEPREFIX"].endswith("-nocolumns")
 
 
 def test_write_counter_counts_renames_onto_files_but_not_temporary_ones(tmp_path):
