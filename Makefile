@@ -11,7 +11,7 @@ CONTAINERD ?=
 export CONTAINERD
 # OS packages the agent's local run and the tests need (Debian/Ubuntu names).
 OS_PACKAGES := containerd runc containernetworking-plugins busybox-static umoci skopeo \
-	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv faketime
+	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv libyaml-dev faketime
 PYTHON_BUILD_DEPS := cython "setuptools>=77" wheel
 # Every Python package the venv and the packages use, at the versions last resolved (`make lock`), so that
 # a build next month is the build of today.
@@ -52,6 +52,7 @@ lock:
 
 venv: $(VENV)/.installed
 
+# Compiles edgelet/_core.pyx, _libc.pyx and _yaml.pyx (which links the system libyaml: libyaml-dev above).
 # A failed Cython compile fails here (set EDGELET_NO_EXTENSIONS=1 to run the pure twin instead).
 build: venv
 	$(PY) setup.py -q build_ext --inplace
@@ -138,4 +139,4 @@ proto: venv
 	hack/gen-proto.sh
 
 clean:
-	rm -rf build dist *.egg-info edgelet/*.so edgelet/_core.c edgelet/_libc.c
+	rm -rf build dist *.egg-info edgelet/*.so edgelet/_core.c edgelet/_libc.c edgelet/_yaml.c

@@ -51,3 +51,19 @@ class ConfigError(PermanentError):
         self.message = message = cut_long_values(message)
         where = f"{path}: {key}" if key else str(path)
         super().__init__(f"{where}: {message}")
+
+
+class YAMLError(ValueError):
+    """Text that is not YAML, or YAML that does not load (edgelet.yamlload): the problem and where it is, as
+    libyaml and PyYAML state them (0-based line and column; None where the parser gives no position)."""
+
+    def __init__(self, problem: str, line: int | None = None, column: int | None = None, *,
+                 context: str | None = None, context_line: int | None = None, context_column: int | None = None):
+        self.problem = problem
+        self.line = line
+        self.column = column
+        self.context = context
+        self.context_line = context_line
+        self.context_column = context_column
+        where = f" (line {line + 1}, column {column + 1})" if line is not None and column is not None else ""
+        super().__init__(f"{context}: {problem}{where}" if context else f"{problem}{where}")

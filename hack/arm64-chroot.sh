@@ -13,7 +13,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 root="${1:-$repo/.cache/arm64-bookworm}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # Bump when the package set or the venv contents change, so cached roots are rebuilt.
-RECIPE="1 bookworm minbase python3 python3-venv python3-dev gcc libc6-dev"
+RECIPE="2 bookworm minbase python3 python3-venv python3-dev gcc libc6-dev libyaml-dev"
 stamp="$root/.edgelet-chroot-recipe"
 
 die() { echo "arm64-chroot: $*" >&2; exit 1; }
@@ -45,7 +45,7 @@ rm -rf "$partial" "$root"
 mkdir -p "$(dirname "$root")"
 echo "arm64-chroot: debootstrapping arm64 bookworm into $root (a few minutes)"
 debootstrap --arch=arm64 --variant=minbase \
-    --include=python3,python3-venv,python3-dev,gcc,libc6-dev,ca-certificates \
+    --include=python3,python3-venv,python3-dev,gcc,libc6-dev,libyaml-dev,ca-certificates \
     bookworm "$partial" "$mirror" >"$partial.log" 2>&1 ||
     { tail -20 "$partial.log" >&2; die "debootstrap failed (full log: $partial.log)"; }
 rm -f "$partial.log"

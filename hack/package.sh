@@ -62,6 +62,7 @@ rm -rf "$work/src" "$work/bundle"
 stage_source() {
     mkdir -p "$work/src"
     tar -C "$repo" --exclude=__pycache__ --exclude='*.so' --exclude='edgelet/_core.c' --exclude='edgelet/_libc.c' \
+        --exclude='edgelet/_yaml.c' \
         -cf - edgelet setup.py pyproject.toml packaging examples/edgelet.toml | tar -C "$work/src" -xf -
     sed -i "s/^__version__ = .*/__version__ = \"$version\"/" "$work/src/edgelet/__init__.py"
 }
@@ -73,7 +74,7 @@ build_native() {
     "$python" -c 'import Cython, PyInstaller' 2>/dev/null ||
         die "the build venv $venv needs cython and pyinstaller: $venv/bin/pip install cython pyinstaller"
     (cd "$work/src" && "$python" setup.py --quiet build_ext --inplace) >"$work/build_ext.log" 2>&1 ||
-        { cat "$work/build_ext.log" >&2; die "compiling edgelet._core and edgelet._libc failed"; }
+        { cat "$work/build_ext.log" >&2; die "compiling edgelet._core, edgelet._libc and edgelet._yaml failed (edgelet._yaml needs libyaml-dev)"; }
     "$python" -X no_debug_ranges -m PyInstaller "${pyinstaller_args[@]}" --distpath "$work/bundle" \
         --workpath "$work/pyinstaller" "$work/src/packaging/edgelet.spec"
     glibc="$(getconf GNU_LIBC_VERSION | awk '{print $2}')"

@@ -12,11 +12,11 @@ import binascii
 import ssl
 from typing import Any
 
-import yaml
-
+from edgelet import yamlload
 from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError, spki_hash, verify_detached
 from edgelet.bootstrap.x509 import CertificateError, parse_certificate, pem_blocks
 from edgelet.kubeapi.client import ApiClient
+from edgelet.errors import YAMLError
 from edgelet.kubeapi.errors import NotFound
 
 CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
@@ -61,11 +61,11 @@ def bundle_hashes(ca_pem: bytes) -> list[str]:
 
 def _ca_data(kubeconfig: str) -> bytes:
     try:
-        doc = yaml.safe_load(kubeconfig)
+        doc = yamlload.load(kubeconfig)
         clusters = doc["clusters"]
         encoded = clusters[0]["cluster"]["certificate-authority-data"]
         return base64.b64decode("".join(encoded.split()), validate=True)
-    except (yaml.YAMLError, KeyError, IndexError, TypeError, AttributeError, binascii.Error, ValueError):
+    except (YAMLError, KeyError, IndexError, TypeError, AttributeError, binascii.Error, ValueError):
         raise DiscoveryError("the kubeconfig in kube-public/cluster-info has no "
                              "clusters[0].cluster.certificate-authority-data") from None
 

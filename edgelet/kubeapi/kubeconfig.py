@@ -14,9 +14,8 @@ import ssl
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping
 
-import yaml
-
-from edgelet.errors import ConfigError
+from edgelet import yamlload
+from edgelet.errors import ConfigError, YAMLError
 
 
 class KubeconfigError(ConfigError):
@@ -68,10 +67,9 @@ def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None)
     except OSError as e:
         raise KubeconfigError(path, "", f"cannot read the kubeconfig: {e.strerror or e}") from None
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
+        doc = yamlload.load(yamlload.decode(text))
+    except YAMLError as e:
+        where = f" at line {e.line + 1}" if e.line is not None else ""
         raise KubeconfigError(path, "", f"not valid YAML{where}") from None
     config = parse_kubeconfig(doc, path, context=context)
     if config.token is None and config.token_file:

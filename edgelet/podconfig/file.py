@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import yaml
 
-from edgelet import podutil
+from edgelet import podutil, yamlload
 from edgelet.checkpoint import CheckpointStore
 from edgelet.errors import ConfigError
 from edgelet.podconfig import inotify
@@ -92,7 +91,7 @@ class ParsedManifests:
     def __init__(self, directory: str, node_name: str):
         self.directory = directory
         self._store: CheckpointStore | None = None
-        self._stamp = {"format": _PARSED_FORMAT, "parser": PARSER_DIGEST, "yaml": yaml.__version__,
+        self._stamp = {"format": _PARSED_FORMAT, "parser": PARSER_DIGEST, "yaml": yamlload.LIBRARY,
                        "node": node_name}
         self._written: dict[str, bytes] = {}  # path -> digest, as the record on disk has them
 

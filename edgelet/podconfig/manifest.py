@@ -13,16 +13,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from edgelet import podutil
-from edgelet.errors import ConfigError
+from edgelet import podutil, yamlload
+from edgelet.errors import ConfigError, YAMLError
 from edgelet.podconfig.defaults import apply_defaults, make_static
 from edgelet.podconfig.limits import MAX_DEPTH, document_problem
 from edgelet.podconfig.schema import LIST, OBJECTS, unknown_fields
 from edgelet.podconfig.validation import Problems, configmap_key_error, validate_object_meta, validate_pod
 
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _LIST_KINDS = ("List", "PodList")
 _OBJECT_KINDS = ("Pod", "ConfigMap", "Secret")
 # Beyond any real pod list (the API server stores objects of at most 1.5 MB); it keeps a stray disk image in
@@ -127,16 +124,17 @@ def _decode(data: bytes, path: str) -> list[Any]:
         except RecursionError:
             raise ConfigError(path, "", f"document is nested more than {MAX_DEPTH} levels deep") from None
     try:
+        events = None
         if _may_alias_or_nest_deep(text):
-            _check_yaml_events(text, path)
-        return list(yaml.load_all(text, Loader=_SafeLoader))  # also YAML flow style, like {kind: Pod}
-    except yaml.YAMLError as exc:
+            parsed = yamlload.parse(text)
+            _check_yaml_events(parsed, path)
+            events = lambda _text: parsed  # noqa: E731 (the parse just made, not a second one)
+        return yamlload.load_all(text, events=events)  # also YAML flow style, like {kind: Pod}
+    except YAMLError as exc:
         if json_error is not None:
             raise json_error from None  # it looked like JSON: the JSON error is the helpful one
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(path, "", f"invalid YAML{where}: {problem}") from None
+        where = f" at line {exc.line + 1}, column {exc.column + 1}" if exc.line is not None else ""
+        raise ConfigError(path, "", f"invalid YAML{where}: {exc.problem}") from None
 
 
 def _may_alias_or_nest_deep(text: str, max_depth: int = MAX_DEPTH) -> bool:
@@ -149,23 +147,21 @@ def _may_alias_or_nest_deep(text: str, max_depth: int = MAX_DEPTH) -> bool:
     return sum(map(text.count, ":?-[{")) > max_depth
 
 
-def _check_yaml_events(text: str, path: str) -> None:
+def _check_yaml_events(parsed: tuple[list[tuple], YAMLError | None], path: str) -> None:
     """Refuses anchors and aliases (a manifest is data: an alias bomb of a few hundred bytes would expand
     to gigabytes) and nesting beyond MAX_DEPTH, before anything is built. libyaml's event parser is not
-    recursive, so any depth is safe to look at here."""
+    recursive, so any depth is safe to look at here. A parse error after the events is the loader's to raise."""
     depth = 0
-    for event in yaml.parse(text, Loader=_SafeLoader):
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            mark = event.start_mark
-            raise ConfigError(path, "", f"YAML anchors and aliases are not allowed (line {mark.line + 1}, "
-                                        f"column {mark.column + 1}): write the value out")
-        if isinstance(event, yaml.CollectionStartEvent):
+    for kind, line, column, anchor, *_ in parsed[0]:
+        if anchor is not None:  # an alias names one; a scalar or collection with one defines it
+            raise ConfigError(path, "", f"YAML anchors and aliases are not allowed (line {line + 1}, "
+                                        f"column {column + 1}): write the value out")
+        if kind == yamlload.SEQUENCE_START or kind == yamlload.MAPPING_START:
             depth += 1
             if depth > MAX_DEPTH:
-                mark = event.start_mark
                 raise ConfigError(path, "", f"document is nested more than {MAX_DEPTH} levels deep "
-                                            f"(line {mark.line + 1})")
-        elif isinstance(event, yaml.CollectionEndEvent):
+                                            f"(line {line + 1})")
+        elif kind == yamlload.SEQUENCE_END or kind == yamlload.MAPPING_END:
             depth -= 1
 
 

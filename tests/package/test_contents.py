@@ -76,9 +76,12 @@ def test_deb_files(packages):
     assert listing["/opt/edgelet/edgelet"].startswith("-rwxr-xr-x")
     assert listing["/etc/edgelet/manifests"].startswith("drwxr-xr-x")
     assert listing[CONFIG].startswith("-rw-r-----")
-    for extension in ("_core", "_libc"):
+    for extension in ("_core", "_libc", "_yaml"):
         compiled = [p for p in listing if re.fullmatch(rf"/opt/edgelet/_internal/edgelet/{extension}\.cpython-[^/]+\.so", p)]
         assert compiled, f"the compiled edgelet.{extension} is not in the bundle"
+    # edgelet._yaml links libyaml; the bundle carries it, since the packages do not depend on libyaml-0-2.
+    assert [p for p in listing if re.fullmatch(r"/opt/edgelet/_internal/(.+/)?libyaml-0\.so\.2(\.[0-9.]+)?", p)], \
+        "libyaml-0.so.2 (edgelet._yaml's shared library) is not in the bundle"
     # State is created by the unit (StateDirectory=), never shipped; nothing of the build leaks in.
     assert not [p for p in listing if p.startswith("/var/")]
     assert not [p for p in listing if "__pycache__" in p or p.endswith((".pyx", ".c"))]

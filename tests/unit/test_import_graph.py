@@ -8,6 +8,7 @@ import ast
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -21,6 +22,9 @@ def module_name(path: pathlib.Path) -> str:
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
+
+
+_PYTHON_IMPORT = re.compile(r"(?:from [\w.]+ )?import [\w., ]+$")
 
 
 def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> set[str]:
@@ -46,11 +50,14 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, k
 def import_graph(*, top_level_only: bool) -> dict[str, set[str]]:
     """module -> the edgelet modules it imports. Top level only: leaves out the imports inside functions
     (the lazy ones), keeps those under `if TYPE_CHECKING:`."""
-    files = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    files = {module_name(path): path for path in [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.pyx")]}
     known = set(files)
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
-        tree = ast.parse(path.read_text(), str(path))
+        source = path.read_text()
+        if path.suffix == ".pyx":  # Cython: its Python imports, each on a line of its own (cimports are C's)
+            source = "\n".join(line for line in source.splitlines() if _PYTHON_IMPORT.match(line))
+        tree = ast.parse(source, str(path))
         is_package = path.name == "__init__.py"
         statements = []
         if top_level_only:
@@ -174,8 +181,9 @@ def modules_run_loads(config: pathlib.Path) -> set[str]:
     return set(json.loads(done.stdout))
 
 
-# The C library calls are compiled (edgelet/_libc.pyx): ctypes (0.3-0.4 MiB) only for the pure run's twin.
-_CTYPES = [] if os.environ.get("EDGELET_NO_EXTENSIONS") == "1" else ["ctypes", "_ctypes"]
+# The C library calls are compiled (edgelet/_libc.pyx): ctypes (0.3-0.4 MiB) only for the pure run's twin. So is
+# the YAML parser (edgelet/_yaml.pyx under edgelet.yamlload): PyYAML (about 1.4 MiB) only for the pure run's twin.
+_PURE_ONLY = [] if os.environ.get("EDGELET_NO_EXTENSIONS") == "1" else ["ctypes", "_ctypes", "yaml"]
 
 # Loaded only by the command that needs them, in cluster mode, or under a setting that is not the default.
 _NOT_FOR_A_STANDALONE_RUN = [
@@ -190,7 +198,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "difflib",  # a manifest with an unknown field
     "encodings.idna",  # resolving a host name (the ops server binds its IP address itself)
     "shutil", "tempfile", "bz2", "lzma", "fractions", "decimal", "_decimal",  # as for a cluster run, below
-    *_CTYPES,
+    *_PURE_ONLY,
 ]
 
 
@@ -210,7 +218,7 @@ _NOT_FOR_A_CLUSTER_RUN = ["cryptography", "httpx", "httpcore", "anyio", "sniffio
                           # 0.5 MiB (docs/benchmarks.md): argparse's width, tempfile's mkdtemp and shutil's rmtree
                           # would bring them; fractions is gone with parse_duration's integer arithmetic, decimal
                           # (0.26 MiB) with the quantities' nano-units.
-                          "shutil", "tempfile", "bz2", "lzma", "fractions", "decimal", *_CTYPES]
+                          "shutil", "tempfile", "bz2", "lzma", "fractions", "decimal", *_PURE_ONLY]
 
 
 def test_a_cluster_run_with_the_kubelet_api_loads_neither_cryptography_nor_httpx(tmp_path):

@@ -14,7 +14,10 @@ PACKAGE_PARENT = pathlib.Path(__file__).resolve().parents[2]
 
 def module_source(name: str) -> bytes:
     path = PACKAGE_PARENT.joinpath(*name.split("."))
-    return (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_bytes()
+    if path.is_dir():
+        return (path / "__init__.py").read_bytes()
+    source = path.with_suffix(".py")
+    return (source if source.exists() else path.with_suffix(".pyx")).read_bytes()
 
 
 def test_the_digest_is_that_of_the_parsing_modules_source():
