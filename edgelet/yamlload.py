@@ -324,7 +324,8 @@ class _Constructor:
             except YAMLError:
                 raise
             except (ValueError, KeyError, IndexError, TypeError, OverflowError) as exc:
-                raise _problem(f"cannot read {node.value!r} as {node.tag.removeprefix(_TAG)} ({exc})", node) from None
+                what = repr(node.value) if node.kind == "scalar" else f"a {node.kind}"
+                raise _problem(f"cannot read {what} as {node.tag.removeprefix(_TAG)} ({exc})", node) from None
         self._built[id(node)] = data
         return data
 

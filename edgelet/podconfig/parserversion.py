@@ -25,7 +25,7 @@ PARSER_MODULES = (
     "edgelet.quantity",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:12dec74535467014816ae2cb8fbed46393fc180362a943812748aad6677946e2"
+PARSER_DIGEST = "sha256:5392b476fc5fbbd79e62e6d7ec4b2a75dc0ed0dfd49e4e321f8d38bd81247bfe"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:
