@@ -156,7 +156,6 @@ def parse(str text):
     cdef yaml_event_type_t kind
     cdef int depth = 0
     events = []
-    flows = []  # whether each open collection is in flow style
     error = None
     if not yaml_parser_initialize(&parser):
         raise MemoryError
@@ -175,7 +174,6 @@ def parse(str text):
                 yaml_event_delete(&event)
             if kind == YAML_SEQUENCE_START_EVENT or kind == YAML_MAPPING_START_EVENT:
                 depth += 1
-                flows.append(item[6])
                 if depth + (0 if item[6] else 1) > MAX_NESTING:
                     level = "flow" if item[6] else "block"
                     error = YAMLError("exceeded maximum nesting depth", item[1], item[2],
@@ -184,7 +182,6 @@ def parse(str text):
                     break
             elif kind == YAML_SEQUENCE_END_EVENT or kind == YAML_MAPPING_END_EVENT:
                 depth -= 1
-                flows.pop()
             events.append(item)
             if kind == YAML_STREAM_END_EVENT:
                 break

@@ -25,7 +25,7 @@ PARSER_MODULES = (
     "edgelet.quantity",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:5392b476fc5fbbd79e62e6d7ec4b2a75dc0ed0dfd49e4e321f8d38bd81247bfe"
+PARSER_DIGEST = "sha256:80557fd8ade34ee05442eb082b94d169df0576a0bda0ea40d9af1fc6dfc2c52a"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:
