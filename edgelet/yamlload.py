@@ -108,9 +108,11 @@ class Node:
         self.kind, self.tag, self.value, self.line, self.column = kind, tag, value, line, column
 
 
-class _Events:
-    def __init__(self, text: str, events: Events | None):
-        self._events, self._error = (events or _impl.parse)(text)
+class _Stream:
+    """The events of one parse, taken in order; the parse's error is raised where its events end."""
+
+    def __init__(self, parsed: tuple[list[tuple], YAMLError | None]):
+        self._events, self._error = parsed
         self._next = 0
 
     def peek(self) -> tuple:
@@ -301,9 +303,12 @@ class _Constructor:
         self._to_fill: deque[tuple[Any, Node]] = deque()
 
     def document(self, root: Node) -> Any:
-        data = self.value(root)
-        while self._to_fill:
-            self._fill(*self._to_fill.popleft())
+        try:
+            data = self.value(root)
+            while self._to_fill:
+                self._fill(*self._to_fill.popleft())
+        except RecursionError:  # merge keys or value keys nested near the limit: the only recursive steps
+            raise _problem("merge or value keys nested too deep to build", root) from None
         return data
 
     def value(self, node: Node) -> Any:
@@ -425,20 +430,22 @@ def decode(data: bytes) -> str:
 
 def load_all(text: str, *, events: Events | None = None) -> list[Any]:
     """Every document of `text`, as `list(yaml.load_all(text, Loader=yaml.CSafeLoader))` gives them."""
-    stream = _Events(text, events)
+    return load_parsed((events or parse)(text))
+
+
+def load_parsed(parsed: tuple[list[tuple], YAMLError | None]) -> list[Any]:
+    """Every document of a text `parse` has read already (a caller that looked at its events first)."""
+    stream = _Stream(parsed)
     stream.take()  # STREAM-START
     documents = []
-    try:
-        while stream.peek()[0] != STREAM_END:
-            documents.append(_Constructor().document(stream.document()))
-    except RecursionError:
-        raise YAMLError("merge keys nested without end") from None
+    while stream.peek()[0] != STREAM_END:
+        documents.append(_Constructor().document(stream.document()))
     return documents
 
 
 def load(text: str, *, events: Events | None = None) -> Any:
     """The one document of `text` (None when there is none), as `yaml.safe_load(text)` gives it."""
-    stream = _Events(text, events)
+    stream = _Stream((events or parse)(text))
     stream.take()  # STREAM-START
     root = None
     if stream.peek()[0] != STREAM_END:
@@ -448,9 +455,4 @@ def load(text: str, *, events: Events | None = None) -> Any:
         raise YAMLError("but found another document", line, column,
                         context="expected a single document in the stream",
                         context_line=root.line if root else None, context_column=root.column if root else None)
-    if root is None:
-        return None
-    try:
-        return _Constructor().document(root)
-    except RecursionError:
-        raise YAMLError("merge keys nested without end") from None
+    return None if root is None else _Constructor().document(root)

@@ -124,12 +124,10 @@ def _decode(data: bytes, path: str) -> list[Any]:
         except RecursionError:
             raise ConfigError(path, "", f"document is nested more than {MAX_DEPTH} levels deep") from None
     try:
-        events = None
+        parsed = yamlload.parse(text)
         if _may_alias_or_nest_deep(text):
-            parsed = yamlload.parse(text)
             _check_yaml_events(parsed, path)
-            events = lambda _text: parsed  # noqa: E731 (the parse just made, not a second one)
-        return yamlload.load_all(text, events=events)  # also YAML flow style, like {kind: Pod}
+        return yamlload.load_parsed(parsed)  # also YAML flow style, like {kind: Pod}
     except YAMLError as exc:
         if json_error is not None:
             raise json_error from None  # it looked like JSON: the JSON error is the helpful one

@@ -25,7 +25,7 @@ PARSER_MODULES = (
     "edgelet.quantity",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:80557fd8ade34ee05442eb082b94d169df0576a0bda0ea40d9af1fc6dfc2c52a"
+PARSER_DIGEST = "sha256:1d3a84b742a4fb5aa967337c244fdd0829814c0a17433249f969376603fe7622"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:
