@@ -185,6 +185,12 @@ def modules_run_loads(config: pathlib.Path) -> set[str]:
 # the YAML parser (edgelet/_yaml.pyx under edgelet.yamlload): PyYAML (about 1.4 MiB) only for the pure run's twin.
 _PURE_ONLY = [] if os.environ.get("EDGELET_NO_EXTENSIONS") == "1" else ["ctypes", "_ctypes", "yaml"]
 
+# protobuf's pure-Python message code (1.2 MiB with what it imports): the _pb2 modules are built by
+# edgelet.protobuild from upb's own pool and metaclass, as protobuf's builder would reach them.
+_PROTOBUF_PURE_PYTHON = ["google.protobuf.descriptor_pool", "google.protobuf.internal.python_message",
+                         "google.protobuf.internal.builder", "google.protobuf.symbol_database",
+                         "google.protobuf.text_format", "google.protobuf.internal.decoder", "pickle"]
+
 # Loaded only by the command that needs them, in cluster mode, or under a setting that is not the default.
 _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.cli_pods", "edgelet.cli_describe", "edgelet.labelselector", "resource",  # other subcommands
@@ -198,7 +204,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "difflib",  # a manifest with an unknown field
     "encodings.idna",  # resolving a host name (the ops server binds its IP address itself)
     "shutil", "tempfile", "bz2", "lzma", "fractions", "decimal", "_decimal",  # as for a cluster run, below
-    *_PURE_ONLY,
+    *_PURE_ONLY, *_PROTOBUF_PURE_PYTHON,
 ]
 
 
@@ -231,7 +237,9 @@ def test_a_cluster_run_with_the_kubelet_api_loads_neither_cryptography_nor_httpx
                       f'[runtime]\nendpoint = "unix://{tmp_path / "none.sock"}"\n'
                       f'[pods]\nmanifest_dir = "{tmp_path}"\n[server]\naddress = "127.0.0.1:0"\n'
                       f'[cluster]\nkubeconfig = "{kubeconfig}"\n[kubelet_api]\naddress = "127.0.0.1:0"\n')
-    loaded = {name if name.startswith("edgelet.") else name.split(".")[0] for name in modules_run_loads(config)}
+    names = modules_run_loads(config)
+    loaded = {name if name.startswith("edgelet.") else name.split(".")[0] for name in names}
     assert {"edgelet.kubeletapi", "edgelet.kubeapi.client", "edgelet.http11"} <= loaded
     assert sorted(loaded & set(_NOT_FOR_A_CLUSTER_RUN)) == []
+    assert sorted(names & set(_PROTOBUF_PURE_PYTHON)) == []
     assert (tmp_path / "root" / "pki" / "kubelet.crt").exists()  # the serving certificate was made, by the child
