@@ -20,6 +20,7 @@ import os
 import re
 import secrets
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -99,13 +100,15 @@ def filename_to_key(name: str) -> str | None:
 
 
 def replace_file(target: str | os.PathLike[str], data: bytes, *, temp: str | os.PathLike[str], mode: int,
-                 exclusive: bool = True, durable: bool = True) -> None:
+                 exclusive: bool = True, durable: bool = True, sync_parent: bool = True) -> None:
     """Write `data` to `temp`, fsync it, rename it over `target` and fsync the directory: after a crash or a
     failed write (ENOSPC) at any point, `target` holds the old bytes or the new ones, never a part. An
     `exclusive` temp name must not exist yet; otherwise a leftover of an earlier crash is overwritten.
-    `durable=False` skips both fsyncs, for a file the agent rewrites at every start (a display snapshot):
-    a failed write still leaves no temp behind and never a part in `target` while the system stays up, but
-    a power cut may leave the old bytes, or an empty file, where the new ones were meant to be."""
+    `sync_parent=False` leaves the directory's fsync to the caller, who makes several renames in it durable
+    with one (`sync_directory`). `durable=False` skips both fsyncs, for a file the agent checks and rewrites
+    before every use (a display snapshot, a pod's hosts file): a failed write still leaves no temp behind and
+    never a part in `target` while the system stays up, but a power cut may leave the old bytes, or an empty
+    file, where the new ones were meant to be."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
     fd = os.open(temp, flags, mode)
     try:
@@ -122,7 +125,7 @@ def replace_file(target: str | os.PathLike[str], data: bytes, *, temp: str | os.
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    if durable:
+    if durable and sync_parent:
         sync_directory(os.path.dirname(os.fspath(target)))
 
 
@@ -173,10 +176,29 @@ class CheckpointStore:
 
     def write(self, key: str, payload: bytes) -> None:
         """Replace `key` atomically: after a crash at any point, a read returns the old or the new payload."""
+        self._replace(key, payload, sync_parent=True)
+
+    def write_many(self, changes: Mapping[str, bytes | None]) -> None:
+        """Writes each key's payload (deletes a key whose payload is None) with one fsync of the directory for
+        them all, where `write` and `delete` take one each: every payload is fsynced before its rename, so
+        after a crash at any point each key reads as its old or its new payload, and when this returns all of
+        them are durable. On an OSError part-way the keys before it are written (not yet durable), the rest
+        untouched: write the batch again."""
+        renamed = False
+        for key, payload in changes.items():
+            if payload is None:
+                renamed |= self._unlink(key)
+            else:
+                self._replace(key, payload, sync_parent=False)
+                renamed = True
+        if renamed:
+            self._sync_directory()
+
+    def _replace(self, key: str, payload: bytes, *, sync_parent: bool) -> None:
         filename = key_to_filename(key)
         target = os.path.join(self.directory, filename)
         temp = os.path.join(self.directory, f"{_TEMP_PREFIX}{secrets.token_hex(6)}-{filename}")
-        replace_file(target, encode(self.kind, payload), temp=temp, mode=self.mode)
+        replace_file(target, encode(self.kind, payload), temp=temp, mode=self.mode, sync_parent=sync_parent)
 
     def read(self, key: str) -> bytes | None:
         """The payload of `key`, or None when it is absent or was damaged (then it is moved to corrupt/)."""
@@ -197,11 +219,15 @@ class CheckpointStore:
         return [key for key in map(filename_to_key, self._checkpoint_names()) if key is not None]
 
     def delete(self, key: str) -> None:
+        if self._unlink(key):
+            self._sync_directory()
+
+    def _unlink(self, key: str) -> bool:
         try:
             os.unlink(self._path(key))
         except FileNotFoundError:
-            return
-        self._sync_directory()
+            return False
+        return True
 
     def load_all(self) -> dict[str, bytes]:
         """Every intact checkpoint; damaged ones are set aside and left out."""

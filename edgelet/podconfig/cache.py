@@ -123,13 +123,13 @@ class PodCheckpoints:
     def sync(self, pods: Iterable[Pod]) -> None:
         """Makes the cache hold exactly these pods (a complete list), writing only entries that changed."""
         writes, deletes = self.changes(pods)
+        # One fsync of the directory for the whole set (a node's first list writes every pod at once).
+        self._store.write_many({**dict.fromkeys(deletes), **{uid: orjson.dumps(pod) for uid, pod in writes.items()}})
         for uid in deletes:
-            self._store.delete(uid)
             del self._versions[uid]
         for uid, pod in writes.items():
-            self._store.write(uid, orjson.dumps(pod))
             self._versions[uid] = content_version(pod)
-            self.writes += 1
+        self.writes += len(writes)
         if not self._listed:
             # Only now may a restart trust the cache as this node's complete pod list.
             self._state.write(_STATE_KEY, orjson.dumps({"node": self.node_name, "listed": time.time()}))

@@ -66,9 +66,14 @@ def pod_hosts_file(pod: Pod, pod_ips: Sequence[str], cluster_domain: str, node_h
 
 
 def write_hosts_file(path: str, content: bytes) -> bool:
-    """Makes `path` hold `content`: temp file, fsync, rename, fsync of the directory, so a crash or a full disk
-    leaves the old file or the new one, never half of one. A file that differs (damaged, or the pod's IPs
-    changed) is replaced; returns whether it was. Containers already running keep the inode they mounted.
+    """Makes `path` hold `content`: a temp file renamed over it, so a reader or a full disk sees the old file or
+    the new one, never half of one. A file that differs (damaged, or the pod's IPs changed) is replaced; returns
+    whether it was. Containers already running keep the inode they mounted.
+
+    Not fsynced (the kubelet does not either): the file is compared before every container start that mounts
+    it, and a power cut stops every container, so what a power cut leaves (the old bytes, or an empty file) is
+    replaced before anything mounts it again. Two fsyncs a pod were two journal commits on the runtime's disk,
+    in the middle of a burst of its own commits.
     """
     try:
         with open(path, "rb") as stream:
@@ -80,5 +85,5 @@ def write_hosts_file(path: str, content: bytes) -> bool:
         os.rmdir(path)  # an empty directory in its place (left by a bad mount): the file goes there
     # One fixed temp name, so writes of one file must not overlap (the volume manager makes them take turns): what
     # a crash leaves is overwritten by the next write and removed with the pod directory.
-    replace_file(path, content, temp=path + TEMP_SUFFIX, mode=0o644, exclusive=False)
+    replace_file(path, content, temp=path + TEMP_SUFFIX, mode=0o644, exclusive=False, durable=False)
     return True

@@ -8,8 +8,9 @@ from typing import Callable
 from edgelet.checkpoint import CheckpointStore
 from edgelet.volumes.atomic_writer import FileProjection, write_payload
 
-WRITERS = ("checkpoint", "volume", "etc-hosts")
+WRITERS = ("checkpoint", "checkpoint-batch", "volume", "etc-hosts")
 KEY = "0123abcd-pod"
+BATCH_KEYS = ("0123abcd-pod", "4567efab-pod", "89abcdef-pod")  # the last one is deleted by the new version
 KIND = "pod-status"
 
 
@@ -28,6 +29,10 @@ def prepare(writer: str, directory: str, version: str) -> Callable[[], None]:
     if writer == "checkpoint":
         store = CheckpointStore(directory, kind=KIND)
         return lambda: store.write(KEY, version_bytes(version))
+    if writer == "checkpoint-batch":  # the status manager's batch: two writes and, in the new version, a delete
+        store = CheckpointStore(directory, kind=KIND)
+        changes = dict(zip(BATCH_KEYS, batch_view(version)))
+        return lambda: store.write_many(changes)
     if writer == "volume":
         os.makedirs(directory, exist_ok=True)
         return lambda: write_payload(directory, volume_payload(version))
@@ -43,6 +48,9 @@ def read_back(writer: str, directory: str) -> object:
     """What a reader (the agent after a restart, or a container) sees: compared with each version's view."""
     if writer == "checkpoint":
         return CheckpointStore(directory, kind=KIND).read(KEY)
+    if writer == "checkpoint-batch":
+        store = CheckpointStore(directory, kind=KIND)
+        return tuple(store.read(key) for key in BATCH_KEYS)
     if writer == "volume":
         view = {}
         for name in ("same", "only-old", "only-new", "dir/nested"):
@@ -55,7 +63,13 @@ def read_back(writer: str, directory: str) -> object:
         return file.read()
 
 
+def batch_view(version: str) -> tuple[bytes | None, ...]:
+    return (version_bytes(version), version_bytes(version + "2"), version_bytes(version) if version == "old" else None)
+
+
 def expected_view(writer: str, version: str) -> object:
+    if writer == "checkpoint-batch":
+        return batch_view(version)
     if writer == "volume":
         return {name: projection.data for name, projection in volume_payload(version).items()}
     return version_bytes(version)

@@ -237,3 +237,37 @@ def test_replace_file_leaves_no_temp_when_the_rename_fails(tmp_path, durable):
         checkpoint.replace_file(target, b"{}", temp=tmp_path / "state.json.new", mode=0o600, exclusive=False,
                                 durable=durable)
     assert os.listdir(tmp_path) == ["state.json"]
+
+
+def test_write_many_writes_and_deletes_with_one_fsync_of_the_directory(tmp_path, monkeypatch):
+    store = CheckpointStore(tmp_path, kind="pod-status")
+    store.write("gone", b"x")
+    store.write("kept", b"old")
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    store.write_many({"a": b"1", "kept": b"new", "gone": None, "absent": None})
+    assert store.load_all() == {"a": b"1", "kept": b"new"}
+    assert len(fsyncs) == 3  # each payload before its rename, then the directory once for the renames and unlink
+    assert sorted(os.listdir(tmp_path)) == sorted(key_to_filename(k) for k in ("a", "kept"))  # no temp left
+
+
+@pytest.mark.parametrize("changes", [{}, {"absent": None}])
+def test_write_many_that_changes_nothing_syncs_nothing(tmp_path, monkeypatch, changes):
+    store = CheckpointStore(tmp_path, kind="pod-status")
+    fsyncs: list[int] = []
+    monkeypatch.setattr(os, "fsync", fsyncs.append)
+    store.write_many(changes)
+    assert fsyncs == [] and store.keys() == []
+
+
+def test_write_many_failing_part_way_leaves_every_key_whole(tmp_path):
+    store = CheckpointStore(tmp_path, kind="pod-status")
+    store.write("c", b"old")
+    (tmp_path / key_to_filename("b")).mkdir()  # the rename onto it fails
+    with pytest.raises(OSError):
+        store.write_many({"a": b"new", "b": b"new", "c": b"new"})
+    assert store.read("a") == b"new" and store.read("c") == b"old"  # written before the failure; untouched after
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # no temp file left behind
+    store.write_many({"a": b"new", "c": b"new"})  # the batch again, without the broken key
+    assert store.read("c") == b"new"

@@ -1,10 +1,12 @@
-"""The managed /etc/hosts, byte for byte as the kubelet writes it."""
+"""The managed /etc/hosts, byte for byte as the kubelet writes it, and how it is written."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from edgelet.volumes.hosts import pod_hostname_and_domain, pod_hosts_file
+from edgelet.volumes.hosts import pod_hostname_and_domain, pod_hosts_file, write_hosts_file
 
 LOCALHOST = (
     "# Kubernetes-managed hosts file.\n"
@@ -44,3 +46,16 @@ def test_hosts_file_content(pod, ips, expected):
 def test_long_hostnames_are_cut_to_63_characters_without_trailing_dashes():
     pod = {"metadata": {"name": "a" * 62 + "-b" + "c" * 10, "namespace": "ns"}, "spec": {}}
     assert pod_hostname_and_domain(pod, "cluster.local") == ("a" * 62, "")
+
+
+def test_a_hosts_file_is_replaced_whole_without_fsync_and_a_damaged_one_is_rewritten(tmp_path, monkeypatch):
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    path = str(tmp_path / "etc-hosts")
+    assert write_hosts_file(path, b"127.0.0.1 localhost\n") is True
+    assert write_hosts_file(path, b"127.0.0.1 localhost\n") is False  # the same content: left alone
+    open(path, "wb").close()  # what a power cut may leave of an unsynced file
+    assert write_hosts_file(path, b"127.0.0.1 localhost\n") is True  # checked before every mount, so rewritten
+    assert open(path, "rb").read() == b"127.0.0.1 localhost\n" and os.listdir(tmp_path) == ["etc-hosts"]
+    assert fsyncs == []  # rewritten before any container mounts it again: no journal commits on the runtime's disk
