@@ -42,7 +42,7 @@ class StartGate:
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
                 self._release()  # the slot was handed over as the wait was cancelled: the next one takes it
-            else:
+            elif turn in line:  # not when a release already skipped the cancelled turn and took it out
                 line.remove(turn)
             raise
 
