@@ -33,13 +33,13 @@ else:
 
 def build_file(serialized: bytes, module: dict[str, Any]) -> Any:
     """Adds the file descriptor `serialized` to the default pool and fills `module` (a `_pb2` module's globals)
-    with what protoc's generated code makes: `DESCRIPTOR`; `_NAME` for each message, nested message, enum and
-    service descriptor; each top-level enum's wrapper and its values; each message class, nested ones as its
-    attributes. Classes are named by the module that built them, so they pickle. Returns the file descriptor."""
+    with what protoc's generated code makes: `_NAME` for each message, nested message, enum and service
+    descriptor; each top-level enum's wrapper and its values; each message class, nested ones as its
+    attributes. Classes are named by the module that built them, so they pickle. Returns the file descriptor,
+    which the module keeps as `DESCRIPTOR`."""
     if _POOL is None:
         return _build_with_protobuf(serialized, module)
     file = _POOL.AddSerializedFile(serialized)
-    module["DESCRIPTOR"] = file
     for name, message in file.message_types_by_name.items():
         _add_descriptors(module, message, "_" + name.upper())
     for name, enum in file.enum_types_by_name.items():
@@ -79,7 +79,6 @@ def _build_with_protobuf(serialized: bytes, module: dict[str, Any]) -> Any:
     from google.protobuf.internal import builder
 
     file = descriptor_pool.Default().AddSerializedFile(serialized)
-    module["DESCRIPTOR"] = file
     builder.BuildMessageAndEnumDescriptors(file, module)
     builder.BuildTopDescriptorsAndMessages(file, module["__name__"], module)
     return file
