@@ -15,7 +15,7 @@ from bench import procstat
 from edgelet.cri.client import RuntimeClient
 from tests.kubeapi_double import ApiServerDouble
 from tests.kubeapi_double.joining import CLIENT_SIGNER, ClusterPKI, cluster_info, crypto_mapped, join_toml
-from tests.runtime_cleanup import empty_runtime
+from tests.runtime_cleanup import empty_runtime, remove_pod_cgroups
 
 ROTATION_TIMEOUT = 90.0
 SETTLE_S = 5.0
@@ -81,4 +81,5 @@ async def bench_cluster(endpoint: str, client: RuntimeClient, workdir: Path, pod
         finally:
             agent.stop()
     await empty_runtime(client)
+    await remove_pod_cgroups()
     return results

@@ -1,5 +1,5 @@
 """Emptying a private containerd between tests and benchmark rounds: every sandbox and container (or one pod's)
-stopped, removed, and checked gone.
+stopped, removed, and checked gone; and the pod cgroups a stopped agent leaves behind.
 
 The integration and e2e fixtures, the chaos harness and `make bench` all use this one helper, so the runtime's
 refusals are handled in one place:
@@ -21,6 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from edgelet.cm import cgroups
+from edgelet.cm.podcgroups import PodCgroups
+from edgelet.config import CgroupsConfig
 from edgelet.cri import CRIError, RuntimeCallError
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
@@ -173,3 +176,13 @@ def empty_runtime_at(endpoint: str, **options) -> None:
             await empty_runtime(client, **options)
 
     asyncio.run(empty())
+
+
+async def remove_pod_cgroups(cgroup_root: str = "/") -> list[str]:
+    """Removes the pod cgroups under `cgroup_root`'s QoS tree that hold no container any more, as an agent's
+    housekeeping removes those of pods gone (cgroupfs driver). For pods emptied from the runtime behind a stopped
+    agent's back: the next agent on the machine would otherwise remove them as orphans in its first housekeeping,
+    in the middle of whatever it is measured on. Returns the uids removed."""
+    pod_cgroups = PodCgroups(CgroupsConfig(root=cgroup_root), runtime=None, allocatable=None)
+    pod_cgroups.driver = cgroups.CGROUPFS
+    return await pod_cgroups.remove_orphans(keep=set())

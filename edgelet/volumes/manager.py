@@ -292,8 +292,9 @@ class VolumeManager:
 
         `env` is the container's environment (for subPathExpr); `pod_ips` the sandbox's IPs: the managed
         /etc/hosts is mounted once they are known, or at once for host-network pods, unless the container
-        mounts something on /etc/hosts itself. Writes the hosts file (fsynced) and a fresh termination-log
-        file, and bind-mounts subPaths: blocking I/O, for a thread (calls for several containers may overlap).
+        mounts something on /etc/hosts itself. Writes the hosts file (replaced whole, not fsynced: see
+        `write_hosts_file`) and a fresh termination-log file, and bind-mounts subPaths: blocking I/O, for a thread
+        (calls for several containers may overlap).
         """
         container_name = _component(container.get("name"), "container name")
         pod_dir = self.pod_dir(podutil.uid(pod))

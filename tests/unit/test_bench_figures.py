@@ -11,6 +11,7 @@ import time
 import pytest
 
 from bench import procstat
+from bench.run import paired_ratio
 from bench.bench_agent import (OPTIMIZE, REPO, Scrape, agent_environment, calls_between, calls_per_pod_start,
                                parse_scrape, unit_environment)
 from edgelet.metrics import Counter, Histogram, Registry
@@ -144,3 +145,21 @@ def test_cpu_seconds_reads_another_process_to_the_nanosecond_and_agrees_with_its
     finally:
         busy.kill()
         busy.wait()
+
+
+@pytest.mark.parametrize(("agent", "floor", "expected"), [
+    ([110.0, 120.0, 130.0], [100.0, 100.0, 100.0], 1.2),
+    # The machine's speed moved between pairs and one agent start hit a stall: each other start is 5 % over the
+    # raw one beside it, where the ratio of the two sides' medians would say 1.24.
+    ([105.0, 126.0, 147.0, 200.0], [100.0, 120.0, 140.0, 100.0], 1.05),
+    ([8.0, 9.0], [8.0, 7.5], (1.0 + 1.2) / 2),  # an even count: the mean of the middle two
+    ([], [], float("nan")),
+])
+def test_paired_ratio_is_the_median_of_each_pair(agent, floor, expected):
+    result = paired_ratio(agent, floor)
+    assert result == pytest.approx(expected, nan_ok=True)
+
+
+def test_paired_ratio_refuses_measurements_that_are_not_pairs():
+    with pytest.raises(ValueError, match="not pairs"):
+        paired_ratio([1.0, 2.0], [1.0])
