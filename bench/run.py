@@ -605,7 +605,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-relist", action="store_true")
     parser.add_argument("--skip-cluster", action="store_true", help="leave out the joined cluster node")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
-    return parser.parse_args(argv)
+    opts = parser.parse_args(argv)
+    if opts.burst_rounds < 1:
+        parser.error("--burst-rounds: at least 1 (the last pair's agent stays up for the idle figures)")
+    return opts
 
 
 def main(argv: list[str] | None = None) -> int:
