@@ -11,9 +11,9 @@ import time
 import pytest
 
 from bench import procstat
-from bench.run import paired_ratio
 from bench.bench_agent import (OPTIMIZE, REPO, Scrape, agent_environment, calls_between, calls_per_pod_start,
                                parse_scrape, unit_environment)
+from bench.run import paired_ratio
 from edgelet.metrics import Counter, Histogram, Registry
 
 def agent_metrics() -> str:
