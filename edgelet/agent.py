@@ -36,7 +36,7 @@ from .images.manager import ImageManager
 from .kuberuntime.gc import ContainerGC, GCPolicy
 from .kuberuntime.manager import Collaborators, RuntimeManager
 from .kuberuntime.resizer import Resizer
-from .nodestatus.facts import default_ipv4_address, read_meminfo
+from .nodestatus.facts import MEMINFO, default_ipv4_address, read_meminfo
 from .objectstore import ObjectStore
 from .cm.cgroups import node_allocatable
 from .cm.podcgroups import PodCgroups
@@ -81,7 +81,12 @@ class Agent:
         self._root_lock.acquire()
         self.node_name = config.node_name
         self.node_ip = node_ip_address()
-        memory_total, _ = read_meminfo()
+        try:
+            memory_total, _ = read_meminfo()
+        except OSError as exc:  # no /proc (a bare chroot): the node has no capacity to report or divide
+            raise EdgeletError(f"cannot read the node's memory size: {MEMINFO}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise EdgeletError(f"cannot read the node's memory size: {exc}") from None
         # Capacity less kube_reserved and system_reserved: the kubepods cgroup's limits, and what the downward API
         # reports for a container without limits.
         allocatable = node_allocatable(os.cpu_count() or 1, memory_total,

@@ -34,7 +34,8 @@ _SIOCGIFADDR = 0x8915
 
 def gather_node_info(root_dir: str, *, hostname: str | None = None, node_ip: str | None = None) -> NodeInfo:
     """Facts for the status of this node; `root_dir` is the filesystem whose space pods use.
-    Raises OSError naming the file when memory or disk cannot be read at all."""
+    Raises OSError naming the file when memory or disk cannot be read at all, ValueError when /proc/meminfo says no
+    size."""
     from edgelet.nodestatus.setters import NodeInfo  # the Node status: cluster mode only
 
     hostname = (hostname or socket.gethostname()).lower()
@@ -69,17 +70,23 @@ def goarch(machine: str) -> str:
     return _GOARCH.get(machine.lower(), machine.lower())
 
 
-def read_meminfo(path: str = "/proc/meminfo") -> tuple[int, int]:
-    """(MemTotal, MemAvailable) in bytes."""
+MEMINFO = "/proc/meminfo"
+
+
+def read_meminfo(path: str = MEMINFO) -> tuple[int, int]:
+    """(MemTotal, MemAvailable) in bytes. OSError when the file cannot be read, ValueError naming it when it has no
+    MemTotal or a value that is not a number."""
     values: dict[str, int] = {}
     with open(path) as f:
         for line in f:
             key, _, rest = line.partition(":")
             parts = rest.split()
             if key in ("MemTotal", "MemAvailable") and parts:
+                if not parts[0].isdigit():
+                    raise ValueError(f"{path}: {key} is not a number: {parts[0]!r}")
                 values[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
     if "MemTotal" not in values:
-        raise OSError(f"{path}: no MemTotal line")
+        raise ValueError(f"{path}: no MemTotal line")
     return values["MemTotal"], values.get("MemAvailable", 0)
 
 

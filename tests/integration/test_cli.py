@@ -131,3 +131,19 @@ def test_a_port_in_use_stops_run_at_once_with_one_line_naming_it(tmp_path):
     assert line.endswith(f"cannot run: cannot listen on {address}: Address already in use")
     assert "edgelet starting" not in result.stderr, "nothing may start before every listener is bound"
     assert not (agent.root_dir / "state" / "pods" / "agent.json").exists()
+
+
+def test_run_without_a_readable_meminfo_ends_with_one_line_naming_it(tmp_path):
+    """As in a bare chroot: the agent cannot size the node, so it does not start, and says why in one line."""
+    agent = AgentProcess(tmp_path, f"unix://{tmp_path}/no-runtime.sock")
+    empty = tmp_path / "meminfo"
+    empty.write_text("MemFree: 1 kB\n")
+    script = (f"mount --bind {empty} /proc/meminfo && exec {sys.executable} -m edgelet run "
+              f"--config {agent.config_path}")
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line == "edgelet: cannot run: cannot read the node's memory size: /proc/meminfo: no MemTotal line"
