@@ -149,9 +149,16 @@ class RuntimeManager:
             pod, status, liveness_failed=liveness_failed, startup_failed=startup_failed,
             startup_succeeded=startup_succeeded, hasher=self._hash,
         )
+        create = actions.create_sandbox and self._needs_sandbox(actions)
         # Volumes first, on every sync: ConfigMap, Secret and downward API contents follow their
         # sources even when no container changes (the kubelet remounts on each sync too).
-        volume_paths = await self._setup_volumes(pod, result)
+        if create and not status.sandboxes:
+            # A pod's first sandbox: nothing to kill or resize before it, so its volumes, its cgroup and its
+            # log directory are made side by side.
+            volume_paths, cgroup_parent = await self._lay_out_new_pod(pod, result)
+        else:
+            volume_paths = await self._setup_volumes(pod, result)
+            cgroup_parent = None
         if volume_paths is None:
             return result
         # Step 0: a changed `resources` reaches the running containers in place (the resizer decides how).
@@ -186,18 +193,89 @@ class RuntimeManager:
 
         # Step 2: a new sandbox when needed.
         sandbox_id = actions.sandbox_id
-        create = actions.create_sandbox and self._needs_sandbox(actions)
         if actions.create_sandbox and not create:
             return result
-        # The pod cgroup is made (and limited) before the sandbox that lives in it, as the kubelet's SyncPod does.
-        cgroup_parent = await self._cgroup_parent(pod, create) if self._cgroup_parent is not None else ""
+        if cgroup_parent is None:
+            # The pod cgroup is made (and limited) before the sandbox that lives in it, as the kubelet's SyncPod
+            # does.
+            cgroup_parent = await self._cgroup_parent(pod, create) if self._cgroup_parent is not None else ""
+            if create:
+                await asyncio.to_thread(os.makedirs, pod_log_dir(self._logs_root, pod), mode=0o755, exist_ok=True)
         sandbox_config = make_sandbox_config(
             pod, actions.attempt, logs_root=self._logs_root,
             cluster_dns=self._cluster_dns, cluster_domain=self._cluster_domain, cgroup_parent=cgroup_parent,
         )
-        if create:
-            await asyncio.to_thread(os.makedirs, sandbox_config.log_directory, mode=0o755, exist_ok=True)
+        prepared: dict[str, asyncio.Future[pb.ContainerConfig | None]] = {}
+        try:
+            if create:
+                sandbox_id, pod_ip, prepared = await self._run_sandbox(pod, actions, sandbox_config, volume_paths,
+                                                                       result)
+                status = PodRuntimeStatus(uid=status.uid)  # a fresh sandbox starts from no containers
+            else:
+                pod_ip = await self._pod_ip(sandbox_id, pod)
+            start = functools.partial(self._start_container, pod, status=status, sandbox_id=sandbox_id,
+                                      sandbox_config=sandbox_config, volume_paths=volume_paths, pod_ip=pod_ip,
+                                      result=result, prepared=prepared)
+
+            # Step 3: ephemeral containers, before init containers so that a pod stuck initializing can be
+            # debugged.
+            ephemeral = podutil.ephemeral_containers(pod)
+            for index in actions.ephemeral_containers_to_start:
+                await start(ephemeral[index], container_type="ephemeral")
+
+            # Step 4: init containers in spec order; a plain one that cannot start holds back what follows it,
+            # a sidecar that cannot start is retried on a later sync without holding the others.
+            init_specs = podutil.init_containers(pod)
+            for index in actions.init_containers_to_start:
+                started = await start(init_specs[index], container_type="init")
+                if not started and not podutil.is_sidecar(init_specs[index]):
+                    return result
+
+            # Step 5: the app containers, in parallel like the kubelet's goroutines per pod start.
+            specs = podutil.containers(pod)
+            await asyncio.gather(*(start(specs[i], container_type="regular") for i in actions.containers_to_start))
+            return result
+        finally:
+            for preparation in prepared.values():
+                preparation.cancel()  # a sync cut short: what was made ready for it is not used
+
+    async def _lay_out_new_pod(self, pod: Pod, result: SyncResult) -> tuple[dict[str, str] | None, str]:
+        """The volumes, the pod cgroup and the sandbox's log directory of a pod about to get its first sandbox,
+        made side by side: volume paths (None when a volume failed, as `_setup_volumes`) and the cgroup parent.
+        The cgroup is made even when a volume fails, as the kubelet makes it before it mounts anything."""
+        made = await asyncio.gather(
+            self._setup_volumes(pod, result),
+            self._cgroup_parent(pod, True) if self._cgroup_parent is not None else asyncio.sleep(0, ""),
+            asyncio.to_thread(os.makedirs, pod_log_dir(self._logs_root, pod), mode=0o755, exist_ok=True),
+            return_exceptions=True,
+        )
+        # Each has ended (none is left running to race a retry); the first failure is the sync's.
+        for outcome in made:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        volume_paths, cgroup_parent, _ = made
+        return volume_paths, cgroup_parent
+
+    async def _run_sandbox(self, pod: Pod, actions: PodActions, sandbox_config: pb.PodSandboxConfig,
+                           volume_paths: dict[str, str], result: SyncResult,
+                           ) -> tuple[str, str, dict[str, asyncio.Future[pb.ContainerConfig | None]]]:
+        """RunPodSandbox, while the containers that start first in it are made ready: their images ensured and
+        their configs built (once the pod's IP is known: at once for a pod on the node's network). Returns the
+        sandbox id, the pod's IP and each of those containers' preparation by name."""
+        pod_ip: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        if podutil.host_network(pod):
+            pod_ip.set_result(self._node_ip())
+        first = ([podutil.init_containers(pod)[i] for i in actions.init_containers_to_start]
+                 or [podutil.containers(pod)[i] for i in actions.containers_to_start])
+        prepared: dict[str, asyncio.Future[pb.ContainerConfig | None]] = {}
+        try:
             async with self._start_gate.slot(under_way=False):
+                # Started inside the slot, so that a burst prepares no more pods ahead than it starts sandboxes.
+                for spec in first:
+                    prepared[spec["name"]] = asyncio.ensure_future(self._prepare_container(
+                        pod, spec, status=None, restart_count=0, volume_paths=volume_paths, pod_ip=pod_ip,
+                        log_directory=os.path.join(sandbox_config.log_directory, spec["name"]), result=result,
+                        container_type="init" if actions.init_containers_to_start else "regular"))
                 try:
                     sandbox_id = await self._runtime.run_pod_sandbox(sandbox_config, self._runtime_handler)
                 except EdgeletError as exc:
@@ -206,30 +284,13 @@ class RuntimeManager:
                     raise
             log.info("pod %s: started sandbox %s (attempt %d)", podutil.full_name(pod), sandbox_id[:13],
                      actions.attempt)
-            status = PodRuntimeStatus(uid=status.uid)  # a fresh sandbox starts from no containers
-
-        pod_ip = await self._pod_ip(sandbox_id, pod)
-        start = functools.partial(self._start_container, pod, status=status, sandbox_id=sandbox_id,
-                                  sandbox_config=sandbox_config, volume_paths=volume_paths, pod_ip=pod_ip,
-                                  result=result)
-
-        # Step 3: ephemeral containers, before init containers so that a pod stuck initializing can be debugged.
-        ephemeral = podutil.ephemeral_containers(pod)
-        for index in actions.ephemeral_containers_to_start:
-            await start(ephemeral[index], container_type="ephemeral")
-
-        # Step 4: init containers in spec order; a plain one that cannot start holds back what follows it,
-        # a sidecar that cannot start is retried on a later sync without holding the others.
-        init_specs = podutil.init_containers(pod)
-        for index in actions.init_containers_to_start:
-            started = await start(init_specs[index], container_type="init")
-            if not started and not podutil.is_sidecar(init_specs[index]):
-                return result
-
-        # Step 5: the app containers, in parallel like the kubelet's goroutines per pod start.
-        specs = podutil.containers(pod)
-        await asyncio.gather(*(start(specs[i], container_type="regular") for i in actions.containers_to_start))
-        return result
+            if not pod_ip.done():
+                pod_ip.set_result(await self._pod_ip(sandbox_id, pod))
+        except BaseException:
+            for preparation in prepared.values():
+                preparation.cancel()
+            raise
+        return sandbox_id, pod_ip.result(), prepared
 
     @staticmethod
     def _needs_sandbox(actions: PodActions) -> bool:
@@ -285,9 +346,15 @@ class RuntimeManager:
         pod_ip: str,
         result: SyncResult,
         container_type: str,
+        prepared: Mapping[str, Awaitable[pb.ContainerConfig | None]] | None = None,
     ) -> bool:
-        """Starts one container (init, regular or ephemeral); True when it runs now or its start is under way."""
+        """Starts one container (init, regular or ephemeral); True when it runs now or its start is under way.
+        A container of a sandbox just made may have been made ready while the sandbox started (`prepared`)."""
         name = container["name"]
+        if prepared and name in prepared:
+            config = await prepared[name]
+            return config is not None and await self._create_and_start(pod, container, config, sandbox_id,
+                                                                       sandbox_config, result, container_type, 0)
         previous = status.latest_container(name)
         restart_count = previous.restart_count + 1 if previous is not None else 0
         if previous is not None and previous.state == ContainerState.CREATED:
@@ -316,21 +383,44 @@ class RuntimeManager:
                 return False
             self._backoff.next(key)
             self._failed_starts.discard(previous.id)  # its replacement is the one to watch from now on
+        config = await self._prepare_container(
+            pod, container, status=status, restart_count=restart_count, volume_paths=volume_paths, pod_ip=pod_ip,
+            log_directory=os.path.join(sandbox_config.log_directory, name), result=result,
+            container_type=container_type)
+        return config is not None and await self._create_and_start(pod, container, config, sandbox_id,
+                                                                   sandbox_config, result, container_type,
+                                                                   restart_count)
+
+    async def _prepare_container(self, pod: Pod, container: dict, *, status: PodRuntimeStatus | None,
+                                 restart_count: int, volume_paths: dict[str, str], pod_ip: str | Awaitable[str],
+                                 log_directory: str, result: SyncResult, container_type: str,
+                                 ) -> pb.ContainerConfig | None:
+        """The container's image made present and its CreateContainer config built (`pod_ip` may be still to
+        come: it is awaited after the image); None, with the failure in `result`, when either cannot be.
+        `status` is the pod's, for an ephemeral container's target."""
+        name = container["name"]
         try:
             image_ref = await self._images.ensure_image(pod, container, self._pull_secrets(pod))
         except EdgeletError as exc:
             reason = getattr(exc, "reason", "ErrImagePull")
             self._failed(pod, name, result, container_type, reason, getattr(exc, "message", str(exc)),
                          getattr(exc, "retry_after", None) or 1.0, event_message=reason)
-            return False
+            return None
+        if not isinstance(pod_ip, str):
+            pod_ip = await pod_ip
         try:
             pid_target = self._pid_target(container, status) if container_type == "ephemeral" else ""
-            config = await self._container_config(pod, container, image_ref, restart_count, volume_paths, pod_ip,
-                                                  pid_target=pid_target,
-                                                  log_directory=os.path.join(sandbox_config.log_directory, name))
+            return await self._container_config(pod, container, image_ref, restart_count, volume_paths, pod_ip,
+                                                pid_target=pid_target, log_directory=log_directory)
         except EdgeletError as exc:
             self._failed(pod, name, result, container_type, "CreateContainerConfigError", str(exc), 10.0)
-            return False
+            return None
+
+    async def _create_and_start(self, pod: Pod, container: dict, config: pb.ContainerConfig, sandbox_id: str,
+                                sandbox_config: pb.PodSandboxConfig, result: SyncResult, container_type: str,
+                                restart_count: int) -> bool:
+        """CreateContainer and StartContainer, then the postStart hook; as `_start_container` answers."""
+        name = container["name"]
         async with self._start_gate.slot(under_way=True):
             try:
                 container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
@@ -469,8 +559,8 @@ class RuntimeManager:
                                 volume_paths: dict[str, str], pod_ip: str, *, pid_target: str = "",
                                 log_directory: str) -> pb.ContainerConfig:
         """The CreateContainer config, with what it names on the host made ready: the mounts' files and the
-        container's log directory (`log_directory`), written in a thread. The hosts file is fsynced, and a slow
-        disk must not stall every other pod's work for each container started."""
+        container's log directory (`log_directory`), written in a thread: a slow disk must not stall every other
+        pod's work for each container started."""
         from .env import expand_command, resolve_env
         from .resources import linux_resources
 
