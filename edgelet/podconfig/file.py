@@ -33,6 +33,10 @@ _WATCH_MASK = (
 _WATCH_GONE = inotify.IN_IGNORED | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF | inotify.IN_UNMOUNT
 # A change this long after the previous scan is scanned without waiting for more to follow.
 QUIET_SPELL = 0.1
+# How long the manifests stay unchanged before what a scan parsed is recorded for the next start (an fsynced
+# write of every manifest's objects): the pods just handed on start without it competing for the disk, the
+# thread pool and the interpreter, and a stream of new manifests is recorded once it ends, not once each.
+RECORD_QUIET = 2.0
 _EDITOR_SUFFIXES = ("~", ".swp", ".swx", ".swo", ".tmp", ".bak", ".dpkg-new", ".dpkg-old", ".dpkg-dist")
 
 
@@ -365,11 +369,12 @@ class FileSource:
                  on_error: Callable[[ConfigError], None] | None = None,
                  on_objects: Callable[[list[dict[str, Any]]], None] | None = None, debounce: float = 0.005,
                  use_inotify: bool = True, incumbent_uids: Callable[[], Collection[str]] = frozenset,
-                 parsed_dir: str = ""):
+                 parsed_dir: str = "", record_quiet: float = RECORD_QUIET):
         self.manifest_dir = os.path.abspath(manifest_dir)
         self.handle = handle
         self.check_frequency = check_frequency
         self.debounce = debounce
+        self.record_quiet = record_quiet
         self.scan_count = 0
         parsed = ParsedManifests(parsed_dir, node_name) if parsed_dir else None
         self._scanner = ManifestScanner(self.manifest_dir, node_name, incumbent_uids=incumbent_uids, parsed=parsed)
@@ -389,20 +394,37 @@ class FileSource:
 
     async def run(self) -> None:
         self._open_inotify()
+        unrecorded: ScanResult | None = None
         try:
             while True:
                 self._changed.clear()
                 self._ensure_watch()
                 result = await asyncio.to_thread(self._scanner.read)
+                scanned_at = asyncio.get_running_loop().time()
                 self._publish(result)
-                if self._scanner.record_pending(result):
-                    # Only the next start gains from the record (an fsynced write): the pods are handed on first.
-                    await asyncio.to_thread(self._scanner.record, result)
-                await self._wait_for_change()
+                # Only the next start gains from the record: it waits until the manifests are quiet (RECORD_QUIET).
+                unrecorded = result if self._scanner.record_pending(result) else None
+                if unrecorded is not None and not await self._changes_within(
+                        min(self.record_quiet, self.check_frequency)):
+                    await asyncio.to_thread(self._scanner.record, unrecorded)
+                    unrecorded = None
+                await self._wait_for_change(scanned_at)
         finally:
             if self._inotify is not None:
                 self._inotify.close()
                 self._inotify = None
+            if unrecorded is not None and self._scanner.record_pending(unrecorded):
+                # Stopped before the manifests were quiet for long enough: the next start still finds the record.
+                self._scanner.record(unrecorded)
+
+    async def _changes_within(self, seconds: float) -> bool:
+        """Whether a change comes within `seconds` (left pending for `_wait_for_change`)."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._changed.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def _publish(self, result: ScanResult) -> None:
         self.scan_count += 1
@@ -424,20 +446,20 @@ class FileSource:
         self.handle.set(result.objects.pods)
         self.handle.mark_ready()
 
-    async def _wait_for_change(self) -> None:
-        """Sleep until the next periodic rescan or a change; let a burst of changes settle into one scan.
+    async def _wait_for_change(self, scanned_at: float) -> None:
+        """Sleep until the next periodic rescan (`check_frequency` after the scan that ended at `scanned_at`, loop
+        time) or a change; let a burst of changes settle into one scan.
 
         The first change after a quiet spell is scanned at once (a dropped manifest should cost no
         wait); changes that follow closely are settled for `debounce` first.
         """
         loop = asyncio.get_running_loop()
-        quiet_since = loop.time()
         try:
-            async with asyncio.timeout(self.check_frequency):
+            async with asyncio.timeout_at(scanned_at + self.check_frequency):
                 await self._changed.wait()
         except TimeoutError:
             return
-        if loop.time() - quiet_since >= QUIET_SPELL:
+        if loop.time() - scanned_at >= QUIET_SPELL:
             return
         # A few milliseconds of quiet are enough for a file copy or a burst of renames to land as one
         # scan, and short next to a pod start; a never-ending stream of events still gets scanned.

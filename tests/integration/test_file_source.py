@@ -9,9 +9,9 @@ import os
 import shutil
 import time
 
-from edgelet import podutil
+from edgelet import checkpoint, podutil
 from edgelet.podconfig.config import Op, PodConfig
-from edgelet.podconfig.file import FileSource
+from edgelet.podconfig.file import FileSource, ManifestScanner, ParsedManifests
 
 NODE = "node1"
 WAIT = 10.0  # generous upper bound for an event to arrive; nothing asserts how fast it is
@@ -245,3 +245,34 @@ stringData: {token: abc}
         write_atomically(tmp_path, "extra.yaml", "kind: ConfigMap\nmetadata: {name: extra}\n")
         await wait_until(lambda: len(handed_over) == 2)
         assert ("ConfigMap", "extra") in handed_over[1]
+
+
+def parsed_record(state):
+    return state / checkpoint.key_to_filename("parsed")
+
+
+async def test_what_was_parsed_is_recorded_once_the_manifests_are_quiet(tmp_path):
+    """The record of parsed manifests only speeds up the next start: it is not written beside the starts of the
+    pods just handed on, but once no change came for `record_quiet`, and a stream of changes writes it once."""
+    manifests, state = tmp_path / "manifests", tmp_path / "state"
+    manifests.mkdir()
+    async with running(manifests, parsed_dir=str(state), record_quiet=0.5) as (config, _):
+        await wait_ready(config)
+        for i in range(4):  # closer together than record_quiet
+            write_atomically(manifests, f"pod{i}.yaml", pod_yaml(f"pod{i}"))
+            await wait_for_pods(config, {f"pod{j}-node1" for j in range(i + 1)})
+            assert not parsed_record(state).exists()
+            await asyncio.sleep(0.1)
+        await wait_until(parsed_record(state).exists)
+    restarted = ManifestScanner(str(manifests), NODE, parsed=ParsedManifests(str(state), NODE))
+    assert not restarted.record_pending(restarted.read())  # all four are in it
+
+
+async def test_a_source_stopped_before_the_quiet_records_what_it_parsed(tmp_path):
+    manifests, state = tmp_path / "manifests", tmp_path / "state"
+    manifests.mkdir()
+    write_atomically(manifests, "web.yaml", pod_yaml("web"))
+    async with running(manifests, parsed_dir=str(state), record_quiet=NEVER) as (config, _):
+        await wait_for_pods(config, {"web-node1"})
+        assert not parsed_record(state).exists()
+    assert parsed_record(state).exists()
