@@ -13,7 +13,7 @@ import pytest
 from bench import procstat
 from bench.bench_agent import (OPTIMIZE, REPO, Scrape, agent_environment, calls_between, calls_per_pod_start,
                                parse_scrape, unit_environment)
-from bench.run import paired_ratio
+from bench.run import bracketed_ratio, paired_ratio
 from edgelet.metrics import Counter, Histogram, Registry
 
 def agent_metrics() -> str:
@@ -163,3 +163,23 @@ def test_paired_ratio_is_the_median_of_each_pair(agent, floor, expected):
 def test_paired_ratio_refuses_measurements_that_are_not_pairs():
     with pytest.raises(ValueError, match="not pairs"):
         paired_ratio([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize(("agent", "floor", "expected"), [
+    ([2.0, 2.0], [1.0], 2.0),
+    # A linear drift (the machine slowing by 1 s a burst, the agent 10 % slower): each bracket reads 1.1.
+    ([11.0, 13.2, 15.4], [11.0, 13.0], 1.1),
+    # The mean of the agent's before and after over each raw burst, then the median of those.
+    ([6.0, 8.0, 7.0, 9.0], [7.0, 6.0, 10.0], 1.0),
+    ([6.0, 6.0], [0.0], float("nan")),  # no usable bracket
+    ([], [], float("nan")),
+])
+def test_bracketed_ratio_is_the_median_over_each_floor_measurement_of_its_neighbours(agent, floor, expected):
+    assert bracketed_ratio(agent, floor) == pytest.approx(expected, nan_ok=True)
+
+
+@pytest.mark.parametrize(("agent", "floor"), [([1.0, 2.0], [1.0, 2.0]), ([1.0], [1.0]), ([1.0, 2.0, 3.0], [1.0])])
+def test_bracketed_ratio_refuses_measurements_that_do_not_bracket(agent, floor):
+    with pytest.raises(ValueError, match="not brackets"):
+        bracketed_ratio(agent, floor)
+
