@@ -149,16 +149,9 @@ class RuntimeManager:
             pod, status, liveness_failed=liveness_failed, startup_failed=startup_failed,
             startup_succeeded=startup_succeeded, hasher=self._hash,
         )
-        create = actions.create_sandbox and self._needs_sandbox(actions)
         # Volumes first, on every sync: ConfigMap, Secret and downward API contents follow their
         # sources even when no container changes (the kubelet remounts on each sync too).
-        if create and not status.sandboxes:
-            # A pod's first sandbox: nothing to kill or resize before it, so its volumes, its cgroup and its
-            # log directory are made side by side.
-            volume_paths, cgroup_parent = await self._lay_out_new_pod(pod, result)
-        else:
-            volume_paths = await self._setup_volumes(pod, result)
-            cgroup_parent = None
+        volume_paths = await self._setup_volumes(pod, result)
         if volume_paths is None:
             return result
         # Step 0: a changed `resources` reaches the running containers in place (the resizer decides how).
@@ -193,18 +186,17 @@ class RuntimeManager:
 
         # Step 2: a new sandbox when needed.
         sandbox_id = actions.sandbox_id
+        create = actions.create_sandbox and self._needs_sandbox(actions)
         if actions.create_sandbox and not create:
             return result
-        if cgroup_parent is None:
-            # The pod cgroup is made (and limited) before the sandbox that lives in it, as the kubelet's SyncPod
-            # does.
-            cgroup_parent = await self._cgroup_parent(pod, create) if self._cgroup_parent is not None else ""
-            if create:
-                await asyncio.to_thread(os.makedirs, pod_log_dir(self._logs_root, pod), mode=0o755, exist_ok=True)
+        # The pod cgroup is made (and limited) before the sandbox that lives in it, as the kubelet's SyncPod does.
+        cgroup_parent = await self._cgroup_parent(pod, create) if self._cgroup_parent is not None else ""
         sandbox_config = make_sandbox_config(
             pod, actions.attempt, logs_root=self._logs_root,
             cluster_dns=self._cluster_dns, cluster_domain=self._cluster_domain, cgroup_parent=cgroup_parent,
         )
+        if create:
+            await asyncio.to_thread(os.makedirs, sandbox_config.log_directory, mode=0o755, exist_ok=True)
         prepared: dict[str, asyncio.Future[pb.ContainerConfig | None]] = {}
         try:
             if create:
@@ -238,23 +230,6 @@ class RuntimeManager:
         finally:
             for preparation in prepared.values():
                 preparation.cancel()  # a sync cut short: what was made ready for it is not used
-
-    async def _lay_out_new_pod(self, pod: Pod, result: SyncResult) -> tuple[dict[str, str] | None, str]:
-        """The volumes, the pod cgroup and the sandbox's log directory of a pod about to get its first sandbox,
-        made side by side: volume paths (None when a volume failed, as `_setup_volumes`) and the cgroup parent.
-        The cgroup is made even when a volume fails, as the kubelet makes it before it mounts anything."""
-        made = await asyncio.gather(
-            self._setup_volumes(pod, result),
-            self._cgroup_parent(pod, True) if self._cgroup_parent is not None else asyncio.sleep(0, ""),
-            asyncio.to_thread(os.makedirs, pod_log_dir(self._logs_root, pod), mode=0o755, exist_ok=True),
-            return_exceptions=True,
-        )
-        # Each has ended (none is left running to race a retry); the first failure is the sync's.
-        for outcome in made:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        volume_paths, cgroup_parent, _ = made
-        return volume_paths, cgroup_parent
 
     async def _run_sandbox(self, pod: Pod, actions: PodActions, sandbox_config: pb.PodSandboxConfig,
                            volume_paths: dict[str, str], result: SyncResult,
