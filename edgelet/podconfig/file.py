@@ -404,8 +404,8 @@ class FileSource:
                 self._publish(result)
                 # Only the next start gains from the record: it waits until the manifests are quiet (RECORD_QUIET).
                 unrecorded = result if self._scanner.record_pending(result) else None
-                if unrecorded is not None and not await self._changes_within(
-                        min(self.record_quiet, self.check_frequency)):
+                if unrecorded is not None and not await self._changed_before(
+                        scanned_at + min(self.record_quiet, self.check_frequency)):
                     await asyncio.to_thread(self._scanner.record, unrecorded)
                     unrecorded = None
                 await self._wait_for_change(scanned_at)
@@ -417,10 +417,10 @@ class FileSource:
                 # Stopped before the manifests were quiet for long enough: the next start still finds the record.
                 self._scanner.record(unrecorded)
 
-    async def _changes_within(self, seconds: float) -> bool:
-        """Whether a change comes within `seconds` (left pending for `_wait_for_change`)."""
+    async def _changed_before(self, deadline: float) -> bool:
+        """Whether a change comes (or came) before `deadline`, loop time; it is left set for the next wait."""
         try:
-            async with asyncio.timeout(seconds):
+            async with asyncio.timeout_at(deadline):
                 await self._changed.wait()
         except TimeoutError:
             return False
@@ -454,10 +454,7 @@ class FileSource:
         wait); changes that follow closely are settled for `debounce` first.
         """
         loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout_at(scanned_at + self.check_frequency):
-                await self._changed.wait()
-        except TimeoutError:
+        if not await self._changed_before(scanned_at + self.check_frequency):
             return
         if loop.time() - scanned_at >= QUIET_SPELL:
             return
@@ -466,10 +463,7 @@ class FileSource:
         settle_by = loop.time() + max(self.debounce * 20, 0.1)
         while loop.time() < settle_by:
             self._changed.clear()
-            try:
-                async with asyncio.timeout(self.debounce):
-                    await self._changed.wait()
-            except TimeoutError:
+            if not await self._changed_before(loop.time() + self.debounce):
                 return
 
     def _open_inotify(self) -> None:
