@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import random
@@ -144,17 +145,22 @@ def paired_ratio(agent: list[float], floor: list[float]) -> float:
     return statistics.median(ratios) if ratios else float("nan")
 
 
-def bracketed_ratio(agent: list[float], floor: list[float]) -> float:
-    """The median, over the floor's measurements, of the mean of the agent's taken just before and just after each
-    one (agent, floor, agent, ..., agent) over it: a drift in the machine's speed that is linear over a bracket
-    cancels, and every measurement follows one of the other side's, so none finds its runtime fresh from its own
-    previous round. (On this machine a burst right after a burst on the same containerd ran 0.5-0.9 s faster of
-    7: an order in which one side follows itself more often than the other favours that side.)"""
+def bracket_ratios(agent: list[float], floor: list[float]) -> list[float]:
+    """For each of the floor's measurements, the mean of the agent's taken just before and just after it (agent,
+    floor, agent, ..., agent) over it (nan for a floor of 0)."""
     if not agent and not floor:
-        return float("nan")
+        return []
     if len(agent) != len(floor) + 1:
         raise ValueError(f"{len(agent)} agent measurements around {len(floor)} of the floor: not brackets")
-    ratios = [(before + after) / 2 / f for before, after, f in zip(agent, agent[1:], floor) if f]
+    return [_ratio((before + after) / 2, f) for before, after, f in zip(agent, agent[1:], floor)]
+
+
+def bracketed_ratio(agent: list[float], floor: list[float]) -> float:
+    """The median of `bracket_ratios`: a drift in the machine's speed that is linear over a bracket cancels, and
+    every measurement follows one of the other side's, so none finds its runtime fresh from its own previous round.
+    (On this machine a burst right after a burst on the same containerd ran 0.5-0.9 s faster of 7: an order in
+    which one side follows itself more often than the other favours that side.)"""
+    ratios = [r for r in bracket_ratios(agent, floor) if not math.isnan(r)]
     return statistics.median(ratios) if ratios else float("nan")
 
 
@@ -473,7 +479,6 @@ def start_lines(results: Results, figures: dict[str, float]) -> list[str]:
     outside_raw = statistics.fmean(raw) - sum(results.raw_seq_steps_ms.values())
     lines.append(f"  {'    everything else':34} {outside_agent:>8.1f}ms {outside_raw:>8.1f}ms")
     agent_bursts, raw_bursts = results.agent_burst_s, results.raw_burst_returned_s
-    brackets = [((before + after) / 2, raw) for before, after, raw in zip(agent_bursts, agent_bursts[1:], raw_bursts)]
     lines += [
         f"  {f'{results.burst_pods} pods at once (raw: {BURST_PARALLEL} parallel)':34} "
         f"{_median(results.agent_burst_s):>9.2f}s {_median(results.raw_burst_returned_s):>9.2f}s "
@@ -482,7 +487,8 @@ def start_lines(results: Results, figures: dict[str, float]) -> list[str]:
         f"{_ratio(_median(results.agent_burst_s), _median(results.raw_burst_returned_s)):>7.2f}",
         f"  {'  in order, edgelet and raw, seconds':34} "
         + " ".join(f"A {a:.2f} R {r:.2f}" for a, r in zip(agent_bursts, raw_bursts)) + f" A {agent_bursts[-1]:.2f}",
-        f"  {'  each raw one bracketed, ratio':34} " + "  ".join(f"{_ratio(a, r):.2f}" for a, r in brackets),
+        f"  {'  each raw one bracketed, ratio':34} "
+        + "  ".join(f"{ratio:.2f}" for ratio in bracket_ratios(agent_bursts, raw_bursts)),
         f"  {'  edgelet CPU during the bursts':34} {sum(results.agent_burst_cpu_s):>9.2f}s",
     ]
     return lines
