@@ -4,6 +4,13 @@ pods that are gone removed at housekeeping. With the systemd driver the runtime 
 
 cgroupfs on cgroup v1 (a directory per controller) and v2 (one tree, controllers enabled per level). The driver
 is the runtime's answer to RuntimeConfig (containerd >= 2.0), else the `[cgroups] driver` setting, else cgroupfs.
+
+On v1 a pod cgroup is made and removed in every hierarchy, as libcontainer does for the kubelet: the runtime makes
+each container's cgroup in all of them, and a pod cgroup missing from one would be made there by the runtime and
+never removed (every cpuset left behind also makes each later write of `cpuset.cpus` on the node slower: the kernel
+walks every cpuset). The QoS tree's cpusets clone their children (`cgroup.clone_children`), so that the kernel gives
+each pod and container cpuset its parent's CPUs and memory nodes as it makes it, and neither this nor the runtime
+has any to write.
 """
 
 from __future__ import annotations
@@ -28,8 +35,12 @@ from .cgroups import Allocatable, CgroupName, CgroupResources
 log = logging.getLogger(__name__)
 
 CGROUP_FS = "/sys/fs/cgroup"
+# The controllers the pod cgroups are given limits in. On v1 their hierarchies come first, and housekeeping lists the
+# pods from the first.
 V1_CONTROLLERS = ("cpu", "memory", "pids")
 V2_CONTROLLERS = "+cpu +memory +pids"
+CPUSET = "cpuset"
+CPUSET_FILES = ("cpuset.cpus", "cpuset.mems")
 
 
 class CgroupError(TemporaryError):
@@ -45,6 +56,25 @@ def driver_of(runtime_answer: int | None, configured: str) -> tuple[str, str]:
         return runtime_driver, (f"[cgroups] driver = {configured!r}, but the runtime uses {runtime_driver}: "
                                 f"following the runtime")
     return runtime_driver, ""
+
+
+def v1_hierarchies(fs_root: str) -> list[str]:
+    """The cgroup v1 hierarchies mounted under `fs_root`, one directory each (cpu and cpuacct are often one
+    hierarchy with a link for each name): the controllers with limits first, in V1_CONTROLLERS' order, then the
+    others by name (a hybrid host's `unified` and the named `systemd` hierarchy among them)."""
+    try:
+        entries = sorted(os.listdir(fs_root))
+    except FileNotFoundError:
+        return []
+    ordered = [c for c in V1_CONTROLLERS if c in entries] + [e for e in entries if e not in V1_CONTROLLERS]
+    hierarchies, seen = [], set()
+    for entry in ordered:
+        path = os.path.join(fs_root, entry)
+        real = os.path.realpath(path)
+        if real not in seen and os.path.isdir(real):
+            seen.add(real)
+            hierarchies.append(path)
+    return hierarchies
 
 
 def cpu_weight(shares: int) -> int:
@@ -91,7 +121,14 @@ class PodCgroups:
         self._active_pods = active_pods
         self._fs = fs_root
         self._v2 = os.path.exists(os.path.join(fs_root, "cgroup.controllers"))
+        self._hierarchies = [] if self._v2 else v1_hierarchies(fs_root)
+        cpuset = os.path.join(fs_root, CPUSET)
+        self._cpuset = cpuset if cpuset in self._hierarchies else None
         self._qos = cgroups.qos_names(settings.root)
+        # The first sweep lists the pods of every hierarchy, for cgroups left in some by a crash or by an older
+        # agent (which made pod cgroups for the limited controllers only); later ones list the first hierarchy,
+        # from which a pod cgroup is removed last.
+        self._swept_every_hierarchy = False
         self.driver: str | None = None  # known after the first pod
         self._tree_ready = False
         self._lock = asyncio.Lock()
@@ -151,9 +188,9 @@ class PodCgroups:
         shares; burstable the requests of its pods, updated with every pod."""
         allocatable = CgroupResources(cpu_shares=milli_cpu_to_shares(self._allocatable.cpu_millis),
                                       memory_limit=self._allocatable.memory_bytes)
-        self._make(self._qos[qos.GUARANTEED], allocatable)
-        self._make(self._qos[qos.BURSTABLE], CgroupResources())
-        self._make(self._qos[qos.BEST_EFFORT], CgroupResources(cpu_shares=MIN_SHARES))
+        self._make(self._qos[qos.GUARANTEED], allocatable, clone_cpusets=True)
+        self._make(self._qos[qos.BURSTABLE], CgroupResources(), clone_cpusets=True)
+        self._make(self._qos[qos.BEST_EFFORT], CgroupResources(cpu_shares=MIN_SHARES), clone_cpusets=True)
 
     def _set_burstable_shares(self) -> None:
         shares = cgroups.burstable_shares(list(self._active_pods()))
@@ -163,13 +200,14 @@ class PodCgroups:
         path = cgroups.to_cgroupfs(name).lstrip("/")
         if self._v2:
             return [os.path.join(self._fs, path)]
-        return [os.path.join(self._fs, controller, path) for controller in V1_CONTROLLERS
-                if os.path.isdir(os.path.join(self._fs, controller))]
+        return [os.path.join(hierarchy, path) for hierarchy in self._hierarchies]
 
-    def _make(self, name: CgroupName, resources: CgroupResources) -> None:
+    def _make(self, name: CgroupName, resources: CgroupResources, *, clone_cpusets: bool = False) -> None:
         try:
             if self._v2:
                 self._enable_controllers(name)
+            elif self._cpuset is not None:
+                self._make_cpuset(name, clone_children=clone_cpusets)
             for directory in self._dirs(name):
                 os.makedirs(directory, exist_ok=True)
             if self._v2:
@@ -182,6 +220,24 @@ class PodCgroups:
                     f.write(value)
         except OSError as exc:
             raise CgroupError(f"cgroup {cgroups.to_cgroupfs(name)}: {exc}") from None
+
+    def _make_cpuset(self, name: CgroupName, *, clone_children: bool) -> None:
+        """Makes the cpuset levels of `name` that are missing, each given its parent's CPUs and memory nodes where
+        the kernel left them empty (no process can join an empty cpuset; libcontainer copies them the same way);
+        with `clone_children`, every level also clones its future children."""
+        directory = self._cpuset
+        for component in name:
+            parent, directory = directory, os.path.join(directory, component)
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                if not clone_children:
+                    continue
+            for file in CPUSET_FILES:
+                if not _read_value(directory, file):
+                    _write_value(directory, file, _read_value(parent, file))
+            if clone_children:
+                _write_value(directory, "cgroup.clone_children", "1")
 
     def _enable_controllers(self, name: CgroupName) -> None:
         """cgroup v2 hands a controller to a child only when every ancestor enabled it for its children."""
@@ -205,21 +261,21 @@ class PodCgroups:
 
     # -- clean-up -------------------------------------------------------------------------------------------
 
-    def pod_cgroups(self) -> dict[str, CgroupName]:
-        """The pod cgroups that exist under the QoS tree, by pod uid."""
+    def pod_cgroups(self, *, every_hierarchy: bool = False) -> dict[str, CgroupName]:
+        """The pod cgroups that exist under the QoS tree, by pod uid: in the first hierarchy (where a pod cgroup
+        goes last), or with `every_hierarchy` in any."""
         found = {}
         for qos_name in self._qos.values():
             directories = self._dirs(qos_name)
-            if not directories:
-                continue
-            try:
-                entries = os.listdir(directories[0])
-            except FileNotFoundError:
-                continue
-            for entry in entries:
-                uid = cgroups.pod_uid_of(entry)
-                if uid is not None and entry.startswith(cgroups.POD_PREFIX):
-                    found[uid] = (*qos_name, entry)
+            for directory in directories if every_hierarchy else directories[:1]:
+                try:
+                    entries = os.listdir(directory)
+                except FileNotFoundError:
+                    continue
+                for entry in entries:
+                    uid = cgroups.pod_uid_of(entry)
+                    if uid is not None and entry.startswith(cgroups.POD_PREFIX):
+                        found[uid] = (*qos_name, entry)
         return found
 
     async def remove_orphans(self, keep: set[str]) -> list[str]:
@@ -232,11 +288,14 @@ class PodCgroups:
 
     def _remove_orphans(self, keep: set[str]) -> list[str]:
         removed = []
-        for uid, name in self.pod_cgroups().items():
+        found = self.pod_cgroups(every_hierarchy=not self._swept_every_hierarchy)
+        self._swept_every_hierarchy = True
+        for uid, name in found.items():
             if uid in keep:
                 continue
             try:
-                for directory in self._dirs(name):
+                # The first hierarchy last: while any part of the cgroup is left, the next sweep finds it there.
+                for directory in reversed(self._dirs(name)):
                     if os.path.isdir(directory):
                         os.rmdir(directory)
             except OSError as exc:
@@ -245,3 +304,16 @@ class PodCgroups:
                 continue
             removed.append(uid)
         return removed
+
+
+def _read_value(directory: str, file: str) -> str:
+    try:
+        with open(os.path.join(directory, file)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def _write_value(directory: str, file: str, value: str) -> None:
+    with open(os.path.join(directory, file), "w") as f:
+        f.write(value)

@@ -1,5 +1,6 @@
 """Pod cgroups on the real runtime and this machine's cgroupfs: a pod's container lives under
-<root>/kubepods/burstable/pod<uid>, whose memory and CPU limits are the pod's, and the pod's cgroup goes with it."""
+<root>/kubepods/burstable/pod<uid>, whose memory and CPU limits are the pod's, and the pod's cgroup goes with it,
+from every hierarchy the runtime put the container in."""
 
 from __future__ import annotations
 
@@ -34,6 +35,24 @@ spec:
         requests: {cpu: 100m, memory: 32Mi}
         limits: {cpu: 500m, memory: 64Mi}
 """
+
+
+def mounted_hierarchies() -> list[Path]:
+    """The cgroup hierarchies mounted under /sys/fs/cgroup, as the kernel lists its mounts."""
+    mounts = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        fstype = fields[fields.index("-") + 1]
+        if fstype in ("cgroup", "cgroup2") and Path(fields[4]).parent == CGROUP_FS:
+            mounts.append(Path(fields[4]))
+    return mounts
+
+
+def hierarchy_dirs(cgroup: str) -> list[Path]:
+    """The cgroup's directory in every hierarchy (v1), or its one directory (v2)."""
+    if not V1:
+        return [CGROUP_FS / cgroup.lstrip("/")]
+    return [hierarchy / cgroup.lstrip("/") for hierarchy in mounted_hierarchies()]
 
 
 def controller_dir(controller: str, cgroup: str) -> Path:
@@ -87,12 +106,23 @@ def test_a_pod_runs_in_its_cgroup_under_the_qos_tree_with_its_limits(tmp_path, c
             kubepods_limit = int(controller_dir("memory", f"{cgroup_root}/kubepods")
                                  .joinpath("memory.limit_in_bytes").read_text())
             assert 0 < kubepods_limit < 2**62  # node allocatable, not the kernel's "unlimited"
+            # The container's cgroup is in each hierarchy inside the pod's, which the agent made there first; the
+            # kernel gave the pod's and the container's cpusets the QoS cgroup's CPUs as it made them.
+            for directory in hierarchy_dirs(f"{pod_cgroup}/{container.id}"):
+                assert directory.is_dir(), directory
+            if controller_dir("cpuset", "/").is_dir():
+                qos_cpus = controller_dir("cpuset", burstable).joinpath("cpuset.cpus").read_text().strip()
+                assert qos_cpus
+                for cgroup in (pod_cgroup, f"{pod_cgroup}/{container.id}"):
+                    assert controller_dir("cpuset", cgroup).joinpath("cpuset.cpus").read_text().strip() == qos_cpus
+                assert controller_dir("cpuset", burstable).joinpath("cgroup.clone_children").read_text().strip() \
+                    == "1"
         else:
             assert controller_dir("", pod_cgroup).joinpath("memory.max").read_text().strip() == str(64 * 2**20)
 
-        # Removed with its pod, at housekeeping.
+        # Removed with its pod, at housekeeping, from every hierarchy.
         (agent.manifest_dir / "limited.yaml").unlink()
-        wait_for(lambda: not controller_dir("memory", pod_cgroup).exists(), timeout=90,
-                 what="the pod cgroup removed")
+        wait_for(lambda: not any(directory.exists() for directory in hierarchy_dirs(pod_cgroup)), timeout=90,
+                 what="the pod cgroup removed from every hierarchy")
     finally:
         agent.stop()

@@ -9,7 +9,7 @@ import pytest
 
 from edgelet.cm import cgroups
 from edgelet.cm.cgroups import Allocatable, CgroupResources
-from edgelet.cm.podcgroups import PodCgroups, cpu_weight, driver_of, v1_writes, v2_writes
+from edgelet.cm.podcgroups import PodCgroups, cpu_weight, driver_of, v1_hierarchies, v1_writes, v2_writes
 from edgelet.config import CgroupsConfig
 from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
@@ -148,9 +148,31 @@ class ConfigRuntime:
 
 
 def v1_tree(tmp_path):
-    for controller in ("cpu", "memory", "pids"):
+    """cgroup v1 as a hybrid host mounts it, minus the kernel's files: the root cpuset's CPUs and memory nodes are
+    the only ones there, as they are the only ones a new cpuset needs from its parent."""
+    for controller in ("cpu", "memory", "pids", "cpuset", "freezer", "systemd", "unified"):
         (tmp_path / controller).mkdir()
+    (tmp_path / "cpuset" / "cpuset.cpus").write_text("0-3\n")
+    (tmp_path / "cpuset" / "cpuset.mems").write_text("0\n")
     return str(tmp_path)
+
+
+@pytest.mark.parametrize("entries, links, expected", [
+    (["cpu", "memory", "pids"], {}, ["cpu", "memory", "pids"]),
+    # Limited controllers first (the first one is where housekeeping lists pods), then the rest by name.
+    (["blkio", "cpu", "cpuset", "memory", "pids", "systemd", "unified"], {},
+     ["cpu", "memory", "pids", "blkio", "cpuset", "systemd", "unified"]),
+    # cpu and cpuacct co-mounted, with a link for each name: one hierarchy, under the name of a limited controller.
+    (["cpu,cpuacct", "memory"], {"cpu": "cpu,cpuacct", "cpuacct": "cpu,cpuacct"}, ["cpu", "memory"]),
+    ([], {}, []),
+])
+def test_v1_hierarchies_once_each_limited_controllers_first(tmp_path, entries, links, expected):
+    for entry in entries:
+        (tmp_path / entry).mkdir()
+    for link, target in links.items():
+        (tmp_path / link).symlink_to(target)
+    (tmp_path / "stray-file").write_text("")
+    assert v1_hierarchies(str(tmp_path)) == [str(tmp_path / name) for name in expected]
 
 
 async def test_pod_cgroups_on_a_v1_tree(tmp_path):
@@ -167,7 +189,15 @@ async def test_pod_cgroups_on_a_v1_tree(tmp_path):
     assert read("cpu", "kubepods", "burstable", "cpu.shares") == "512"
     assert read("memory", "kubepods", "burstable", f"pod{UID}", "memory.limit_in_bytes") == str(256 * 2**20)
     assert read("cpu", "kubepods", "burstable", f"pod{UID}", "cpu.cfs_quota_us") == "100000"
-    assert os.path.isdir(tmp_path / "pids" / "kubepods" / "burstable" / f"pod{UID}")
+    # The pod cgroup is in every hierarchy, where the runtime would otherwise make it (and leave it behind).
+    for hierarchy in ("pids", "cpuset", "freezer", "systemd", "unified"):
+        assert os.path.isdir(tmp_path / hierarchy / "kubepods" / "burstable" / f"pod{UID}"), hierarchy
+    # Each cpuset made gets its parent's CPUs and memory nodes; the QoS tree's clone their children.
+    assert read("cpuset", "kubepods", "burstable", f"pod{UID}", "cpuset.cpus") == "0-3"
+    assert read("cpuset", "kubepods", "burstable", f"pod{UID}", "cpuset.mems") == "0"
+    for level in (("kubepods",), ("kubepods", "burstable"), ("kubepods", "besteffort")):
+        assert read("cpuset", *level, "cgroup.clone_children") == "1"
+    assert not (tmp_path / "cpuset" / "kubepods" / "burstable" / f"pod{UID}" / "cgroup.clone_children").exists()
 
     # Housekeeping finds the pod cgroups of every QoS class (their removal needs the real cgroupfs, where a
     # directory's control files go with it: tests/integration/test_pod_cgroups.py).
@@ -175,6 +205,20 @@ async def test_pod_cgroups_on_a_v1_tree(tmp_path):
     await manager.parent_for(pod({}) | {"metadata": {"uid": other}})
     assert manager.pod_cgroups() == {UID: ("kubepods", "burstable", f"pod{UID}"),
                                      other: ("kubepods", "besteffort", f"pod{other}")}
+    # A pod cgroup left in one hierarchy only (by an older agent, or a removal cut short) is found by a sweep of
+    # every hierarchy, which an agent's first sweep is.
+    leftover = "1b2c3d4e-0000-4000-8000-000000000000"
+    (tmp_path / "freezer" / "kubepods" / "besteffort" / f"pod{leftover}").mkdir()
+    assert leftover not in manager.pod_cgroups()
+    assert manager.pod_cgroups(every_hierarchy=True)[leftover] == ("kubepods", "besteffort", f"pod{leftover}")
+
+    # A removal cut short (here by the control files a stand-in directory keeps) leaves the pod cgroup in the first
+    # hierarchy, where the next sweep finds it: it goes from the others first.
+    assert await manager.remove_orphans(set()) == [leftover]
+    pod_dir = ("kubepods", "burstable", f"pod{UID}")
+    assert not (tmp_path / "unified").joinpath(*pod_dir).exists()
+    assert (tmp_path / "cpu").joinpath(*pod_dir).exists()
+    assert UID in manager.pod_cgroups()
 
 
 async def test_without_per_qos_no_parent_and_nothing_written(tmp_path):
