@@ -98,6 +98,7 @@ class Results:
     runtime: str = ""
     pleg_mode: str = ""  # "evented" when container events drove the relists all through the idle windows
     load: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)  # _cgroup_counts() at the start and the end
     kubelet_api_rss_off_mb: float = float("nan")  # idle cluster-mode agent, no pods
     kubelet_api_rss_on_mb: float = float("nan")
     cluster: bench_cluster.ClusterResults = field(default_factory=bench_cluster.ClusterResults)
@@ -171,6 +172,21 @@ def _load() -> str:
     """The 1, 5 and 15 minute load averages: how busy the shared machine was."""
     with open("/proc/loadavg") as loadavg:
         return " ".join(loadavg.read().split()[:3])
+
+
+def _cgroup_counts() -> str:
+    """The cpuset and memory cgroups alive in the kernel. Every cpuset left behind slows each later write of
+    `cpuset.cpus` (the kernel walks them all), which the runtime makes for every container it starts; dying memory
+    cgroups linger while their page cache does."""
+    alive = {}
+    try:
+        with open("/proc/cgroups") as table:
+            for line in table:
+                name, _, count, *_ = line.split()
+                alive[name] = count
+    except (OSError, ValueError):
+        return "?"
+    return f"cpuset {alive.get('cpuset', '?')}, memory {alive.get('memory', '?')}"
 
 
 def log(message: str) -> None:
@@ -397,7 +413,7 @@ async def measure_restarts(agent: agent_bench.AgentProcess, results: Results, op
 
 async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], workdir: Path,
                   opts: argparse.Namespace) -> Results:
-    results = Results(load=[_load()])
+    results = Results(load=[_load()], cgroups=[_cgroup_counts()])
     if not opts.skip_relist:
         bench_relist(results)
     agent_endpoint, raw_endpoint = rt_endpoints
@@ -419,6 +435,7 @@ async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], w
                 agent_endpoint, agent_rt, workdir / "cluster", opts.burst_pods, windows=opts.idle_windows,
                 window_s=opts.idle_seconds, restarts=opts.restarts)
     results.load.append(_load())
+    results.cgroups.append(_cgroup_counts())
     return results
 
 
@@ -578,6 +595,7 @@ def report(results: Results) -> str:
         f"edgelet benchmarks: core {'compiled' if core.IS_COMPILED else 'PURE (EDGELET_NO_EXTENSIONS)'}, "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {results.runtime}, PLEG {results.pleg_mode}, "
         f"load {results.load[0]} -> {results.load[-1]}",
+        f"cgroups alive: {results.cgroups[0]} -> {results.cgroups[-1]}",
         "",
     ]
     if results.relist:
