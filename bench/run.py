@@ -98,7 +98,7 @@ class Results:
     runtime: str = ""
     pleg_mode: str = ""  # "evented" when container events drove the relists all through the idle windows
     load: list[str] = field(default_factory=list)
-    cgroups: list[str] = field(default_factory=list)  # _cgroup_counts() at the start and the end
+    cgroups: str = ""  # _cgroup_counts() at the start (the last phase's pods still run at the end)
     kubelet_api_rss_off_mb: float = float("nan")  # idle cluster-mode agent, no pods
     kubelet_api_rss_on_mb: float = float("nan")
     cluster: bench_cluster.ClusterResults = field(default_factory=bench_cluster.ClusterResults)
@@ -413,7 +413,7 @@ async def measure_restarts(agent: agent_bench.AgentProcess, results: Results, op
 
 async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], workdir: Path,
                   opts: argparse.Namespace) -> Results:
-    results = Results(load=[_load()], cgroups=[_cgroup_counts()])
+    results = Results(load=[_load()], cgroups=_cgroup_counts())
     if not opts.skip_relist:
         bench_relist(results)
     agent_endpoint, raw_endpoint = rt_endpoints
@@ -435,7 +435,6 @@ async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], w
                 agent_endpoint, agent_rt, workdir / "cluster", opts.burst_pods, windows=opts.idle_windows,
                 window_s=opts.idle_seconds, restarts=opts.restarts)
     results.load.append(_load())
-    results.cgroups.append(_cgroup_counts())
     return results
 
 
@@ -595,7 +594,7 @@ def report(results: Results) -> str:
         f"edgelet benchmarks: core {'compiled' if core.IS_COMPILED else 'PURE (EDGELET_NO_EXTENSIONS)'}, "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {results.runtime}, PLEG {results.pleg_mode}, "
         f"load {results.load[0]} -> {results.load[-1]}",
-        f"cgroups alive: {results.cgroups[0]} -> {results.cgroups[-1]}",
+        f"cgroups alive at the start: {results.cgroups}",
         "",
     ]
     if results.relist:
