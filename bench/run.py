@@ -140,10 +140,20 @@ def paired_ratio(agent: list[float], floor: list[float]) -> float:
     than the agent adds within minutes (the agent's median over 20 sequential starts read 134, 124 and 121 ms
     in three consecutive runs), so only measurements taken together are compared; a ratio of the two sides' medians
     would compare a slow minute of one side with a fast one of the other."""
+    ratios = pair_ratios(agent, floor)
+    return statistics.median(ratios) if ratios else float("nan")
+
+
+def pair_ratios(agent: list[float], floor: list[float]) -> list[float]:
+    """agent[i] / floor[i] for every pair (a floor of 0 leaves its pair out)."""
     if len(agent) != len(floor):
         raise ValueError(f"{len(agent)} agent measurements against {len(floor)} of the floor: not pairs")
-    ratios = [a / f for a, f in zip(agent, floor) if f]
-    return statistics.median(ratios) if ratios else float("nan")
+    return [a / f for a, f in zip(agent, floor) if f]
+
+
+def quartiles(values: list[float]) -> list[float]:
+    """The three quartiles (nan for fewer than two values)."""
+    return statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [float("nan")] * 3
 
 
 def bracket_ratios(agent: list[float], floor: list[float]) -> list[float]:
@@ -472,6 +482,7 @@ def relist_lines(results: Results, figures: dict[str, float]) -> list[str]:
 def start_lines(results: Results, figures: dict[str, float]) -> list[str]:
     goals = results.goals()
     agent, raw = results.agent_seq_ms, results.raw_seq_returned_ms
+    spread = "  the rounds' ratios, quartiles"
     lines = [
         "pod start: manifest renamed -> container running (edgelet) vs first CRI call -> StartContainer "
         "returned (raw);",
@@ -481,6 +492,8 @@ def start_lines(results: Results, figures: dict[str, float]) -> list[str]:
         f"{figures['pod_start_ratio']:>7.2f}   {goal(goals, 'pod_start_ratio', figures['pod_start_ratio'])}",
         f"  {'  ratio of the medians instead':34} {'':>10} {'':>10} "
         f"{_ratio(_median(agent), _median(raw)):>7.2f}",
+        f"  {spread:34} {'':>10} {'':>10} "
+        + " / ".join(f"{q:.2f}" for q in quartiles(pair_ratios(agent, raw))),
         f"  {'  fastest / slowest':34} {min(agent):>4.0f}/{max(agent):<4.0f}ms {min(raw):>4.0f}/{max(raw):<4.0f}ms",
         f"  {'  raw to started_at instead':34} {'':>10} {_median(results.raw_seq_running_ms):>8.0f}ms "
         f"{_ratio(_median(agent), _median(results.raw_seq_running_ms)):>7.2f}",
@@ -625,7 +638,7 @@ def bench_line(figures: dict[str, float], runtime: str, pleg_mode: str) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, help="keep containerd state, agent dirs and logs here")
-    parser.add_argument("--seq-pods", type=int, default=30, help="pods started one at a time, on each side")
+    parser.add_argument("--seq-pods", type=int, default=60, help="pods started one at a time, on each side")
     parser.add_argument("--burst-pods", type=int, default=110)
     parser.add_argument("--burst-rounds", type=int, default=4,
                         help="raw bursts, each between two of the agent's (one agent burst more than this)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 from bench import procstat
 from bench.bench_agent import (OPTIMIZE, REPO, Scrape, agent_environment, calls_between, calls_per_pod_start,
                                parse_scrape, unit_environment)
-from bench.run import bracketed_ratio, paired_ratio
+from bench.run import bracketed_ratio, pair_ratios, paired_ratio, quartiles
 from edgelet.metrics import Counter, Histogram, Registry
 
 def agent_metrics() -> str:
@@ -158,6 +159,19 @@ def test_cpu_seconds_reads_another_process_to_the_nanosecond_and_agrees_with_its
 def test_paired_ratio_is_the_median_of_each_pair(agent, floor, expected):
     result = paired_ratio(agent, floor)
     assert result == pytest.approx(expected, nan_ok=True)
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ([1.0, 1.1, 0.9, 1.2], [0.975, 1.05, 1.125]),
+    ([1.0, 2.0], [1.25, 1.5, 1.75]),
+    ([1.0], [math.nan] * 3),
+])
+def test_quartiles_of_the_rounds_ratios(values, expected):
+    assert quartiles(values) == pytest.approx(expected, nan_ok=True)
+
+
+def test_pair_ratios_leave_out_a_floor_of_zero():
+    assert pair_ratios([2.0, 3.0, 4.0], [1.0, 0.0, 2.0]) == [2.0, 2.0]
 
 
 def test_paired_ratio_refuses_measurements_that_are_not_pairs():
