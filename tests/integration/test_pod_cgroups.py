@@ -12,6 +12,7 @@ import pytest
 
 from tests.integration.agent_harness import AgentProcess, is_running, wait_for
 from tests.integration.test_agent import runtime_objects
+from tests.runtime_cleanup import empty_runtime
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -74,9 +75,11 @@ def remove_tree(root: str) -> None:
 
 
 @pytest.fixture
-def cgroup_root():
+async def cgroup_root(cri):
     root = f"/edgelet-test-{uuid.uuid4().hex[:8]}"
     yield root
+    # The containers first, whatever the test left running: a cgroup that still holds one cannot be removed.
+    await empty_runtime(cri)
     remove_tree(root)
 
 
