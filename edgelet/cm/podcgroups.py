@@ -206,10 +206,13 @@ class PodCgroups:
         try:
             if self._v2:
                 self._enable_controllers(name)
-            elif self._cpuset is not None:
-                self._make_cpuset(name, clone_children=clone_cpusets)
+            # In the first hierarchy first, as it goes from there last: a cgroup made or removed only in part is
+            # found there by the next sweep.
             for directory in self._dirs(name):
-                os.makedirs(directory, exist_ok=True)
+                if self._cpuset is not None and directory.startswith(self._cpuset + os.sep):
+                    self._make_cpuset(name, clone_children=clone_cpusets)
+                else:
+                    os.makedirs(directory, exist_ok=True)
             if self._v2:
                 writes = [(os.path.join(self._dirs(name)[0], file), value) for file, value in v2_writes(resources)]
             else:

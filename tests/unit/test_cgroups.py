@@ -9,7 +9,7 @@ import pytest
 
 from edgelet.cm import cgroups
 from edgelet.cm.cgroups import Allocatable, CgroupResources
-from edgelet.cm.podcgroups import PodCgroups, cpu_weight, driver_of, v1_hierarchies, v1_writes, v2_writes
+from edgelet.cm.podcgroups import CgroupError, PodCgroups, cpu_weight, driver_of, v1_hierarchies, v1_writes, v2_writes
 from edgelet.config import CgroupsConfig
 from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
@@ -247,3 +247,18 @@ async def test_a_v2_tree_enables_the_controllers_on_the_way_down(tmp_path):
     assert (tmp_path / "kubepods" / "memory.max").read_text() == str(2**30)
     assert (tmp_path / "kubepods" / f"pod{UID}" / "cpu.max").read_text() == "100000 100000"
     assert (tmp_path / "kubepods" / f"pod{UID}" / "memory.max").read_text() == str(100 * 2**20)
+
+
+async def test_a_pod_cgroup_made_only_in_part_is_in_the_first_hierarchy(tmp_path):
+    fs = v1_tree(tmp_path)
+    manager = PodCgroups(CgroupsConfig(), ConfigRuntime(), Allocatable(1000, 2**30), fs_root=fs)
+    await manager.parent_for(pod({}) | {"metadata": {"uid": "0a1b2c3d-0000-4000-8000-000000000000"}})
+    # The pod's cpuset cannot be filled (its parent's memory nodes unreadable): the pod's cgroup fails there, but
+    # only after the first hierarchy has it.
+    mems = tmp_path / "cpuset" / "kubepods" / "burstable" / "cpuset.mems"
+    mems.unlink()
+    mems.mkdir()
+    with pytest.raises(CgroupError, match=f"/kubepods/burstable/pod{UID}"):
+        await manager.parent_for(pod(LIMITED))
+    assert (tmp_path / "cpu" / "kubepods" / "burstable" / f"pod{UID}").is_dir()
+    assert UID in manager.pod_cgroups()
