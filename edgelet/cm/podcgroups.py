@@ -8,9 +8,9 @@ is the runtime's answer to RuntimeConfig (containerd >= 2.0), else the `[cgroups
 On v1 a pod cgroup is made and removed in every hierarchy, as libcontainer does for the kubelet: the runtime makes
 each container's cgroup in all of them, and a pod cgroup missing from one would be made there by the runtime and
 never removed (and every cpuset left behind makes each later write of `cpuset.cpus` on the node slower: what a
-write costs the kernel grows with the cpusets alive). The QoS tree's cpusets clone their children (`cgroup.clone_children`), so that the kernel gives
-each pod and container cpuset its parent's CPUs and memory nodes as it makes it, and neither this nor the runtime
-has any to write.
+write costs the kernel grows with the cpusets alive). The QoS tree's cpusets clone their children
+(`cgroup.clone_children`), so that the kernel gives each pod and container cpuset its parent's CPUs and memory
+nodes as it makes it, and neither this nor the runtime has any to write.
 """
 
 from __future__ import annotations
