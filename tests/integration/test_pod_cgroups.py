@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from edgelet.volumes.mountutil import read_mounts
 from tests.integration.agent_harness import AgentProcess, is_running, wait_for
 from tests.integration.test_agent import runtime_objects
 from tests.runtime_cleanup import empty_runtime
@@ -40,13 +41,8 @@ spec:
 
 def mounted_hierarchies() -> list[Path]:
     """The cgroup hierarchies mounted under /sys/fs/cgroup, as the kernel lists its mounts."""
-    mounts = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        fstype = fields[fields.index("-") + 1]
-        if fstype in ("cgroup", "cgroup2") and Path(fields[4]).parent == CGROUP_FS:
-            mounts.append(Path(fields[4]))
-    return mounts
+    return [Path(mount.mount_point) for mount in read_mounts()
+            if mount.fstype in ("cgroup", "cgroup2") and Path(mount.mount_point).parent == CGROUP_FS]
 
 
 def hierarchy_dirs(cgroup: str) -> list[Path]:
@@ -61,10 +57,9 @@ def controller_dir(controller: str, cgroup: str) -> Path:
 
 
 def remove_tree(root: str) -> None:
-    """The test's own cgroup root, deepest first (cgroupfs removes a directory's control files with it)."""
-    for controller in ("cpu", "memory", "pids", "cpuset", "cpuacct", "blkio", "devices", "freezer", "hugetlb",
-                       "net_cls", "perf_event", "systemd", "") if V1 else ("",):
-        top = controller_dir(controller, root) if controller else CGROUP_FS / root.lstrip("/")
+    """The test's own cgroup root in every hierarchy, deepest first (cgroupfs removes a directory's control files
+    with it)."""
+    for top in hierarchy_dirs(root):
         if not top.is_dir():
             continue
         for directory, _, _ in sorted(os.walk(top), key=lambda entry: -entry[0].count("/")):
