@@ -186,8 +186,8 @@ def _load() -> str:
 
 def _cgroup_counts() -> str:
     """The cpuset and memory cgroups alive in the kernel. Every cpuset left behind slows each later write of
-    `cpuset.cpus` (the kernel walks them all), which the runtime makes for every container it starts; dying memory
-    cgroups linger while their page cache does."""
+    `cpuset.cpus` (1.5-1.9 ms each with 12,600 alive, 17-21 us with 90), which the runtime makes for every cpuset
+    it fills; dying memory cgroups linger while their page cache does."""
     alive = {}
     try:
         with open("/proc/cgroups") as table:
