@@ -1,7 +1,8 @@
 """A pod's first sync against the real runtime: what is made ready while RunPodSandbox runs, and what waits for it.
 
 The containers that start first in a new sandbox have their image ensured and their config built while the
-sandbox starts; a config that needs the pod's IP (its hosts file, `status.podIP`) waits for the sandbox's.
+sandbox starts; a config that needs the pod's IP (its hosts file, `status.podIP`) waits for the sandbox's. A pod
+whose volumes cannot be set up gets no sandbox, as with the kubelet, which waits for volumes before SyncPod.
 """
 
 from __future__ import annotations
@@ -112,6 +113,17 @@ async def test_a_pod_on_its_own_network_gets_the_ip_of_its_sandbox(cri, tmp_path
     ((_, image_ended),) = calls.spans["image_status"]
     ((_, sandbox_ended),) = calls.spans["run_pod_sandbox"]
     assert image_ended < sandbox_ended  # only the config waited for the sandbox
+
+
+async def test_a_pod_whose_volumes_fail_gets_no_sandbox(cri, tmp_path):
+    events = Events()
+    pod = busybox_pod("sleep 3600", host_network=True)
+    missing = tmp_path / "no-such-directory"
+    pod["spec"]["volumes"] = [{"name": "data", "hostPath": {"path": str(missing), "type": "Directory"}}]
+    result = await manager(cri, tmp_path, events).sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
+    assert result.started == [] and result.waiting_reasons["app"][0] == "CreateContainerConfigError"
+    assert [reason for _, reason, _ in events.seen] == ["FailedMount"]
+    assert await cri.list_pod_sandbox() == []
 
 
 async def test_a_sandbox_that_cannot_start_leaves_no_preparation_behind(cri, tmp_path):
