@@ -96,9 +96,6 @@ class VolumeManager:
         # file (through one temp name) take turns.
         self._hosts_lock = threading.Lock()
         self._warned: dict[str, set[str]] = {}
-        # Pods whose directories set-up has made and teardown not removed: a pod with no volume to lay out
-        # (most of them) costs its periodic sync no thread hop.
-        self._laid_out: set[str] = set()
 
     def use_tokens(self, tokens: TokenSource) -> None:
         """Serve serviceAccountToken sources from `tokens` (the cluster connection's token manager)."""
@@ -136,12 +133,13 @@ class VolumeManager:
         tokens, errors = await self._service_account_tokens(pod)
         plans, plan_errors = self._plan(pod, tokens)
         errors += plan_errors
-        if not plans and uid in self._laid_out:
+        if not plans:
+            # Nothing to lay out, and nothing to wait for before the sandbox: no thread hop. The pod's directory
+            # comes with the first file written in it (its hosts file, a container's termination log).
             paths, apply_errors = {}, []
         else:
-            async with self._lock(uid):  # under the pod's lock, as teardown's forgetting is
+            async with self._lock(uid):  # under the pod's lock, as teardown is
                 paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod))
-                self._laid_out.add(uid)
         errors += apply_errors
         if errors:
             raise VolumeError("; ".join(errors))
@@ -259,8 +257,6 @@ class VolumeManager:
         """
         pod_dir = self.pod_dir(pod_uid)
         async with self._lock(pod_uid):
-            # First: a teardown that fails half-way leaves the next set-up to redo it.
-            self._laid_out.discard(pod_uid)
             await asyncio.to_thread(self._teardown, pod_dir)
         self._locks.pop(pod_uid, None)
         self._warned.pop(pod_uid, None)

@@ -63,28 +63,36 @@ def _secret(name, **data):
 # -- the pod directory -----------------------------------------------------------------------------
 
 
-async def test_a_pod_without_volumes_gets_its_directories_again_after_a_teardown(manager):
-    """Set-up skips a pod whose directories it made and nothing removed since; after every teardown it lays the
-    pod out again."""
-    pod = _pod([])
-    volumes_dir = os.path.join(manager.pod_dir(UID), "volumes")
+async def test_a_pod_without_volumes_is_set_up_without_a_thread_hop(manager, monkeypatch):
+    """Nothing to lay out: set-up returns at once, and the pod's directory comes with its first file."""
+    def no_thread(*args, **kwargs):
+        raise AssertionError("a pod without volumes must cost its sync no thread hop")
+
+    monkeypatch.setattr(asyncio, "to_thread", no_thread)
+    assert await manager.setup_pod(_pod([])) == {}
+    assert not os.path.exists(manager.pod_dir(UID))
+
+
+async def test_a_pod_gets_its_directories_again_after_a_teardown(manager):
+    pod = _pod([{"name": "scratch", "emptyDir": {}}])
+    scratch = os.path.join(manager.pod_dir(UID), "volumes", "kubernetes.io~empty-dir", "scratch")
     for _ in range(2):
-        assert await manager.setup_pod(pod) == {}
-        assert os.path.isdir(volumes_dir)
+        assert await manager.setup_pod(pod) == {"scratch": scratch}
+        assert os.path.isdir(scratch)
         await manager.teardown_pod(UID)
         assert not os.path.exists(manager.pod_dir(UID))
-    assert await manager.setup_pod(pod) == {}
-    assert os.path.isdir(volumes_dir)
+    assert await manager.setup_pod(pod) == {"scratch": scratch}
+    assert os.path.isdir(scratch)
 
 
 async def test_a_teardown_that_waited_for_a_set_up_is_not_forgotten(manager):
     """A teardown asked for while the pod's set-up runs goes after it; the next set-up then lays the pod out
     again rather than taking it for done."""
-    pod = _pod([])
+    pod = _pod([{"name": "scratch", "emptyDir": {}}])
     await asyncio.gather(manager.setup_pod(pod), manager.teardown_pod(UID))
     assert not os.path.exists(manager.pod_dir(UID))
     await manager.setup_pod(pod)
-    assert os.path.isdir(os.path.join(manager.pod_dir(UID), "volumes"))
+    assert os.path.isdir(os.path.join(manager.pod_dir(UID), "volumes", "kubernetes.io~empty-dir", "scratch"))
 
 
 # -- emptyDir --------------------------------------------------------------------------------------
@@ -177,7 +185,7 @@ async def test_host_path_types(manager, host_files, kind, path_type, problem):
     else:
         with pytest.raises(VolumeError) as caught:
             await manager.setup_pod(pod)
-        assert f'volume "host" : ' in caught.value.message
+        assert 'volume "host" : ' in caught.value.message
         assert problem in caught.value.message
         if "invalid" not in problem:
             assert f"hostPath type check failed: {path} {problem}" in caught.value.message
@@ -353,9 +361,9 @@ async def test_sub_paths_are_bind_mounted_and_cannot_escape(manager, root):
     through_link = manager.mounts_for(pod, inside, paths)[0]["host_path"]  # a symlink that stays inside is fine
     assert through_link.endswith("/volume-subpaths/work/other/0")
     assert open(os.path.join(through_link, "seen")).read() == "through the bind mount"
-    for subpath, message in [("escape", "leads outside its volume"), ("escape/new", "leads outside its volume"),
-                             ("../../etc", "must not contain '..'"), ("/etc", "must not be an absolute path")]:
-        bad = {"name": "bad", "volumeMounts": [{"name": "work", "mountPath": "/x", "subPath": subpath}]}
+    for sub_path, message in [("escape", "leads outside its volume"), ("escape/new", "leads outside its volume"),
+                              ("../../etc", "must not contain '..'"), ("/etc", "must not be an absolute path")]:
+        bad = {"name": "bad", "volumeMounts": [{"name": "work", "mountPath": "/x", "subPath": sub_path}]}
         with pytest.raises(VolumeError, match=message):
             manager.mounts_for(pod, bad, paths)
     assert os.listdir(secret_dir) == []
