@@ -195,8 +195,6 @@ class RuntimeManager:
             pod, actions.attempt, logs_root=self._logs_root,
             cluster_dns=self._cluster_dns, cluster_domain=self._cluster_domain, cgroup_parent=cgroup_parent,
         )
-        if create:
-            await asyncio.to_thread(os.makedirs, sandbox_config.log_directory, mode=0o755, exist_ok=True)
         prepared: dict[str, asyncio.Future[pb.ContainerConfig | None]] = {}
         try:
             if create:
@@ -559,10 +557,15 @@ class RuntimeManager:
 
     def _prepare_host_files(self, pod: Pod, container: dict, volume_paths: dict[str, str],
                             env: list[tuple[str, str]], pod_ips: list[str], log_directory: str) -> list[dict[str, Any]]:
-        """The container's CRI mounts, their files written, and its log directory (blocking I/O)."""
+        """The container's CRI mounts, their files written, and its log directory (blocking I/O).
+
+        The pod's log directory, the sandbox's, is made here with its first container's: the runtime writes nothing
+        in it for the sandbox, and made before RunPodSandbox (as the kubelet does) it would cost every pod start a
+        thread hop before its sandbox."""
         mounts = (self._volumes.mounts_for(pod, container, volume_paths, env=env, pod_ips=pod_ips)
                   if self._volumes is not None else [])
-        os.makedirs(log_directory, mode=0o755, exist_ok=True)
+        for directory in (os.path.dirname(log_directory), log_directory):
+            os.makedirs(directory, mode=0o755, exist_ok=True)
         return mounts
 
     # -- stopping -----------------------------------------------------------------------------
