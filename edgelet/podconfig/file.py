@@ -181,7 +181,9 @@ class ManifestScanner:
     """Loads every manifest under a path, re-parsing only files whose bytes changed, so an unchanged broken
     file is reported once and an unchanged good one is not parsed again on every rescan. A file whose stat is
     what it was when it was last read (and old enough to vouch for it, see RACY_NS) is not even read: an idle
-    rescan of 110 manifests costs 110 stat calls. Blocking I/O."""
+    rescan of 110 manifests costs 110 stat calls. Told which entries changed (inotify's names), a read looks at
+    those alone, as the kubelet's file source handles each event's file: a new manifest among 110 costs one stat,
+    not 110. Blocking I/O."""
 
     def __init__(self, manifest_path: str, node_name: str, *,
                  incumbent_uids: Callable[[], Collection[str]] = frozenset, parsed: ParsedManifests | None = None,
@@ -196,27 +198,51 @@ class ManifestScanner:
         self._incumbent_uids = incumbent_uids  # pods the agent ran before it started: they keep their name
         self._owners: dict[str, str] = {}  # pod namespace/name -> the file that defines it
         self._reported: set[str] = set()  # messages about special files and duplicate names already given
+        # The directory's last listing: each manifest file's stat, and the entries skipped (by path, in name order);
+        # None until a directory was listed whole (and when the path is missing, or a single file).
+        self._listing: tuple[dict[str, os.stat_result], dict[str, ConfigError]] | None = None
 
-    def _paths(self) -> tuple[dict[str, os.stat_result] | None, list[ConfigError]]:
+    def _paths(self) -> tuple[dict[str, os.stat_result] | None, dict[str, ConfigError]]:
         """The manifest files and their stat (None when the path does not exist; a single file is its own
         list), and what in the directory is not a manifest file although its name says it would be."""
+        self._listing = None
         try:
             if not os.path.isdir(self.manifest_path):
                 single = _stat_regular_file(self.manifest_path)
-                return ({self.manifest_path: single} if isinstance(single, os.stat_result) else None), []
+                return ({self.manifest_path: single} if isinstance(single, os.stat_result) else None), {}
             with os.scandir(self.manifest_path) as entries:
                 names = sorted(entry.name for entry in entries if is_manifest_name(entry.name))
         except FileNotFoundError:
-            return None, []
-        paths, skipped = {}, []
+            return None, {}
+        paths: dict[str, os.stat_result] = {}
+        skipped: dict[str, ConfigError] = {}
         for path in (os.path.join(self.manifest_path, name) for name in names):
-            # Symlinks are followed; subdirectories are not recursed into, as with the kubelet.
-            found = _stat_regular_file(path)
-            if isinstance(found, os.stat_result):
-                paths[path] = found
-            elif found:
-                skipped.append(ConfigError(path, "", f"not a manifest file: {found}; skipped"))
+            self._list_entry(path, paths, skipped)
+        self._listing = paths, skipped
         return paths, skipped
+
+    def _relist(self, listing: tuple[dict[str, os.stat_result], dict[str, ConfigError]],
+                changed: Collection[str]) -> tuple[dict[str, os.stat_result], dict[str, ConfigError]]:
+        """`listing` (the last one) with the entries named in `changed` looked at again."""
+        paths, skipped = dict(listing[0]), dict(listing[1])
+        for name in changed:
+            if is_manifest_name(name):
+                path = os.path.join(self.manifest_path, name)
+                paths.pop(path, None)
+                skipped.pop(path, None)
+                self._list_entry(path, paths, skipped)
+        # In name order, as a whole listing has them: the first file by name keeps a duplicated pod name.
+        self._listing = dict(sorted(paths.items())), dict(sorted(skipped.items()))
+        return self._listing
+
+    @staticmethod
+    def _list_entry(path: str, paths: dict[str, os.stat_result], skipped: dict[str, ConfigError]) -> None:
+        # Symlinks are followed; subdirectories are not recursed into, as with the kubelet.
+        found = _stat_regular_file(path)
+        if isinstance(found, os.stat_result):
+            paths[path] = found
+        elif found:
+            skipped[path] = ConfigError(path, "", f"not a manifest file: {found}; skipped")
 
     def scan(self) -> ScanResult:
         """`read`, then `record`."""
@@ -233,13 +259,22 @@ class ManifestScanner:
         if self._parsed is not None and result.objects is not None:
             self._parsed.save(self._cache)
 
-    def read(self) -> ScanResult:
-        """The manifests as they are now (re-reading and re-parsing only what changed)."""
+    def read(self, changed: Collection[str] | None = None) -> ScanResult:
+        """The manifests as they are now (re-reading and re-parsing only what changed).
+
+        `changed` names the entries of the manifest directory that changed since the last read (as inotify told
+        them): only those are looked at again, and read whatever their stat says; every other entry is taken as
+        the last read left it. Without it (and before a first whole listing of the directory) every entry is
+        listed and looked at."""
         if not self._parsed_loaded:
             self._parsed_loaded = True
             self._cache = self._parsed.load()
         try:
-            paths, skipped = self._paths()
+            if changed is not None and self._listing is not None:
+                paths, skipped = self._relist(self._listing, changed)
+                named = {os.path.join(self.manifest_path, name) for name in changed}
+            else:
+                (paths, skipped), named = self._paths(), set()
         except OSError as exc:
             error = ConfigError(self.manifest_path, "", f"cannot list manifests: {exc.strerror or exc}")
             is_new = str(error) != self._listing_error
@@ -254,7 +289,7 @@ class ManifestScanner:
         recovered: list[str] = []
         for path, st in paths.items():
             previous = self._cache.get(path)
-            current = self._load(path, previous, st)
+            current = self._load(path, previous, st, trust_stat=path not in named)
             if current is None:
                 continue  # removed between listing and reading; its deletion event rescans
             self._cache[path] = current
@@ -268,7 +303,7 @@ class ManifestScanner:
         for gone in set(self._cache) - set(paths):
             del self._cache[gone]
         broken = {path for path in paths if (cached := self._cache.get(path)) is not None and cached.error}
-        notes = skipped + self._drop_duplicate_names(results, broken)
+        notes = [*skipped.values(), *self._drop_duplicate_names(results, broken)]
         reported = {str(note) for note in notes}
         new_errors.extend(note for note in notes if str(note) not in self._reported)
         self._reported = reported
@@ -307,11 +342,13 @@ class ManifestScanner:
             results[index] = (path, dataclasses.replace(objects, pods=kept))
         return notes
 
-    def _load(self, path: str, previous: _Cached | None, st: os.stat_result) -> _Cached | None:
-        """The file as cached when its stat vouches for it, else read (and parsed only when its bytes changed).
-        The stat was taken before the read, so a change between the two is caught at the next scan."""
+    def _load(self, path: str, previous: _Cached | None, st: os.stat_result, *,
+              trust_stat: bool = True) -> _Cached | None:
+        """The file as cached when its stat vouches for it (and `trust_stat`), else read (and parsed only when its
+        bytes changed). The stat was taken before the read, so a change between the two is caught at the next
+        scan."""
         signature = _signature(st)
-        if previous is not None and previous.signature == signature:
+        if trust_stat and previous is not None and previous.signature == signature:
             return previous
         # Taken before the read: a write the read missed is at least this recent.
         read_at = self._clock()
@@ -386,6 +423,10 @@ class FileSource:
         self._inotify: inotify.Inotify | None = None
         self._watch: tuple[str, str | None] | None = None  # (watched directory, entry name to filter on)
         self._wd = -1
+        # The manifest directory's entries inotify named since the last scan, which looks at those alone; None when
+        # some change named none (an overflow, a watch replaced, a directory, a ConfigMap's swap of `..data`), and
+        # empty when nothing did (the periodic rescan): every entry is looked at then.
+        self._changed_names: set[str] | None = None
         self._missing_reported = False
 
     @property
@@ -399,7 +440,8 @@ class FileSource:
             while True:
                 self._changed.clear()
                 self._ensure_watch()
-                result = await asyncio.to_thread(self._scanner.read)
+                changed, self._changed_names = self._changed_names, set()
+                result = await asyncio.to_thread(self._scanner.read, changed or None)
                 scanned_at = asyncio.get_running_loop().time()
                 self._publish(result)
                 # Only the next start gains from the record: it waits until the manifests are quiet (RECORD_QUIET).
@@ -492,6 +534,7 @@ class FileSource:
         target = self._watch_target()
         if target == self._watch:
             return
+        self._changed_names = None  # what happened before the new watch was named to no one
         if self._wd >= 0:
             self._inotify.rm_watch(self._wd)
             self._wd = -1
@@ -516,19 +559,24 @@ class FileSource:
         changed = False
         for event in events:
             if event.mask & inotify.IN_Q_OVERFLOW:
-                changed = True
+                changed, self._changed_names = True, None
             elif event.wd != self._wd:
                 continue  # a watch already replaced
             elif event.mask & _WATCH_GONE:
                 if self._inotify is not None and not event.mask & inotify.IN_IGNORED:
                     self._inotify.rm_watch(event.wd)  # moved away, not deleted: the kernel keeps watching it
                 self._watch, self._wd = None, -1
-                changed = True
+                changed, self._changed_names = True, None
             elif self._watch is not None and self._watch[1] is not None:
-                changed = changed or event.name == self._watch[1]
+                if event.name == self._watch[1]:
+                    changed, self._changed_names = True, None
             elif self._still_being_written(event):
                 continue  # its IN_CLOSE_WRITE follows; scanning now could read half a manifest
-            else:
-                changed = changed or _event_matters(event.name)
+            elif _event_matters(event.name):
+                changed = True
+                if event.name.startswith("..") or event.mask & inotify.IN_ISDIR:
+                    self._changed_names = None  # files may have changed through it unnamed
+                elif self._changed_names is not None:
+                    self._changed_names.add(event.name)
         if changed:
             self._changed.set()

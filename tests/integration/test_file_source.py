@@ -11,6 +11,7 @@ import time
 
 from edgelet import checkpoint, podutil
 from edgelet.podconfig.config import Op, PodConfig
+from edgelet.podconfig import file as file_source
 from edgelet.podconfig.file import FileSource, ManifestScanner, ParsedManifests
 
 NODE = "node1"
@@ -99,6 +100,24 @@ async def test_initial_pods_then_add_change_and_delete(tmp_path):
         os.unlink(tmp_path / "db.yaml")
         updates = await wait_for_pods(config, {"web-node1"})
         assert updates[-1].op == Op.REMOVE and podutil.name(updates[-1].pods[0]) == "db-node1"
+
+
+async def test_a_configmap_volume_as_the_manifest_directory_is_followed_through_its_swaps(tmp_path, monkeypatch):
+    """A ConfigMap volume changes its files through symlinks: `web.yaml -> ..data/web.yaml`, and an update renames a
+    new `..data` over the old one. No event names web.yaml; the source looks at every entry again."""
+    monkeypatch.setattr(file_source, "RACY_NS", 0)  # every stat vouches for its file: only a new stat is a change
+    def publish(version: str, tag: str) -> None:
+        os.mkdir(tmp_path / version)
+        (tmp_path / version / "web.yaml").write_text(pod_yaml("web", tag=tag))
+        os.symlink(version, tmp_path / "..data_tmp")
+        os.rename(tmp_path / "..data_tmp", tmp_path / "..data")
+
+    publish("..2024_01", "1")
+    os.symlink("..data/web.yaml", tmp_path / "web.yaml")
+    async with running(tmp_path) as (config, _):
+        await wait_for_pods(config, {"web-node1"})
+        publish("..2024_02", "2")
+        await wait_until(lambda: config.get_pods()[0]["spec"]["containers"][0]["image"] == "busybox:2")
 
 
 async def test_in_place_write_is_noticed(tmp_path):

@@ -5,9 +5,12 @@ from __future__ import annotations
 import builtins
 import copy
 import os
+import shutil
 import struct
+import tempfile
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from edgelet import podutil
 from edgelet.events.model import pod_ref
@@ -298,6 +301,118 @@ def test_a_static_pod_is_held_once_and_what_reads_it_leaves_it_as_accepted(tmp_p
     pod_ref(accepted, "c")
     present_pods([accepted], runtime_ready=False, manifest_uids=set())
     assert accepted == as_accepted
+
+
+def test_a_read_given_the_changed_names_looks_at_those_entries_alone(tmp_path, reads, monkeypatch):
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.yaml").write_text(POD_YAML % name)
+    later = os.stat(tmp_path / "c.yaml").st_ctime_ns + RACY_NS + 1
+    scanner = ManifestScanner(str(tmp_path), "n", clock=lambda: later)
+    scanner.read()
+    reads.clear()
+    stats: list[str] = []
+
+    def counting_stat(path, *args, **kwargs):
+        stats.append(os.path.basename(path))
+        return real_stat(path, *args, **kwargs)
+
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", counting_stat)
+    (tmp_path / "b.yaml").write_text(POD_YAML % "x")  # the same size
+    (tmp_path / "c.yaml").unlink()
+    (tmp_path / "d.yaml").write_text(POD_YAML % "d")
+    (tmp_path / "e").mkdir()
+    result = scanner.read(["b.yaml", "c.yaml", "d.yaml", "e", ".d.yaml.swp"])
+    assert sorted(stats) == ["b.yaml", "c.yaml", "d.yaml", "e"] and reads == ["b.yaml", "d.yaml"]
+    assert [p["metadata"]["name"] for p in result.objects.pods] == ["a-n", "x-n", "d-n"]
+    assert [(e.path, e.message) for e in result.new_errors] == [
+        (str(tmp_path / "e"), "not a manifest file: a directory (subdirectories are not read); skipped")]
+    stats.clear()
+    assert scanner.read().objects == result.objects and "a.yaml" in stats  # a whole rescan lists every entry
+
+
+def test_a_read_of_the_named_entries_reads_a_named_file_whose_stat_is_as_it_was(tmp_path, reads):
+    """A name inotify gave is a write: the file is read even where its stat would vouch for its bytes."""
+    path = tmp_path / "a.yaml"
+    path.write_text(POD_YAML % "a")
+    later = os.stat(path).st_ctime_ns + RACY_NS + 1
+    scanner = ManifestScanner(str(tmp_path), "n", clock=lambda: later)
+    scanner.read()
+    assert scanner.read(["a.yaml"]).objects.pods[0]["metadata"]["name"] == "a-n"
+    assert reads == ["a.yaml", "a.yaml"]
+
+
+_NAMES = ("a.yaml", "b.yaml", "c.yml", "d.json", "e.yaml", ".hidden.yaml", "f.yaml~")
+_CONTENTS = (POD_YAML % "a", POD_YAML % "b", POD_YAML % "c", POD_YAML % "d", POD_YAML % "a", POD_YAML % "B",
+             "kind: Pod\nmetadata: [", "", "kind: ConfigMap\nmetadata: {name: cm}\ndata: {k: v}\n")
+_OPS = st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(_NAMES), st.sampled_from(_CONTENTS)),
+    st.tuples(st.just("remove"), st.sampled_from(_NAMES), st.none()),
+    st.tuples(st.just("rename"), st.sampled_from(_NAMES), st.sampled_from(_NAMES)),
+    st.tuples(st.just("mkdir"), st.sampled_from(_NAMES), st.none()),
+    st.tuples(st.just("symlink"), st.sampled_from(_NAMES), st.sampled_from(_CONTENTS)),
+)
+
+
+def _apply(directory: str, outside: str, op: tuple) -> list[str]:
+    """Does `op` to the directory; the names it touched, as inotify would give them."""
+    kind, name, arg = op
+    path = os.path.join(directory, name)
+
+    def clear(target: str) -> None:
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            os.unlink(target)
+
+    if kind == "write":
+        if os.path.isdir(path) and not os.path.islink(path):
+            return []
+        with open(path, "w") as f:  # in place, through a symlink too
+            f.write(arg)
+    elif kind == "remove":
+        clear(path)
+    elif kind == "rename":
+        if not os.path.lexists(path) or name == arg:
+            return []
+        clear(os.path.join(directory, arg))
+        os.rename(path, os.path.join(directory, arg))
+        return [name, arg]
+    elif kind == "mkdir":
+        clear(path)
+        os.mkdir(path)
+    else:
+        target = os.path.join(outside, f"{len(os.listdir(outside))}.yaml")
+        with open(target, "w") as f:
+            f.write(arg)
+        clear(path)
+        os.symlink(target, path)
+    return [name]
+
+
+def _seen(result) -> tuple:
+    return ([(p["metadata"]["name"], p["metadata"]["uid"]) for p in result.objects.pods],
+            [c["metadata"]["name"] for c in result.objects.configmaps],
+            sorted(str(e) for e in result.new_errors), sorted(result.recovered))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_OPS, min_size=2, max_size=16), st.booleans())
+def test_reads_of_the_named_entries_agree_with_whole_rescans(ops, trusted):
+    """Oracle: a scanner told the names each change touched sees what one that lists everything every time sees,
+    the errors it reports once included; with stats old enough to vouch for the files (`trusted`) and without."""
+    directory, outside = tempfile.mkdtemp(), tempfile.mkdtemp()
+    try:
+        clock = (lambda: 2**62) if trusted else None
+        options = {"clock": clock} if clock else {}
+        whole, named = ManifestScanner(directory, "n", **options), ManifestScanner(directory, "n", **options)
+        assert _seen(whole.read()) == _seen(named.read())
+        for op in ops:
+            touched = _apply(directory, outside, op)
+            assert _seen(whole.read()) == _seen(named.read(touched)), op
+    finally:
+        shutil.rmtree(directory)
+        shutil.rmtree(outside)
 
 
 def test_scanner_missing_directory_and_single_file(tmp_path):
