@@ -222,15 +222,13 @@ class ManifestScanner:
         return paths, skipped
 
     def _relist(self, listing: tuple[dict[str, os.stat_result], dict[str, ConfigError]],
-                changed: Collection[str]) -> tuple[dict[str, os.stat_result], dict[str, ConfigError]]:
-        """`listing` (the last one) with the entries named in `changed` looked at again."""
+                named: Collection[str]) -> tuple[dict[str, os.stat_result], dict[str, ConfigError]]:
+        """`listing` (the last one) with the entries at the paths in `named` looked at again."""
         paths, skipped = dict(listing[0]), dict(listing[1])
-        for name in changed:
-            if is_manifest_name(name):
-                path = os.path.join(self.manifest_path, name)
-                paths.pop(path, None)
-                skipped.pop(path, None)
-                self._list_entry(path, paths, skipped)
+        for path in named:
+            paths.pop(path, None)
+            skipped.pop(path, None)
+            self._list_entry(path, paths, skipped)
         # In name order, as a whole listing has them: the first file by name keeps a duplicated pod name.
         self._listing = dict(sorted(paths.items())), dict(sorted(skipped.items()))
         return self._listing
@@ -271,8 +269,8 @@ class ManifestScanner:
             self._cache = self._parsed.load()
         try:
             if changed is not None and self._listing is not None:
-                paths, skipped = self._relist(self._listing, changed)
-                named = {os.path.join(self.manifest_path, name) for name in changed}
+                named = {os.path.join(self.manifest_path, name) for name in changed if is_manifest_name(name)}
+                paths, skipped = self._relist(self._listing, named)
             else:
                 (paths, skipped), named = self._paths(), set()
         except OSError as exc:
