@@ -106,6 +106,7 @@ async def test_a_configmap_volume_as_the_manifest_directory_is_followed_through_
     """A ConfigMap volume changes its files through symlinks: `web.yaml -> ..data/web.yaml`, and an update renames a
     new `..data` over the old one. No event names web.yaml; the source looks at every entry again."""
     monkeypatch.setattr(file_source, "RACY_NS", 0)  # every stat vouches for its file: only a new stat is a change
+
     def publish(version: str, tag: str) -> None:
         os.mkdir(tmp_path / version)
         (tmp_path / version / "web.yaml").write_text(pod_yaml("web", tag=tag))

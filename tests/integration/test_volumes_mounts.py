@@ -75,7 +75,7 @@ async def test_a_pod_without_volumes_is_set_up_without_a_thread_hop(manager, mon
 
 async def test_a_pod_gets_its_directories_again_after_a_teardown(manager):
     pod = _pod([{"name": "scratch", "emptyDir": {}}])
-    scratch = os.path.join(manager.pod_dir(UID), "volumes", "kubernetes.io~empty-dir", "scratch")
+    scratch = manager.volume_dir(UID, "emptyDir", "scratch")
     for _ in range(2):
         assert await manager.setup_pod(pod) == {"scratch": scratch}
         assert os.path.isdir(scratch)
@@ -92,7 +92,7 @@ async def test_a_teardown_that_waited_for_a_set_up_is_not_forgotten(manager):
     await asyncio.gather(manager.setup_pod(pod), manager.teardown_pod(UID))
     assert not os.path.exists(manager.pod_dir(UID))
     await manager.setup_pod(pod)
-    assert os.path.isdir(os.path.join(manager.pod_dir(UID), "volumes", "kubernetes.io~empty-dir", "scratch"))
+    assert os.path.isdir(manager.volume_dir(UID, "emptyDir", "scratch"))
 
 
 # -- emptyDir --------------------------------------------------------------------------------------
