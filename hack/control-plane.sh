@@ -1,47 +1,32 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane for edgelet's end-to-end tests: kube-apiserver and kube-controller-manager
-# built once from Debian's `kubernetes` source package (upstream v1.20.2), etcd from `etcd-server`, all on
-# loopback with an openssl PKI, Node,RBAC authorization, NodeRestriction and an audit log.
+# A real Kubernetes control plane for edgelet's end-to-end and conformance tests: kube-apiserver,
+# kube-controller-manager and kube-scheduler 1.36 (hack/k8s-binaries.sh), etcd 3.5 from Debian unstable's
+# `etcd-server` (hack/debian-archive.sh, extracted, not installed), all on loopback with an openssl PKI,
+# Node,RBAC authorization, the default admission plugins plus NodeRestriction, bootstrap tokens and an audit log.
 #
-#   hack/control-plane.sh build              build (or find cached) binaries; prints the bin directory
-#   hack/control-plane.sh start DIR [NODE]   PKI, etcd, apiserver (+ controller-manager unless
+#   hack/control-plane.sh build              find (or fetch) the binaries; prints the bin directory
+#   hack/control-plane.sh start DIR [NODE]   PKI, etcd, apiserver (+ controller-manager and scheduler unless
 #                                            EDGELET_E2E_KCM=0) under DIR; kubeconfigs for admin and NODE
 #   hack/control-plane.sh stop DIR           stops everything started under DIR
 #   hack/control-plane.sh kubeconfig DIR NAME CN [ORG]   a client certificate + kubeconfig for any user
 #   hack/control-plane.sh restart-apiserver DIR [DOWN_SECONDS] | stop-apiserver DIR | start-apiserver DIR
 #
-# Test knobs (environment, read by start): EDGELET_E2E_KCM=0 (no controller-manager, and so no ServiceAccount
-# admission: nothing would make the default ServiceAccounts it waits for), EDGELET_E2E_TOLERATION_SECONDS
-# (default 300), EDGELET_E2E_NODE_MONITOR_GRACE (default 40s), EDGELET_E2E_SIGNING_DURATION (default 24h),
-# EDGELET_E2E_EGRESS_SELECTOR_CONFIG (a file for the apiserver's --egress-selector-config-file, e.g. its traffic
-# to nodes through konnectivity-server; default none).
+# Test knobs (environment, read by start): EDGELET_E2E_KCM=0 (no controller-manager nor scheduler, and so no
+# ServiceAccount admission: nothing would make the default ServiceAccounts it waits for),
+# EDGELET_E2E_TOLERATION_SECONDS (default 300), EDGELET_E2E_NODE_MONITOR_GRACE (default 40s),
+# EDGELET_E2E_SIGNING_DURATION (default 24h), EDGELET_E2E_EGRESS_SELECTOR_CONFIG (a file for the apiserver's
+# --egress-selector-config-file, e.g. its traffic to nodes through konnectivity-server; default none),
+# EDGELET_E2E_SERVICE_CIDR (default 10.96.0.0/24).
 #
-# Pods get what a current cluster gives them: the ServiceAccount admission with 1.20's
-# BoundServiceAccountTokenVolume gate injects the `kube-api-access-*` projected volume (a TokenRequest token,
-# the kube-root-ca.crt ConfigMap the root-ca-cert-publisher makes, the namespace), and EphemeralContainers
-# opens the pods/ephemeralcontainers subresource. Both are start flags only: the binaries stay as built.
-#
-# Binaries are cached under ${EDGELET_CACHE:-/var/cache/edgelet}/control-plane/<version>; a second build is
-# a no-op. The build takes Debian 12's (bookworm's) `kubernetes` source package and its Go 1.19 from Debian's
-# archive whatever release the machine runs (hack/debian-archive.sh: private apt state, nothing installed);
-# what it runs with (etcd, openssl, curl) and dpkg-source it installs from the machine's own release (root).
+# Pods get what a current cluster gives them: the ServiceAccount admission injects the `kube-api-access-*`
+# projected volume (a TokenRequest token, the kube-root-ca.crt ConfigMap the root-ca-cert-publisher makes, the
+# namespace), and pods/ephemeralcontainers is served. The apiserver reaches a node's kubelet API at the Node's
+# Hostname address (the e2e suite names the node after a hostname that resolves to loopback).
 set -euo pipefail
 
-K8S_VERSION=v1.20.2
-CACHE=${EDGELET_CACHE:-/var/cache/edgelet}
-PREFIX=$CACHE/control-plane/$K8S_VERSION
-BIN=$PREFIX/bin
-# Bump when the build recipe changes, so cached binaries built the old way are rebuilt.
-RECIPE=2
-# The suite whose source package and toolchain build the control plane: the release upstream v1.20.2 was
-# packaged for, with the Go it was built with there.
-SOURCE_SUITE=bookworm
-TOOLCHAIN_PACKAGES=(golang-1.19-go golang-1.19-src golang-github-modern-go-reflect2-dev)
-BUILD_PACKAGES=(dpkg-dev)
-RUN_PACKAGES=(etcd-server openssl curl)
-FEATURE_GATES=BoundServiceAccountTokenVolume=true,EphemeralContainers=true
-SERVICE_ACCOUNT_ISSUER=https://kubernetes.default.svc
-ARCHIVE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/debian-archive.sh"
+HACK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+RUN_PACKAGES=(openssl curl xz-utils)
+SERVICE_ACCOUNT_ISSUER=https://kubernetes.default.svc.cluster.local
 
 log() { echo "control-plane: $*" >&2; }
 die() { echo "control-plane: $*" >&2; exit 1; }
@@ -57,67 +42,15 @@ install_missing() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# The packages openapi-gen must read: every Go package of the tree (staging named as vendor/) with a
-# `+k8s:openapi-gen=` tag, as upstream's build/root/Makefile.generated_files selects them for KUBE.
-openapi_inputs() {
-    find -H . -not \( \( -path ./_\* -o -path ./.\* -o -path ./vendor \) -prune \) -type f -name '*.go' \
-        | sed 's|^./staging/src|vendor|; s|^./||; s|/[^/]*$||' | LC_ALL=C sort -u \
-        | while read -r dir; do
-            local real=$dir
-            [[ $dir == vendor/k8s.io/* ]] && real=staging/src/${dir#vendor/}
-            grep -l --color=never '^// *+k8s:' "$real"/*.go 2>/dev/null || true
-        done \
-        | xargs grep -l --color=never '+k8s:openapi-gen=' \
-        | sed 's|^staging/src|vendor|; s|/[^/]*$||' \
-        | grep -v -e '^vendor/k8s.io/code-generator/' -e '^vendor/k8s.io/sample-apiserver/' \
-        | LC_ALL=C sort -u | sed 's|^|k8s.io/kubernetes/|' | paste -sd, -
-}
-
+# The bin directory: the Kubernetes binaries (cached by hack/k8s-binaries.sh) and etcd (Debian unstable's).
 cmd_build() {
-    if [[ $(cat "$PREFIX/recipe" 2>/dev/null) == "$RECIPE" ]]; then
-        echo "$BIN"
-        return 0
-    fi
-    install_missing "${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}"
-    local work=$CACHE/control-plane/build toolchain=$CACHE/control-plane/toolchain-$SOURCE_SUITE
-    rm -rf "$work"
-    mkdir -p "$work/src" "$work/gopath/src/k8s.io"
-    log "fetching Go 1.19 and Debian $SOURCE_SUITE's kubernetes source package"
-    "$ARCHIVE" tree "$toolchain" "$SOURCE_SUITE" "${TOOLCHAIN_PACKAGES[@]}" || die "cannot fetch the Go toolchain"
-    export GOROOT=$toolchain/usr/lib/go-1.19
-    local go=$GOROOT/bin/go
-    "$ARCHIVE" source kubernetes "$SOURCE_SUITE" "$work/src" || die "cannot fetch the kubernetes source package"
-    (cd "$work/src" && dpkg-source -x ./kubernetes_*.dsc tree >/dev/null)
-    mv "$work/src/tree" "$work/gopath/src/k8s.io/kubernetes"
-    local tree=$work/gopath/src/k8s.io/kubernetes
-    # The vendored reflect2 1.0.1 crashes under Go >= 1.18 (json-iterator map encoding); Debian's 1.0.2 is fixed.
-    rm -rf "$tree/vendor/github.com/modern-go/reflect2"
-    cp -r "$toolchain/usr/share/gocode/src/github.com/modern-go/reflect2" "$tree/vendor/github.com/modern-go/reflect2"
-    export GOPATH=$work/gopath GO111MODULE=off CGO_ENABLED=0 GOFLAGS= GOCACHE=$work/gocache
-    cd "$tree"
-    log "generating pkg/generated/openapi"
-    "$go" build -o "$work/openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen
-    "$work/openapi-gen" --logtostderr -v 0 -i "$(openapi_inputs)" \
-        -p k8s.io/kubernetes/pkg/generated/openapi -O zz_generated.openapi \
-        -h hack/boilerplate/boilerplate.generatego.txt -r "$work/openapi-report.txt" 2>"$work/openapi-gen.log" \
-        || { tail -20 "$work/openapi-gen.log" >&2; die "openapi-gen failed"; }
-    local ldflags="-s -w"
-    # GOPATH mode with vendor/: the version packages live under k8s.io/kubernetes/vendor/.
-    for pkg in k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version \
-            k8s.io/kubernetes/vendor/k8s.io/component-base/version; do
-        ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=20"
-        ldflags+=" -X $pkg.gitTreeState=clean"
-        ldflags+=" -X $pkg.buildDate=2021-01-13T13:20:00Z"
-    done
-    mkdir -p "$BIN.tmp"
-    for cmd in kube-apiserver kube-controller-manager; do
-        log "building $cmd (a few minutes on 2 cores)"
-        "$go" build -trimpath -ldflags "$ldflags" -o "$BIN.tmp/$cmd" "./cmd/$cmd"
-    done
-    rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
-    echo "$RECIPE" > "$PREFIX/recipe"
-    cd / && rm -rf "$work"
-    echo "$BIN"
+    install_missing "${RUN_PACKAGES[@]}"
+    local k8s etcd
+    k8s=$("$HACK/k8s-binaries.sh" fetch) || die "cannot fetch the Kubernetes binaries"
+    etcd=$("$HACK/debian-archive.sh" fetch etcd-server sid) || die "cannot fetch etcd-server from Debian unstable"
+    [[ -x $etcd/usr/bin/etcd ]] || die "no etcd in $etcd"
+    ln -sf "$etcd/usr/bin/etcd" "$k8s/etcd"
+    echo "$k8s"
 }
 
 free_port() {
@@ -200,7 +133,7 @@ wait_healthy() {
 start_etcd() {
     local dir=$1
     . "$dir/env"
-    setsid etcd --name e2e --data-dir "$dir/etcd" \
+    setsid "$BIN/etcd" --name e2e --data-dir "$dir/etcd" \
         --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
         --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
         --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
@@ -222,12 +155,12 @@ start_apiserver() {
     [[ -n ${EGRESS_SELECTOR_CONFIG:-} ]] && extra+=(--egress-selector-config-file="$EGRESS_SELECTOR_CONFIG")
     setsid "$BIN/kube-apiserver" \
         --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
-        --insecure-port=0 --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+        --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
         --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
         --disable-admission-plugins="$DISABLED_ADMISSION" --enable-bootstrap-token-auth=true \
-        --feature-gates="$FEATURE_GATES" --service-account-issuer="$SERVICE_ACCOUNT_ISSUER" \
+        --service-account-issuer="$SERVICE_ACCOUNT_ISSUER" \
         --api-audiences="$SERVICE_ACCOUNT_ISSUER" --service-account-key-file="$pki/sa.pub" \
-        --service-account-signing-key-file="$pki/sa.key" --service-cluster-ip-range=10.96.0.0/24 \
+        --service-account-signing-key-file="$pki/sa.key" --service-cluster-ip-range="$SERVICE_CIDR" \
         --endpoint-reconciler-type=none --allow-privileged=true \
         --client-ca-file="$pki/ca.crt" --tls-cert-file="$pki/apiserver.crt" \
         --tls-private-key-file="$pki/apiserver.key" \
@@ -248,9 +181,8 @@ start_controller_manager() {
     local dir=$1 pki=$1/pki
     . "$dir/env"
     setsid "$BIN/kube-controller-manager" --kubeconfig="$dir/controller-manager.kubeconfig" \
-        --port=0 --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
+        --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
         --controllers='*,bootstrapsigner,tokencleaner' --use-service-account-credentials=false \
-        --feature-gates="$FEATURE_GATES" \
         --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
         --cluster-signing-duration="$SIGNING_DURATION" \
         --node-monitor-grace-period="$NODE_MONITOR_GRACE" --node-monitor-period=1s \
@@ -258,6 +190,16 @@ start_controller_manager() {
         --leader-elect=false \
         >>"$dir/controller-manager.log" 2>&1 </dev/null &
     echo $! > "$dir/controller-manager.pid"
+}
+
+start_scheduler() {
+    local dir=$1
+    . "$dir/env"
+    setsid "$BIN/kube-scheduler" --kubeconfig="$dir/scheduler.kubeconfig" \
+        --authentication-kubeconfig="$dir/scheduler.kubeconfig" --authorization-kubeconfig="$dir/scheduler.kubeconfig" \
+        --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false \
+        >>"$dir/scheduler.log" 2>&1 </dev/null &
+    echo $! > "$dir/scheduler.pid"
 }
 
 # The ServiceAccount admission refuses pods until their namespace's ServiceAccount exists, and kubelets fail
@@ -285,8 +227,7 @@ stop_pidfile() {
 
 cmd_start() {
     local dir=${1:?start needs a directory} node=${2:-}
-    cmd_build >/dev/null
-    install_missing "${RUN_PACKAGES[@]}"
+    BIN=$(cmd_build)
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     local apiserver_port
@@ -298,6 +239,8 @@ ETCD_PEER_PORT=$(free_port)
 APISERVER_PORT=$apiserver_port
 APISERVER=https://127.0.0.1:$apiserver_port
 KCM_PORT=$(free_port)
+SCHEDULER_PORT=$(free_port)
+SERVICE_CIDR=${EDGELET_E2E_SERVICE_CIDR:-10.96.0.0/24}
 TOLERATION_SECONDS=${EDGELET_E2E_TOLERATION_SECONDS:-300}
 NODE_MONITOR_GRACE=${EDGELET_E2E_NODE_MONITOR_GRACE:-40s}
 SIGNING_DURATION=${EDGELET_E2E_SIGNING_DURATION:-24h}
@@ -309,11 +252,13 @@ EOF
     cmd_kubeconfig "$dir" admin admin system:masters >/dev/null
     cmd_kubeconfig "$dir" apiserver-kubelet-client kube-apiserver-kubelet-client system:masters >/dev/null
     cmd_kubeconfig "$dir" controller-manager system:kube-controller-manager system:masters >/dev/null
+    cmd_kubeconfig "$dir" scheduler system:kube-scheduler >/dev/null
     [[ -n $node ]] && cmd_kubeconfig "$dir" "node-$node" "system:node:$node" system:nodes >/dev/null
     start_etcd "$dir"
     start_apiserver "$dir"
     if [[ ${EDGELET_E2E_KCM:-1} == 1 ]]; then
         start_controller_manager "$dir"
+        start_scheduler "$dir"
         wait_service_accounts "$dir"
     fi
     log "up: $(. "$dir/env" && echo "$APISERVER"), admin kubeconfig $dir/admin.kubeconfig"
@@ -321,7 +266,7 @@ EOF
 
 cmd_stop() {
     local dir=${1:?stop needs a directory}
-    for what in controller-manager apiserver etcd; do
+    for what in scheduler controller-manager apiserver etcd; do
         stop_pidfile "$dir/$what.pid"
     done
 }

@@ -1,0 +1,291 @@
+"""`make conformance`: Kubernetes' own `[NodeConformance]` e2e specs against an edgelet node of a 1.36 cluster.
+
+A private containerd with the upstream test images, the 1.36 control plane of hack/control-plane.sh (scheduler and
+controller-manager included), kube-proxy in iptables mode for the Service network, and `edgelet run` as the only
+node; then ginkgo runs e2e.test of the same release. The last line printed is
+`CONFORMANCE passed=N failed=N skipped=N wall_s=N`, after the names of the failed specs; the exit status is non-zero
+when a spec failed. `skipped` counts the specs of SKIPPED_HERE (below, each with its reason) and any spec ginkgo
+itself skipped; the focus and skip expressions select 236 specs of 1.36.2.
+
+Environment: CONFORMANCE_PROCS (ginkgo processes, default 8: most specs wait out probe and grace periods),
+CONFORMANCE_FOCUS (a further focus, for a single spec while working on it), CONFORMANCE_OUT (where junit.xml, the
+ginkgo output and every component's log are kept; default a fresh temporary directory, kept afterwards),
+CONTAINERD (the runtime's release, default 2.1).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HACK = REPO / "hack"
+FOCUS = r"\[NodeConformance\]"
+SKIP = r"\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[Slow\]"
+# Specs this machine's cluster cannot run, whatever the node does. Each names what is missing here.
+SKIPPED_HERE = {
+    # The spec's pod runs registry.k8s.io/e2e-test-images/glibc-dns-testing, which is not among the images that can
+    # be built here (../shared/k8s/README.md) and nothing can be pulled.
+    r"Override hostname of Pod": "image glibc-dns-testing cannot be built here",
+}
+SERVICE_CIDR = "10.96.0.0/24"
+
+
+def log(message: str) -> None:
+    print(f"conformance: {message}", file=sys.stderr, flush=True)
+
+
+def run(*args: str, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, **kwargs)
+    if result.returncode != 0:
+        raise SystemExit(f"conformance: {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result
+
+
+def node_name() -> str:
+    """A node name the apiserver resolves to loopback: it dials the Node's Hostname address for logs and exec."""
+    hostname = socket.gethostname().lower()
+    try:
+        if socket.gethostbyname(hostname).startswith("127."):
+            return hostname
+    except OSError:
+        pass
+    return "localhost"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise SystemExit(f"conformance: timed out after {timeout:.0f}s waiting for {what}")
+
+
+class Cluster:
+    """Everything one run starts, stopped in reverse order by `close`."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.node = node_name()
+        self.containerd_dir = out / "containerd"
+        self.plane_dir = out / "control-plane"
+        self.agent_dir = out / "agent"
+        self.bin = Path(run("bash", str(HACK / "k8s-binaries.sh"), "fetch").stdout.strip())
+        self.kubectl = Path(run("bash", str(HACK / "debian-archive.sh"), "fetch", "kubectl", "sid")
+                            .stdout.strip()) / "usr" / "bin" / "kubectl"
+        self.processes: list[subprocess.Popen] = []
+        self.endpoint = ""
+        self.proxy_started = False
+
+    @property
+    def admin(self) -> Path:
+        return self.plane_dir / "admin.kubeconfig"
+
+    def kubectl_run(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
+        result = subprocess.run([str(self.kubectl), "--kubeconfig", str(self.admin), *args], capture_output=True,
+                                text=True, timeout=60)
+        if check and result.returncode != 0:
+            raise SystemExit(f"conformance: kubectl {' '.join(args)}: {result.stderr}")
+        return result
+
+    def start_runtime(self) -> None:
+        self.endpoint = run("bash", str(HACK / "local-containerd.sh"), "start", str(self.containerd_dir)).stdout.strip()
+        instance = dict(line.split("=", 1) for line in (self.containerd_dir / "instance.env").read_text().splitlines()
+                        if "=" in line)
+        images = run("bash", str(HACK / "k8s-binaries.sh"), "images").stdout.strip()
+        socket_path = self.endpoint.removeprefix("unix://")
+        run("sh", f"{images}/import-images.sh", socket_path, f"{instance['BIN']}/ctr")
+        log(f"containerd {instance.get('RELEASE')} at {self.endpoint}, e2e images imported")
+
+    def start_control_plane(self) -> None:
+        env = dict(os.environ, EDGELET_E2E_SERVICE_CIDR=SERVICE_CIDR)
+        run("bash", str(HACK / "control-plane.sh"), "start", str(self.plane_dir), self.node, env=env, timeout=1800)
+        log(f"control plane up ({self.admin})")
+
+    def start_kube_proxy(self) -> None:
+        """kube-proxy 1.36 in iptables mode: Service ClusterIPs reach pods on this host (the specs' Services)."""
+        config = self.out / "kube-proxy.yaml"
+        kubeconfig = run("bash", str(HACK / "control-plane.sh"), "kubeconfig", str(self.plane_dir), "kube-proxy",
+                         "system:kube-proxy").stdout.strip()
+        config.write_text(textwrap.dedent(f"""\
+            apiVersion: kubeproxy.config.k8s.io/v1alpha1
+            kind: KubeProxyConfiguration
+            mode: iptables
+            hostnameOverride: {self.node}
+            bindAddress: 127.0.0.1
+            healthzBindAddress: 127.0.0.1:{free_port()}
+            metricsBindAddress: 127.0.0.1:{free_port()}
+            clientConnection:
+              kubeconfig: {kubeconfig}
+            conntrack:
+              maxPerCore: 0
+            """))
+        self.spawn("kube-proxy", [str(self.bin / "kube-proxy"), f"--config={config}"])
+        self.proxy_started = True
+
+    def start_agent(self) -> None:
+        pki = self.plane_dir / "pki"
+        cert, key = self.serving_certificate(pki)
+        node_kubeconfig = run("bash", str(HACK / "control-plane.sh"), "kubeconfig", str(self.plane_dir),
+                              f"node-{self.node}", f"system:node:{self.node}", "system:nodes").stdout.strip()
+        root = self.agent_dir / "root"
+        manifests = self.agent_dir / "manifests"
+        manifests.mkdir(parents=True, exist_ok=True)
+        config = self.agent_dir / "edgelet.toml"
+        config.write_text(textwrap.dedent(f"""\
+            node_name = "{self.node}"
+            root_dir = "{root}"
+            log_level = "debug"
+
+            [runtime]
+            endpoint = "{self.endpoint}"
+
+            [pods]
+            manifest_dir = "{manifests}"
+
+            [server]
+            address = "127.0.0.1:{free_port()}"
+
+            [cluster]
+            kubeconfig = "{node_kubeconfig}"
+
+            [kubelet_api]
+            address = "127.0.0.1:{free_port()}"
+            tls_cert_file = "{cert}"
+            tls_private_key_file = "{key}"
+
+            [eviction.hard]
+            "memory.available" = "1Mi"
+            "nodefs.available" = "1%"
+            "imagefs.available" = "1%"
+            "nodefs.inodesFree" = "1%"
+            """))
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.spawn("edgelet", [sys.executable, "-m", "edgelet", "run", "--config", str(config)], env=env)
+        wait_for(self.node_ready, 120, f"node {self.node} Ready")
+        log(f"edgelet is node {self.node}, Ready")
+
+    def node_ready(self) -> bool:
+        result = self.kubectl_run("get", "node", self.node, "-o",
+                                  "jsonpath={.status.conditions[?(@.type=='Ready')].status}")
+        return result.stdout.strip() == "True"
+
+    def serving_certificate(self, pki: Path) -> tuple[Path, Path]:
+        """The kubelet API's serving certificate, signed by the cluster CA the apiserver checks it against."""
+        cert, key, request = pki / "kubelet.crt", pki / "kubelet.key", pki / "kubelet.csr"
+        extensions = pki / "kubelet.ext"
+        extensions.write_text(f"subjectAltName=DNS:{self.node},IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+                              "keyUsage=critical,digitalSignature,keyEncipherment\n")
+        run("openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-subj", f"/CN={self.node}", "-keyout", str(key), "-out", str(request))
+        run("openssl", "x509", "-req", "-in", str(request), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
+            "-CAcreateserial", "-days", "2", "-sha256", "-extfile", str(extensions), "-out", str(cert))
+        key.chmod(0o600)
+        return cert, key
+
+    def spawn(self, name: str, args: list[str], env: dict | None = None) -> None:
+        output = open(self.out / f"{name}.log", "ab")
+        self.processes.append(subprocess.Popen(args, stdout=output, stderr=subprocess.STDOUT, env=env,
+                                               start_new_session=True))
+        output.close()
+
+    def close(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        subprocess.run(["bash", str(HACK / "control-plane.sh"), "stop", str(self.plane_dir)], capture_output=True,
+                       timeout=120)
+        subprocess.run(["bash", str(HACK / "local-containerd.sh"), "stop", str(self.containerd_dir)],
+                       capture_output=True, timeout=300)
+        if self.proxy_started:
+            subprocess.run([str(self.bin / "kube-proxy"), "--cleanup"], capture_output=True, timeout=60)
+
+
+def ginkgo(cluster: Cluster, out: Path, procs: int) -> int:
+    skip = "|".join([SKIP, *SKIPPED_HERE])
+    # ginkgo ORs several --focus: a narrower focus replaces the suite's.
+    focus = os.environ.get("CONFORMANCE_FOCUS") or FOCUS
+    args = [str(cluster.bin / "ginkgo"), f"--procs={procs}", f"--focus={focus}", f"--skip={skip}",
+            "--timeout=3h", "--no-color", f"--output-dir={out}", "--junit-report=junit.xml",
+            "--poll-progress-after=10m"]
+    args += [str(cluster.bin / "e2e.test"), "--", f"--kubeconfig={cluster.admin}", "--provider=skeleton",
+             f"--kubectl-path={cluster.kubectl}", f"--report-dir={out}", "--allowed-not-ready-nodes=0",
+             "--system-pods-startup-timeout=1m", "--node-os-distro=debian"]
+    log(f"ginkgo --procs={procs} (output in {out / 'ginkgo.log'})")
+    with open(out / "ginkgo.log", "wb") as output:
+        return subprocess.run(args, stdout=output, stderr=subprocess.STDOUT, cwd=out).returncode
+
+
+def junit_results(path: Path) -> tuple[list[str], list[str], list[str]]:
+    """Names of the passed, failed and skipped specs in ginkgo's junit report."""
+    passed, failed, skipped = [], [], []
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        name = case.get("name", "")
+        if name.startswith("[SynchronizedBeforeSuite]") or name.startswith("[SynchronizedAfterSuite]") \
+                or name.startswith("[ReportAfterSuite]") or name.startswith("[BeforeSuite]"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                failed.append(name)
+            continue
+        if case.find("skipped") is not None:
+            skipped.append(name)
+        elif case.find("failure") is not None or case.find("error") is not None:
+            failed.append(name)
+        else:
+            passed.append(name)
+    return passed, failed, skipped
+
+
+def main() -> int:
+    if os.geteuid() != 0:
+        raise SystemExit("conformance: needs root (containerd, kube-proxy's iptables rules)")
+    out = Path(os.environ.get("CONFORMANCE_OUT") or tempfile.mkdtemp(prefix="edgelet-conformance."))
+    out.mkdir(parents=True, exist_ok=True)
+    procs = int(os.environ.get("CONFORMANCE_PROCS", "8"))
+    # A SIGTERM (CI's time limit, a Ctrl-C'd make) stops what was started too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.monotonic()
+    cluster = Cluster(out)
+    try:
+        cluster.start_runtime()
+        cluster.start_control_plane()
+        cluster.start_kube_proxy()
+        cluster.start_agent()
+        code = ginkgo(cluster, out, procs)
+    finally:
+        cluster.close()
+    report = out / "junit.xml"
+    if not report.exists():
+        print((out / "ginkgo.log").read_text(errors="replace")[-5000:])
+        raise SystemExit(f"conformance: ginkgo exited {code} without a report")
+    passed, failed, skipped = junit_results(report)
+    for name in failed:
+        print(f"FAILED {name}")
+    wall = time.monotonic() - started
+    print(f"CONFORMANCE passed={len(passed)} failed={len(failed)} skipped={len(skipped)} wall_s={wall:.0f}")
+    return 1 if failed or code != 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
