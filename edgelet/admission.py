@@ -11,6 +11,7 @@ from typing import Callable, Iterable
 
 from . import podutil
 from .errors import cut_long_values
+from .kuberuntime import security
 from .podconfig.validation import validate_pod
 from .podutil import Pod
 
@@ -71,6 +72,25 @@ def supplemental_groups_check(pod: Pod, runtime_supports_strict: bool) -> Verdic
         return Verdict(False, "SupplementalGroupsPolicyNotSupported",
                        "SupplementalGroupsPolicy=Strict is not supported in this node")
     return ADMIT
+
+
+def sysctl_check(allowed_unsafe: Iterable[str], kernel_release: str) -> Check:
+    """The kubelet's sysctl admission: the safe sysctls this kernel namespaces plus the node's allowed unsafe ones,
+    none of a namespace the pod shares with the host."""
+    allowlist = security.sysctl_allowlist(tuple(allowed_unsafe), security.kernel_version(kernel_release))
+
+    def check(pod: Pod) -> Verdict:
+        problem = security.sysctl_refusal(pod, allowlist)
+        return Verdict(False, security.SYSCTL_REASON, problem) if problem else ADMIT
+    return check
+
+
+def apparmor_check(host_enabled: bool) -> Check:
+    """The kubelet's AppArmor admission: profiles other than Unconfined need AppArmor on the host."""
+    def check(pod: Pod) -> Verdict:
+        problem = security.apparmor_refusal(pod, host_enabled)
+        return Verdict(False, security.APPARMOR_REASON, problem) if problem else ADMIT
+    return check
 
 
 def admit(pod: Pod, *, active_pods: int, max_pods: int, extra: Iterable[Check] = ()) -> Verdict:

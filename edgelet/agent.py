@@ -18,7 +18,7 @@ from typing import Callable
 import orjson
 
 from . import metrics, podutil
-from .admission import Verdict, supplemental_groups_check
+from .admission import Verdict, apparmor_check, supplemental_groups_check, sysctl_check
 from .backoff import Backoff
 from .cm.cpumanager.manager import CPUManager
 from .cm.cpumanager.state import CPUStateStore
@@ -36,6 +36,7 @@ from .images.manager import ImageManager
 from .kuberuntime.gc import ContainerGC, GCPolicy
 from .kuberuntime.manager import Collaborators, RuntimeManager
 from .kuberuntime.resizer import Resizer
+from .kuberuntime.security import SECCOMP_DIR, SecuritySettings
 from .nodestatus.facts import MEMINFO, default_ipv4_address, read_meminfo
 from .objectstore import ObjectStore
 from .cm.cgroups import node_allocatable
@@ -68,6 +69,18 @@ IO_THREADS = 2
 def node_ip_address() -> str:
     """The node's primary IPv4 address (the default route's interface), else loopback."""
     return default_ipv4_address() or "127.0.0.1"
+
+
+def host_apparmor_enabled() -> bool:
+    """Whether the kernel enforces AppArmor, as runc (and so the kubelet) decides it: securityfs shows it and the
+    module says Y."""
+    if not os.path.isdir("/sys/kernel/security/apparmor"):
+        return False
+    try:
+        with open("/sys/module/apparmor/parameters/enabled", "rb") as flag:
+            return flag.read(1) == b"Y"
+    except OSError:
+        return False
 
 
 class Agent:
@@ -169,6 +182,7 @@ class Agent:
             node_allocatable=self.node_allocatable,
             cpuset_for=self.cpu_manager.cpuset_for,
             cgroup_parent=self.pod_cgroups.parent_for,
+            security=SecuritySettings(config.security.seccomp_default, os.path.join(config.root_dir, SECCOMP_DIR)),
         )
         # The kubelet's probe result channel: the sync loop reads it and syncs the pod.
         self.probe_results: asyncio.Queue[str] = asyncio.Queue()
@@ -210,8 +224,10 @@ class Agent:
         self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
+                             sysctl_check(config.security.allowed_unsafe_sysctls, os.uname().release),
                              lambda pod: Verdict(*self.cpu_manager.admit(pod)),
-                             self._admit_supplemental_groups]
+                             self._admit_supplemental_groups,
+                             apparmor_check(host_apparmor_enabled())]
         if self.shutdown is not None:
             self.admit_checks.append(self.shutdown.admit)
 

@@ -589,6 +589,20 @@ class GCConfig:
     max_containers: int = setting(-1, _integer(-1))
 
 
+def _sysctl_pattern_error(value: str) -> str | None:
+    from edgelet.kuberuntime.security import sysctl_pattern_error  # with the CRI messages: not for every CLI call
+    return sysctl_pattern_error(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    """The kubelet's --seccomp-default (RuntimeDefault for containers that ask for no seccomp profile) and
+    --allowed-unsafe-sysctls (names or `prefix.*` patterns pods may set beyond the safe ones)."""
+
+    seccomp_default: bool = setting(False, _boolean())
+    allowed_unsafe_sysctls: tuple[str, ...] = setting([], _string_list(_sysctl_pattern_error))
+
+
 @dataclass(frozen=True, slots=True)
 class ShutdownConfig:
     """Graceful node shutdown (the kubelet's shutdownGracePeriod and shutdownGracePeriodCriticalPods);
@@ -633,6 +647,7 @@ class Config:
     cgroups: CgroupsConfig = section(CgroupsConfig)
     gc: GCConfig = section(GCConfig)
     shutdown: ShutdownConfig = section(ShutdownConfig)
+    security: SecurityConfig = section(SecurityConfig)
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
     #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)

@@ -7,7 +7,8 @@ import orjson
 from .. import podutil
 from ..cri import runtime_v1_pb2 as pb
 from ..podutil import Pod
-from . import labels
+from . import labels, security
+from .security import SecuritySettings
 
 _PROPAGATION = {"None": 0, "HostToContainer": 1, "Bidirectional": 2}
 
@@ -48,23 +49,39 @@ def container_annotations(pod: Pod, container: dict, *, container_hash: str, res
 NAMESPACE_POD, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_TARGET = 0, 1, 2, 3
 
 
-def security_context(pod: Pod, container: dict, pid_target: str = "") -> pb.LinuxContainerSecurityContext:
-    """The container's CRI security context. `pid_target` (an ephemeral container's target) puts it into that
-    container's PID namespace, as the kubelet does when the pod has no shared or host PID namespace."""
+def security_context(pod: Pod, container: dict, pid_target: str = "", *,
+                     settings: SecuritySettings = SecuritySettings(),
+                     image_user: tuple[int | None, str] = (None, "")) -> pb.LinuxContainerSecurityContext:
+    """The container's CRI security context, as the kubelet's determineEffectiveSecurityContext. `pid_target` (an
+    ephemeral container's target) puts it into that container's PID namespace, as the kubelet does when the pod
+    has no shared or host PID namespace; `image_user` is the image's (uid, username), the user when the pod
+    names none. Raises SecurityContextError when the context cannot be given to the runtime."""
     pod_sc = podutil.spec(pod).get("securityContext") or {}
-    sc = container.get("securityContext") or {}
+    sc = security.effective_context(pod, container)
+    masked, readonly = security.proc_paths(sc)
     result = pb.LinuxContainerSecurityContext(
         privileged=bool(sc.get("privileged")),
         readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
         no_new_privs=sc.get("allowPrivilegeEscalation") is False,
-        supplemental_groups=[int(g) for g in pod_sc.get("supplementalGroups") or []],
+        supplemental_groups=security.supplemental_groups(pod_sc),
         # Admission refused Strict where the runtime does not report it can keep it.
         supplemental_groups_policy=pb.Strict if pod_sc.get("supplementalGroupsPolicy") == "Strict" else pb.Merge,
+        masked_paths=masked,
+        readonly_paths=readonly,
+        seccomp=security.seccomp_profile(pod, container, settings),
     )
-    run_as_user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+    if (apparmor := security.apparmor_profile(pod, container)) is not None:
+        result.apparmor.CopyFrom(apparmor)
+    if (selinux := security.selinux_option(sc.get("seLinuxOptions"))) is not None:
+        result.selinux_options.CopyFrom(selinux)
+    run_as_user = sc.get("runAsUser")
     if run_as_user is not None:
         result.run_as_user.value = int(run_as_user)
-    run_as_group = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
+    elif image_user[0] is not None:
+        result.run_as_user.value = image_user[0]
+    else:
+        result.run_as_username = image_user[1]
+    run_as_group = sc.get("runAsGroup")
     if run_as_group is not None:
         result.run_as_group.value = int(run_as_group)
     caps = sc.get("capabilities") or {}
@@ -96,6 +113,8 @@ def make_container_config(
     mounts: list[dict],
     resources: dict | None = None,
     pid_target: str = "",
+    settings: SecuritySettings = SecuritySettings(),
+    image_user: tuple[int | None, str] = (None, ""),
 ) -> pb.ContainerConfig:
     name = container["name"]
     config = pb.ContainerConfig(
@@ -123,7 +142,8 @@ def make_container_config(
         stdin=bool(container.get("stdin")),
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),
-        linux=pb.LinuxContainerConfig(security_context=security_context(pod, container, pid_target)),
+        linux=pb.LinuxContainerConfig(security_context=security_context(pod, container, pid_target, settings=settings,
+                                                                       image_user=image_user)),
     )
     if resources:
         config.linux.resources.CopyFrom(pb.LinuxContainerResources(**resources))

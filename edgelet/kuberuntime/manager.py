@@ -23,6 +23,7 @@ from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from ..podutil import Pod
 from .actions import PodActions, compute_pod_actions
 from .container import make_container_config
+from .security import SecuritySettings, needs_image_user, run_as_non_root_error
 from .sandbox import make_sandbox_config, pod_log_dir
 from .startgate import StartGate
 from .termination import TerminationOrdering
@@ -101,6 +102,7 @@ class RuntimeManager:
         cpuset_for: Callable[[Pod, dict], str] = lambda pod, container: "",
         cgroup_parent: Callable[[Pod, bool], Awaitable[str]] | None = None,
         hasher: Callable[[str, str], str] | None = None,
+        security: SecuritySettings = SecuritySettings(),
     ):
         self._runtime = runtime
         self._images = collaborators.images
@@ -118,6 +120,7 @@ class RuntimeManager:
         self._node_allocatable = node_allocatable
         self._cpuset_for = cpuset_for
         self._cgroup_parent = cgroup_parent
+        self._security = security
         self._service_env: dict[str, str] = {}
         self._start_gate = StartGate(MAX_PARALLEL_STARTS)
         self._failed_starts: set[str] = set()  # containers whose StartContainer failed in this agent
@@ -546,14 +549,32 @@ class RuntimeManager:
         resources = linux_resources(pod, container)
         if cpuset := self._cpuset_for(pod, container):  # exclusive CPUs of the static CPU policy
             resources["cpuset_cpus"] = cpuset
+        image_user = await self._image_user(pod, container, image_ref)
         return make_container_config(
             pod, container,
             image_ref=image_ref,
             restart_count=restart_count,
             container_hash=self._hash(container["name"], container.get("image", "")),
             env=env, command=command, args=args, mounts=mounts,
-            resources=resources, pid_target=pid_target,
+            resources=resources, pid_target=pid_target, settings=self._security, image_user=image_user,
         )
+
+    async def _image_user(self, pod: Pod, container: dict, image_ref: str) -> tuple[int | None, str]:
+        """The image's (uid, username) where runAsNonRoot must be checked against it, as the kubelet's
+        getImageUser (neither reported: root); raises ContainerConfigError when the check fails. Other
+        containers skip the runtime call: the runtime takes the image's user itself."""
+        uid, username = None, ""
+        if needs_image_user(pod, container):
+            image = await self._runtime.image_status(image_ref)
+            if image is not None and image.HasField("uid"):
+                uid = image.uid.value
+            elif image is not None and image.username:
+                username = image.username
+            else:
+                uid = 0
+        if problem := run_as_non_root_error(pod, container, uid, username):
+            raise ContainerConfigError(problem)
+        return uid, username
 
     def _prepare_host_files(self, pod: Pod, container: dict, volume_paths: dict[str, str],
                             env: list[tuple[str, str]], pod_ips: list[str], log_directory: str) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""Builds the CRI PodSandboxConfig of a pod (pure): metadata, kubelet labels, log directory, network mode, DNS."""
+"""Builds the CRI PodSandboxConfig of a pod (pure): metadata, kubelet labels, log directory, network mode, DNS,
+security context."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 from .. import podutil
 from ..cri import runtime_v1_pb2 as pb
 from ..podutil import Pod
-from . import labels
+from . import labels, security
 
 NAMESPACE_POD = 0  # runtime.v1.NamespaceMode
 NAMESPACE_CONTAINER = 1
@@ -80,6 +81,26 @@ def dns_config(pod: Pod, cluster_dns: list[str], cluster_domain: str) -> pb.DNSC
     return pb.DNSConfig(servers=servers, searches=searches, options=options)
 
 
+def sandbox_security_context(pod: Pod, namespace_options: pb.NamespaceOption) -> pb.LinuxSandboxSecurityContext:
+    """As the kubelet's: privileged when any container is (the runtime refuses a privileged container in a sandbox
+    that is not), RuntimeDefault seccomp whatever the pod asks (its containers get their own), the pod's users,
+    groups and SELinux options."""
+    pod_sc = podutil.spec(pod).get("securityContext") or {}
+    result = pb.LinuxSandboxSecurityContext(
+        namespace_options=namespace_options,
+        privileged=security.has_privileged_container(pod),
+        seccomp=pb.SecurityProfile(profile_type=pb.SecurityProfile.RuntimeDefault),
+        supplemental_groups=security.supplemental_groups(pod_sc),
+    )
+    if pod_sc.get("runAsUser") is not None:
+        result.run_as_user.value = int(pod_sc["runAsUser"])
+    if pod_sc.get("runAsGroup") is not None:
+        result.run_as_group.value = int(pod_sc["runAsGroup"])
+    if (selinux := security.selinux_option(pod_sc.get("seLinuxOptions"))) is not None:
+        result.selinux_options.CopyFrom(selinux)
+    return result
+
+
 def make_sandbox_config(
     pod: Pod,
     attempt: int,
@@ -114,7 +135,7 @@ def make_sandbox_config(
         annotations={k: str(v) for k, v in podutil.annotations(pod).items()},
         linux=pb.LinuxPodSandboxConfig(
             cgroup_parent=cgroup_parent,
-            security_context=pb.LinuxSandboxSecurityContext(namespace_options=namespace_options),
+            security_context=sandbox_security_context(pod, namespace_options),
             sysctls={
                 s["name"]: str(s.get("value", ""))
                 for s in (spec.get("securityContext") or {}).get("sysctls") or []

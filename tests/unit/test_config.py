@@ -342,3 +342,13 @@ def test_a_duration_text_of_the_longest_length_is_read_and_a_longer_one_refused(
     assert parse_duration("0" * (MAX_DURATION_TEXT - 2) + "5s") == 5.0
     with pytest.raises(ValueError, match="is not a duration"):
         parse_duration("0" * (MAX_DURATION_TEXT - 1) + "5s")
+
+
+def test_security_settings_and_their_errors():
+    security = parse_config({"security": {"seccomp_default": True, "allowed_unsafe_sysctls": ["net.core.*"]}}).security
+    assert (security.seccomp_default, security.allowed_unsafe_sysctls) == (True, ("net.core.*",))
+    assert parse_config({}).security.seccomp_default is False  # as the kubelet's --seccomp-default
+    with pytest.raises(ConfigError) as error:
+        parse_config({"security": {"allowed_unsafe_sysctls": ["net.core.*", "vm.swappiness"]}}, "edgelet.toml")
+    assert error.value.key == "security.allowed_unsafe_sysctls"
+    assert 'item 1: the sysctls "vm.swappiness" are not known to be namespaced' in error.value.message
