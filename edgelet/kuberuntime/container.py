@@ -71,7 +71,8 @@ def security_context(pod: Pod, container: dict, pid_target: str = "", *,
         seccomp=security.seccomp_profile(pod, container, settings),
     )
     if (apparmor := security.apparmor_profile(pod, container)) is not None:
-        result.apparmor.CopyFrom(apparmor)
+        result.apparmor.CopyFrom(apparmor[0])
+        result.apparmor_profile = apparmor[1]
     if (selinux := security.selinux_option(sc.get("seLinuxOptions"))) is not None:
         result.selinux_options.CopyFrom(selinux)
     run_as_user = sc.get("runAsUser")

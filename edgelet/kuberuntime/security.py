@@ -155,18 +155,20 @@ def apparmor_choice(pod: Pod, container: Mapping[str, Any]) -> dict[str, Any] | 
     return (podutil.spec(pod).get("securityContext") or {}).get("appArmorProfile")
 
 
-def apparmor_profile(pod: Pod, container: Mapping[str, Any]) -> pb.SecurityProfile | None:
-    """The CRI AppArmor profile; None when nothing is asked (the runtime then picks its default)."""
+def apparmor_profile(pod: Pod, container: Mapping[str, Any]) -> tuple[pb.SecurityProfile, str] | None:
+    """The CRI AppArmor profile and the same in the deprecated string form the kubelet still sends for older
+    runtimes; None when nothing is asked (the runtime then picks its default)."""
     profile = apparmor_choice(pod, container)
     if profile is None:
         return None
     kind = profile.get("type")
     if kind == "Localhost":
-        return pb.SecurityProfile(profile_type=pb.SecurityProfile.Localhost,
-                                  localhost_ref=profile.get("localhostProfile") or "")
+        name = profile.get("localhostProfile") or ""
+        return pb.SecurityProfile(profile_type=pb.SecurityProfile.Localhost, localhost_ref=name), "localhost/" + name
     if kind not in ("RuntimeDefault", "Unconfined"):
         raise SecurityContextError(f"unknown appArmorProfile type {kind!r}: RuntimeDefault, Localhost or Unconfined")
-    return pb.SecurityProfile(profile_type=getattr(pb.SecurityProfile, kind))
+    deprecated = "runtime/default" if kind == "RuntimeDefault" else "unconfined"
+    return pb.SecurityProfile(profile_type=getattr(pb.SecurityProfile, kind)), deprecated
 
 
 def _containers_of(pod: Pod):

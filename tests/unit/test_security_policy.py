@@ -74,20 +74,24 @@ def test_seccomp_profile_refusals(profile, message):
 @pytest.mark.parametrize(
     ("pod_sc", "container_sc", "annotations", "expected"),
     [
-        (None, None, {}, None),  # nothing asked: the runtime's own default
-        ({"appArmorProfile": {"type": "RuntimeDefault"}}, None, {}, (RUNTIME_DEFAULT, "")),
-        (None, None, {"container.apparmor.security.beta.kubernetes.io/main": "localhost/k8s-x"}, (LOCALHOST, "k8s-x")),
+        (None, None, {}, (None, "")),  # nothing asked: the runtime's own default
+        ({"appArmorProfile": {"type": "RuntimeDefault"}}, None, {}, ((RUNTIME_DEFAULT, ""), "runtime/default")),
+        (None, None, {"container.apparmor.security.beta.kubernetes.io/main": "localhost/k8s-x"},
+         ((LOCALHOST, "k8s-x"), "localhost/k8s-x")),
         ({"appArmorProfile": {"type": "RuntimeDefault"}}, None,
-         {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}, (UNCONFINED, "")),  # annotation > pod
+         {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"},
+         ((UNCONFINED, ""), "unconfined")),  # the container's annotation before the pod's field
         (None, {"appArmorProfile": {"type": "Unconfined"}},
-         {"container.apparmor.security.beta.kubernetes.io/main": "runtime/default"}, (UNCONFINED, "")),  # field first
-        (None, None, {"container.apparmor.security.beta.kubernetes.io/other": "runtime/default"}, None),
+         {"container.apparmor.security.beta.kubernetes.io/main": "runtime/default"},
+         ((UNCONFINED, ""), "unconfined")),  # the container's field first
+        (None, None, {"container.apparmor.security.beta.kubernetes.io/other": "runtime/default"}, (None, "")),
     ],
 )
 def test_apparmor_profile(pod_sc, container_sc, annotations, expected):
     p = pod(pod_sc, container_sc, annotations)
-    profile = security.apparmor_profile(p, main(p))
-    assert (profile if profile is None else (profile.profile_type, profile.localhost_ref)) == expected
+    context = security_context(p, main(p))
+    sent = (context.apparmor.profile_type, context.apparmor.localhost_ref) if context.HasField("apparmor") else None
+    assert (sent, context.apparmor_profile) == expected
 
 
 NO_APPARMOR = "Cannot enforce AppArmor: AppArmor is not enabled on the host"
@@ -246,3 +250,9 @@ def test_allowed_unsafe_sysctl_patterns(pattern, problem):
 @pytest.mark.parametrize(("release", "version"), [("6.18.44-fc", (6, 18)), ("4.9", (4, 9)), ("weird", (0, 0))])
 def test_kernel_version(release, version):
     assert security.kernel_version(release) == version
+
+
+def test_an_unknown_apparmor_type_is_refused_not_run_unconfined():
+    p = pod(container_sc={"appArmorProfile": {"type": "Complain"}})
+    with pytest.raises(SecurityContextError, match="unknown appArmorProfile type 'Complain'"):
+        security_context(p, main(p))
