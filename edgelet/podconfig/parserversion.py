@@ -25,7 +25,7 @@ PARSER_MODULES = (
     "edgelet.quantity",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:1d3a84b742a4fb5aa967337c244fdd0829814c0a17433249f969376603fe7622"
+PARSER_DIGEST = "sha256:a38af6c3fe6669deba4d974956b8ca1462e9d6fd4df87193542cf2e5f8287c4b"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

@@ -243,11 +243,39 @@ def _validate_spec(spec: dict[str, Any], problems: Problems) -> None:
     for field in ("hostname", "subdomain"):
         if spec.get(field) not in (None, ""):
             _check(problems, f"spec.{field}", dns1123_label_error(spec[field]))
-    security = _mapping(spec.get("securityContext"), "spec.securityContext", problems)
-    for field in ("runAsUser", "runAsGroup", "fsGroup"):
-        _int_in(security.get(field), f"spec.securityContext.{field}", problems, 0, 2**31 - 1)
+    security = _validate_security_context(spec.get("securityContext"), "spec.securityContext", problems)
+    _int_in(security.get("fsGroup"), "spec.securityContext.fsGroup", problems, 0, 2**31 - 1)
+    for path, sysctl in _items(security.get("sysctls"), "spec.securityContext.sysctls", problems):
+        if not isinstance(sysctl.get("name"), str) or not sysctl["name"] or not isinstance(sysctl.get("value"), str):
+            problems.append((path, "needs a name and a value, both strings"))
     for path, secret in _items(spec.get("imagePullSecrets"), "spec.imagePullSecrets", problems):
         _check(problems, f"{path}.name", dns1123_subdomain_error(secret.get("name")))
+
+
+_PROFILE_TYPES = ("RuntimeDefault", "Unconfined", "Localhost")
+
+
+def _validate_security_context(value: Any, path: str, problems: Problems) -> dict[str, Any]:
+    """A pod's or container's securityContext: what a wrong type would make the node run less confined."""
+    context = _mapping(value, path, problems)
+    for field in ("runAsUser", "runAsGroup"):
+        _int_in(context.get(field), f"{path}.{field}", problems, 0, 2**31 - 1)
+    for field in ("privileged", "runAsNonRoot", "readOnlyRootFilesystem", "allowPrivilegeEscalation"):
+        if context.get(field) is not None and not isinstance(context[field], bool):
+            problems.append((f"{path}.{field}", f"must be true or false, got {context[field]!r}"))
+    _one_of(context.get("procMount"), f"{path}.procMount", problems, ("Default", "Unmasked"))
+    for key, option in _mapping(context.get("seLinuxOptions"), f"{path}.seLinuxOptions", problems).items():
+        if not isinstance(option, str):
+            problems.append((f"{path}.seLinuxOptions.{key}", f"must be a string, got {option!r}"))
+    for field in ("seccompProfile", "appArmorProfile"):
+        profile = _mapping(context.get(field), f"{path}.{field}", problems)
+        if profile:
+            _one_of(profile.get("type"), f"{path}.{field}.type", problems, _PROFILE_TYPES, required=True)
+            if profile.get("type") == "Localhost":
+                _relative_path(profile.get("localhostProfile"), f"{path}.{field}.localhostProfile", problems)
+            elif profile.get("localhostProfile") is not None:
+                problems.append((f"{path}.{field}.localhostProfile", "may only be set with type Localhost"))
+    return context
 
 
 def _validate_dns_config(value: Any, dns_policy: Any, problems: Problems) -> None:
@@ -351,6 +379,7 @@ def _validate_container(container: dict[str, Any], path: str, problems: Problems
             ("Always", "IfNotPresent", "Never"), required=True)
     _one_of(container.get("terminationMessagePolicy"), f"{path}.terminationMessagePolicy", problems,
             ("File", "FallbackToLogsOnError"))
+    _validate_security_context(container.get("securityContext"), f"{path}.securityContext", problems)
     restart = container.get("restartPolicy")
     if init:
         _one_of(restart, f"{path}.restartPolicy", problems, ("Always",))

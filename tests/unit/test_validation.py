@@ -148,6 +148,22 @@ CASES = [
     (_set("spec.securityContext", {"runAsUser": -1}), "spec.securityContext.runAsUser", "between 0"),
     (_set("spec.volumes", "data"), "spec.volumes", "must be a list"),
     (_set(f"{APP}.command", "sleep 1"), f"{C0}.command", "list of strings"),
+    # Security contexts: a wrong type must not run the container less confined than asked.
+    (_set(f"{APP}.securityContext", {"privileged": "false"}), f"{C0}.securityContext.privileged", "true or false"),
+    (_set(f"{APP}.securityContext", {"runAsUser": -1}), f"{C0}.securityContext.runAsUser", "between 0 and"),
+    (_set(f"{APP}.securityContext", {"procMount": "Hidden"}), f"{C0}.securityContext.procMount", "Default, Unmasked"),
+    (_set(f"{APP}.securityContext", {"seccompProfile": {"type": "Permissive"}}),
+     f"{C0}.securityContext.seccompProfile.type", "RuntimeDefault, Unconfined, Localhost"),
+    (_set(f"{APP}.securityContext", {"seccompProfile": {"type": "Localhost"}}),
+     f"{C0}.securityContext.seccompProfile.localhostProfile", "non-empty relative path"),
+    (_set(f"{APP}.securityContext", {"seccompProfile": {"type": "Localhost", "localhostProfile": "../x.json"}}),
+     f"{C0}.securityContext.seccompProfile.localhostProfile", "must not contain '..'"),
+    (_set("spec.securityContext", {"appArmorProfile": {"type": "Unconfined", "localhostProfile": "p"}}),
+     "spec.securityContext.appArmorProfile.localhostProfile", "only be set with type Localhost"),
+    (_set("spec.securityContext", {"seLinuxOptions": {"level": 0}}), "spec.securityContext.seLinuxOptions.level",
+     "must be a string"),
+    (_set("spec.securityContext", {"sysctls": [{"name": "kernel.shm_rmid_forced", "value": 1}]}),
+     "spec.securityContext.sysctls[0]", "both strings"),
 ]
 
 
