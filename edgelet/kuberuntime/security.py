@@ -76,12 +76,14 @@ def effective_context(pod: Pod, container: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _containers_of(pod: Pod) -> tuple[dict[str, Any], ...]:
+    """Every container of the pod: init, app and ephemeral ones."""
+    return (*podutil.all_containers(pod), *podutil.ephemeral_containers(pod))
+
+
 def has_privileged_container(pod: Pod) -> bool:
-    """Whether any container of the pod (init and ephemeral ones included) is privileged: the sandbox must be."""
-    return any(
-        (container.get("securityContext") or {}).get("privileged") is True
-        for container in (*podutil.all_containers(pod), *podutil.ephemeral_containers(pod))
-    )
+    """Whether any container of the pod is privileged: the sandbox must be then."""
+    return any((container.get("securityContext") or {}).get("privileged") is True for container in _containers_of(pod))
 
 
 def supplemental_groups(pod_sc: Mapping[str, Any]) -> list[int]:
@@ -98,6 +100,7 @@ def proc_paths(context: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, 
 
 
 def selinux_option(options: Mapping[str, Any] | None) -> pb.SELinuxOption | None:
+    """The CRI form of seLinuxOptions; None when there are none (the runtime labels as it would)."""
     if not options:
         return None
     return pb.SELinuxOption(user=options.get("user") or "", role=options.get("role") or "",
@@ -169,10 +172,6 @@ def apparmor_profile(pod: Pod, container: Mapping[str, Any]) -> tuple[pb.Securit
         raise SecurityContextError(f"unknown appArmorProfile type {kind!r}: RuntimeDefault, Localhost or Unconfined")
     deprecated = "runtime/default" if kind == "RuntimeDefault" else "unconfined"
     return pb.SecurityProfile(profile_type=getattr(pb.SecurityProfile, kind)), deprecated
-
-
-def _containers_of(pod: Pod):
-    return (*podutil.all_containers(pod), *podutil.ephemeral_containers(pod))
 
 
 def apparmor_refusal(pod: Pod, host_enabled: bool) -> str:
