@@ -1,5 +1,5 @@
 """Cluster mode in one place: the API client (from the kubeconfig, or TLS bootstrap with a token), the cached
-API pod source, the ConfigMaps and Secrets pods reference, node registration with its status and Lease, and pod
+API pod source, the ConfigMaps and Secrets pods reference, the Services for their variables, node registration with its status and Lease, and pod
 statuses with mirror pods.
 
 The Agent builds one `ClusterConnection` when the config has a `[cluster]` section and starts it; nothing in
@@ -22,6 +22,8 @@ from .events import EventRecorder
 from .kubeapi.client import ApiClient
 from .kubeapi.errors import Unauthorized
 from .kubeapi.objects import ObjectSyncer
+from .kubeapi.services import ServiceInformer
+from .kuberuntime.env import api_server_address, kubernetes_service
 from .nodestatus.facts import gather_node_info
 from .cm.cgroups import reserved_total
 from .kuberuntime.types import RuntimeFeatures
@@ -99,6 +101,9 @@ class ClusterConnection:
         self._on_joined: list[Callable[[], None]] = []
         self.objects = ObjectSyncer(self.client, object_store, os.path.join(config.cache_dir, "objects"),
                                     refresh=OBJECTS_REFRESH)
+        host, port = api_server_address(self.client.server, cluster.kubernetes_service_host,
+                                        cluster.kubernetes_service_port)
+        self.services = ServiceInformer(self.client, master=kubernetes_service(host, port))
         self.pod_checkpoints = PodCheckpoints(os.path.join(config.cache_dir, "pods"), node_name)
         self.caching = CachingHandle(pod_config.source(API_SOURCE), self.pod_checkpoints,
                                      before_apply=lambda pods: self.objects.ensure(pods, OBJECTS_WAIT))
@@ -144,6 +149,7 @@ class ClusterConnection:
         assert tasks is not None
         self._api_tasks_started = True
         tasks.start("cluster:objects", self.objects.run())
+        tasks.start("cluster:services", self.services.run())
         self.api.start(tasks, "cluster")
         if self.tunnel is not None:
             tasks.start("cluster:tunnel", self.tunnel.run())
