@@ -37,7 +37,8 @@ from .status.manager import StatusManager
 from .tasks import TaskGroup
 
 API_SOURCE = podutil.SOURCE_API
-# How long new API pods wait for the ConfigMaps and Secrets they reference before they are started anyway.
+# How long new API pods wait for the ConfigMaps and Secrets they reference, and for the first list of Services,
+# before they are started anyway.
 OBJECTS_WAIT = 5.0
 # Refresh period of referenced ConfigMaps and Secrets (see edgelet/kubeapi/objects.py for why GETs).
 OBJECTS_REFRESH = 60.0
@@ -103,10 +104,11 @@ class ClusterConnection:
                                     refresh=OBJECTS_REFRESH)
         host, port = api_server_address(self.client.server, cluster.kubernetes_service_host,
                                         cluster.kubernetes_service_port)
-        self.services = ServiceInformer(self.client, master=kubernetes_service(host, port))
+        self.services = ServiceInformer(self.client, master=kubernetes_service(host, port),
+                                        api_answers=lambda: self.source.connected)
         self.pod_checkpoints = PodCheckpoints(os.path.join(config.cache_dir, "pods"), node_name)
         self.caching = CachingHandle(pod_config.source(API_SOURCE), self.pod_checkpoints,
-                                     before_apply=lambda pods: self.objects.ensure(pods, OBJECTS_WAIT))
+                                     before_apply=self._prepare_pods)
         root_dir = config.root_dir
         report = NodeReport(
             facts=lambda: asyncio.to_thread(gather_node_info, root_dir, hostname=node_name, node_ip=node_ip),
@@ -156,6 +158,11 @@ class ClusterConnection:
         for callback in self._on_joined:
             callback()
         self._on_joined.clear()
+
+    async def _prepare_pods(self, pods: list[Pod]) -> None:
+        """Before new API pods are handed on: what they reference read, and the Services listed once (each wait
+        bounded, and over when the API server fails to answer)."""
+        await asyncio.gather(self.objects.ensure(pods, OBJECTS_WAIT), self.services.wait_synced(OBJECTS_WAIT))
 
     def when_joined(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once the node talks to the API server with credentials of its own (at once with a

@@ -1,17 +1,22 @@
 """The cluster's Services as the kubelet's service informer keeps them, for the variables pods get from them.
 
 One list + watch of every namespace's Services that have a cluster IP (the kubelet's `spec.clusterIP!=None`
-selector), through the API pod source's reflector. Only what the variables need is kept of each Service. Until
-the first list arrived, API pods' containers are refused with the kubelet's error and retried, so none starts
-without KUBERNETES_SERVICE_HOST; static pods get what is known.
+selector), through the API pod source's reflector. Only what the variables need is kept of each Service.
+
+As the kubelet, API pods wait for the first list: new ones before they are handed on (`wait_synced`, bounded),
+and a container made before it arrived is refused with the kubelet's error and retried. Only while the API server
+answers, though: an agent restarted offline starts its cached pods with what it knows (the `kubernetes` Service's
+variables, which point at the configured API address), as static pods always do.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import asyncio
+from typing import Any, Callable, Mapping
 
 from edgelet import podutil
 from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import ApiError
 from edgelet.kuberuntime.env import EnvError, MASTER_NAMESPACE, MASTER_SERVICES, pod_service_env
 from edgelet.podconfig.apiserver import ApiServerSource
 from edgelet.podutil import Pod
@@ -58,12 +63,14 @@ class _Services:
     def __init__(self) -> None:
         self.services: list[dict[str, Any]] = []
         self.synced = False
+        self.settled = asyncio.Event()  # the first list arrived, or failed
 
     def set(self, services: list[dict[str, Any]]) -> None:
         self.services = [slim(service) for service in services]
 
     def mark_ready(self) -> None:
         self.synced = True
+        self.settled.set()
 
 
 class ServiceInformer(ApiServerSource):
@@ -71,15 +78,30 @@ class ServiceInformer(ApiServerSource):
 
     `master`, when given, stands in for the default namespace's `kubernetes` Service: the address of the API
     server this agent uses, which its pods can reach where the Service's cluster IP may not be routed.
+    `api_answers` says whether the API server is reachable now (the pod source's connection).
     """
 
     KIND = "service"
     PATH = SERVICES_PATH
 
-    def __init__(self, client: ApiClient, *, master: Mapping[str, Any] | None = None, **options: Any):
+    def __init__(self, client: ApiClient, *, master: Mapping[str, Any] | None = None,
+                 api_answers: Callable[[], bool] = lambda: True, **options: Any):
         self._known = _Services()
         self._master = master
+        self._api_answers = api_answers
         super().__init__(client, "", self._known, **options)
+
+    async def wait_synced(self, timeout: float) -> None:
+        """Waits (at most `timeout`) for the first list, or for it to fail."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._known.settled.wait()
+        except TimeoutError:
+            pass
+
+    def _failed(self, error: ApiError) -> float:
+        self._known.settled.set()  # nothing to wait for while the API server does not answer
+        return super()._failed(error)
 
     @property
     def selector(self) -> dict[str, str]:
@@ -93,8 +115,9 @@ class ServiceInformer(ApiServerSource):
         return self._known.synced
 
     def env_for(self, pod: Pod) -> dict[str, str]:
-        """The pod's Service variables; EnvError for an API pod before the Services were first listed."""
-        if not self._known.synced and not podutil.is_static(pod):
+        """The pod's Service variables; EnvError for an API pod before the Services were first listed from an API
+        server that answers."""
+        if not self._known.synced and not podutil.is_static(pod) and self._api_answers():
             raise EnvError(NOT_SYNCED)
         services = self._known.services
         if self._master is not None:

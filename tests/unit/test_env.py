@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -375,3 +376,21 @@ def test_the_informer_refuses_api_pods_until_it_listed_and_puts_the_agents_api_a
     assert service_problem(_service("ok")) is None
     assert "numeric port" in service_problem(_service("bad", ports=({"port": "80"},)))
     assert "metadata.namespace" in service_problem({"metadata": {"name": "x"}, "spec": {}})
+
+
+async def test_an_unanswering_api_server_is_not_waited_for():
+    """Offline, cached API pods start with what is known (the master Service's variables), and new pods are not
+    held up by a first list that cannot come."""
+    from edgelet.kubeapi.errors import ServerError
+    from edgelet.kubeapi.services import ServiceInformer
+    from edgelet.kuberuntime.env import kubernetes_service
+
+    answers = False
+    informer = ServiceInformer(None, master=kubernetes_service("192.0.2.7", 6443), api_answers=lambda: answers)
+    pod = {"metadata": {"name": "p", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
+    assert informer.env_for(pod)["KUBERNETES_SERVICE_HOST"] == "192.0.2.7"
+    informer._failed(ServerError(0, "ConnectionError", "refused", method="GET", path="/api/v1/services"))
+    await asyncio.wait_for(informer.wait_synced(30), 1)
+    answers = True
+    with pytest.raises(Exception, match="services have not yet been read"):
+        informer.env_for(pod)
