@@ -101,3 +101,24 @@ def test_a_config_map_created_after_its_pod_is_read_when_the_pod_is_synced_again
     env = environment(agent, "late-config")
     assert (env["DATA_1"], env["DATA_2"], env["P_DATA_1"], env["P_DATA_2"]) == ("value-1", "value-2", "value-1",
                                                                                 "value-2")
+
+
+def test_envfrom_keys_the_shell_would_drop_reach_the_process(agent, api):
+    """The upstream spec's keys (`data-1`, prefix `p-`) are valid names (the relaxed rule): they reach the
+    container's process. (A busybox 1.35 shell drops such names from what it passes on, so `sh -c env` there does
+    not show them; `env` run directly does.)"""
+    api.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": "dashed", "namespace": "default"},
+                              "data": {"data-1": "value-1", "data-2": "value-2"}})
+    agent.start()
+    pod = api_pod("dashed")
+    pod["spec"]["restartPolicy"] = "Never"
+    container = pod["spec"]["containers"][0]
+    container["command"] = ["env"]
+    container["envFrom"] = [{"configMapRef": {"name": "dashed"}}, {"prefix": "p-", "configMapRef": {"name": "dashed"}}]
+    api.create("pods", pod)
+    wait_for(lambda: (api_get(api, "pods", "dashed", "default") or {}).get("status", {}).get("phase") == "Succeeded",
+             30, what="dashed Succeeded")
+    env = environment(agent, "dashed")
+    assert (env["data-1"], env["data-2"], env["p-data-1"], env["p-data-2"]) == ("value-1", "value-2", "value-1",
+                                                                                "value-2")
