@@ -66,7 +66,7 @@ class _Services:
         self.settled = asyncio.Event()  # the first list arrived, or failed
 
     def set(self, services: list[dict[str, Any]]) -> None:
-        self.services = [slim(service) for service in services]
+        self.services = services
 
     def mark_ready(self) -> None:
         self.synced = True
@@ -109,6 +109,9 @@ class ServiceInformer(ApiServerSource):
 
     def problem(self, obj: Any) -> str | None:
         return service_problem(obj)
+
+    def keep(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return slim(obj)
 
     @property
     def synced(self) -> bool:

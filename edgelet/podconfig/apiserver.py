@@ -139,6 +139,10 @@ class ApiServerSource:
         """Why an object from the API is not handed on (None: it is)."""
         return pod_problem(obj, self.node_name)
 
+    def keep(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """What is kept of a good object (a pod whole)."""
+        return obj
+
     async def run(self) -> None:
         relist = True
         try:
@@ -220,7 +224,7 @@ class ApiServerSource:
                 log.warning("API %s source: skipping %s %s: it %s", self.KIND, self.KIND, key or "<unnamed>", problem)
                 continue
             assert key is not None
-            pods[key] = obj
+            pods[key] = self.keep(obj)
         self._pods = pods
         self.resource_version = resource_version(result) or ""
         self.connected = True
@@ -269,7 +273,7 @@ class ApiServerSource:
             # Keep the last good version (if any): a bad update must not stop a running pod.
             log.warning("API %s source: skipping %s of %s %s: it %s", self.KIND, event_type, self.KIND, key, problem)
             return
-        self._pods[key] = obj
+        self._pods[key] = self.keep(obj)
         self._schedule_flush()
 
     # -- handing the set to the merger; bursts of events become one set ----------------------------

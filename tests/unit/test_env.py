@@ -366,8 +366,11 @@ def test_the_informer_refuses_api_pods_until_it_listed_and_puts_the_agents_api_a
     static = {"metadata": {"name": "s", "namespace": "apps",
                            "annotations": {"kubernetes.io/config.source": "file"}}, "spec": {}}
     assert informer.env_for(static)["KUBERNETES_SERVICE_HOST"] == "192.0.2.7"
-    informer.handle.set([{**MASTER, "metadata": {**MASTER["metadata"], "uid": "u", "labels": {"a": "b"}}},
-                         _service("db", ports=({"port": 5432, "targetPort": 5432},))])
+    kept = [informer.keep(s) for s in ({**MASTER, "metadata": {**MASTER["metadata"], "uid": "u", "labels": {"a": "b"}}},
+                                       _service("db", ports=({"port": 5432, "targetPort": 5432},)))]
+    assert kept[0]["metadata"] == {"name": "kubernetes", "namespace": "default"}
+    assert kept[1]["spec"]["ports"] == [{"port": 5432}]  # only what the variables read
+    informer.handle.set(kept)
     informer.handle.mark_ready()
     env = informer.env_for(pod)
     assert env["KUBERNETES_SERVICE_HOST"] == "192.0.2.7" and env["KUBERNETES_SERVICE_PORT"] == "6443"
