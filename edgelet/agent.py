@@ -258,17 +258,16 @@ class Agent:
         )
 
     def _serve_cluster_identity(self) -> None:
-        """What pods of a cluster node get from it: service-account tokens (TokenRequest as the node) and the
-        `kubernetes` Service's variables, pointing at the API server this agent uses."""
-        from .kuberuntime.env import api_server_address, kubernetes_service_env
+        """What pods of a cluster node get from it: service-account tokens (TokenRequest as the node), the Services'
+        variables (the `kubernetes` one pointing at the API server this agent uses), and the ConfigMaps and Secrets
+        they reference read when missing."""
         from .volumes.tokens import TokenManager
 
         cluster = self.config.cluster
         self.volumes.use_tokens(TokenManager(self.cluster.client, recorder=self.recorder,
                                              max_age=cluster.service_account_token_max_age))
-        host, port = api_server_address(self.cluster.client.server, cluster.kubernetes_service_host,
-                                        cluster.kubernetes_service_port)
-        self.runtime_manager.use_service_env(kubernetes_service_env(host, port))
+        self.runtime_manager.use_service_env(self.cluster.services.env_for)
+        self.runtime_manager.fetch_objects_with(self.cluster.objects.fetch_missing)
 
     def _admit_supplemental_groups(self, pod: Pod) -> Verdict:
         features = self.runtime_state.features  # None: the runtime has not said, so it cannot be relied on

@@ -1,5 +1,5 @@
 """Cluster mode in one place: the API client (from the kubeconfig, or TLS bootstrap with a token), the cached
-API pod source, the ConfigMaps and Secrets pods reference, node registration with its status and Lease, and pod
+API pod source, the ConfigMaps and Secrets pods reference, the Services for their variables, node registration with its status and Lease, and pod
 statuses with mirror pods.
 
 The Agent builds one `ClusterConnection` when the config has a `[cluster]` section and starts it; nothing in
@@ -22,6 +22,8 @@ from .events import EventRecorder
 from .kubeapi.client import ApiClient
 from .kubeapi.errors import Unauthorized
 from .kubeapi.objects import ObjectSyncer
+from .kubeapi.services import ServiceInformer
+from .kuberuntime.env import api_server_address, kubernetes_service
 from .nodestatus.facts import gather_node_info
 from .cm.cgroups import reserved_total
 from .kuberuntime.types import RuntimeFeatures
@@ -35,7 +37,8 @@ from .status.manager import StatusManager
 from .tasks import TaskGroup
 
 API_SOURCE = podutil.SOURCE_API
-# How long new API pods wait for the ConfigMaps and Secrets they reference before they are started anyway.
+# How long new API pods wait for the ConfigMaps and Secrets they reference, and for the first list of Services,
+# before they are started anyway.
 OBJECTS_WAIT = 5.0
 # Refresh period of referenced ConfigMaps and Secrets (see edgelet/kubeapi/objects.py for why GETs).
 OBJECTS_REFRESH = 60.0
@@ -99,9 +102,13 @@ class ClusterConnection:
         self._on_joined: list[Callable[[], None]] = []
         self.objects = ObjectSyncer(self.client, object_store, os.path.join(config.cache_dir, "objects"),
                                     refresh=OBJECTS_REFRESH)
+        host, port = api_server_address(self.client.server, cluster.kubernetes_service_host,
+                                        cluster.kubernetes_service_port)
+        self.services = ServiceInformer(self.client, master=kubernetes_service(host, port),
+                                        api_answers=lambda: self.source.connected)
         self.pod_checkpoints = PodCheckpoints(os.path.join(config.cache_dir, "pods"), node_name)
         self.caching = CachingHandle(pod_config.source(API_SOURCE), self.pod_checkpoints,
-                                     before_apply=lambda pods: self.objects.ensure(pods, OBJECTS_WAIT))
+                                     before_apply=self._prepare_pods)
         root_dir = config.root_dir
         report = NodeReport(
             facts=lambda: asyncio.to_thread(gather_node_info, root_dir, hostname=node_name, node_ip=node_ip),
@@ -144,12 +151,18 @@ class ClusterConnection:
         assert tasks is not None
         self._api_tasks_started = True
         tasks.start("cluster:objects", self.objects.run())
+        tasks.start("cluster:services", self.services.run())
         self.api.start(tasks, "cluster")
         if self.tunnel is not None:
             tasks.start("cluster:tunnel", self.tunnel.run())
         for callback in self._on_joined:
             callback()
         self._on_joined.clear()
+
+    async def _prepare_pods(self, pods: list[Pod]) -> None:
+        """Before new API pods are handed on: what they reference read, and the Services listed once (each wait
+        bounded, and over when the API server fails to answer)."""
+        await asyncio.gather(self.objects.ensure(pods, OBJECTS_WAIT), self.services.wait_synced(OBJECTS_WAIT))
 
     def when_joined(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once the node talks to the API server with credentials of its own (at once with a

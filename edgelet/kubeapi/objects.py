@@ -1,7 +1,9 @@
 """The ConfigMaps and Secrets this node's API pods reference: fetched into the ObjectStore (source "api") and
 kept in crash-safe checkpoints, so a restart without network still has what its pods mount and read.
 
-Each referenced object is read with a GET: when a new pod references it, and again every `refresh` seconds.
+Each referenced object is read with a GET: when a new pod references it, again every `refresh` seconds, and
+whenever a pod about to use it finds it missing (`fetch_missing`): an object created just before its pod is
+read then, and only the API server's NotFound makes it absent.
 A watch per object (the kubelet's default strategy) needs one long-lived stream per object, which over
 HTTP/1.1 is one connection each; a list+watch per namespace would pull every Secret of the namespace
 onto the device and is not allowed to nodes by the API server's node authorizer. GETs need one pooled
@@ -138,10 +140,14 @@ class ObjectSyncer:
         self._objects: dict[Key, dict[str, Any]] = {}
         self._on_disk: dict[Key, bytes] = {}
         self._attempted: set[Key] = set()  # read (found, absent or refused) since this process started
+        # Read, but not yet in the store: they count as attempted only once committed, so `ensure` never lets a
+        # pod start between the GET of its object and the store holding it.
+        self._read: set[Key] = set()
         self._refused: set[Key] = set()
         self._failures = 0
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()
+        self._committing = asyncio.Lock()  # the loop's round and a pod's fetch_missing both commit
 
     def load(self) -> int:
         """Takes the objects persisted by earlier runs into the store (blocking; call once at start)."""
@@ -190,6 +196,8 @@ class ObjectSyncer:
                         rng=self._rng, logger=log, spread="reflector")
         while True:
             full = self._clock() >= next_refresh
+            # Cleared before the round, not after it: pods set while its GETs run must wake the next one.
+            self._wake.clear()
             try:
                 await self.refresh_once(full=full)
             except ApiError as e:
@@ -200,7 +208,6 @@ class ObjectSyncer:
             retry.succeeded()
             if full:
                 next_refresh = self._clock() + self.refresh
-            self._wake.clear()
             await wait_set(self._wake, max(next_refresh - self._clock(), 0.0))
 
     async def refresh_once(self, *, full: bool = True) -> None:
@@ -215,6 +222,24 @@ class ObjectSyncer:
                 await self._fetch(key)
         finally:
             await self._commit(wanted)
+
+    async def fetch_missing(self, pod: Pod) -> None:
+        """GETs each object `pod` references that the store does not hold, before its volumes and containers are
+        made: one created just before the pod, or after an earlier read found it absent, is used at once (the
+        kubelet's GET on a cache miss). Nothing is asked when all are there. An unreachable API server leaves them
+        missing; the pod's sync reports that and is retried."""
+        if podutil.is_static(pod):  # its objects come from files beside it, not from the API
+            return
+        missing = [key for key in sorted(referenced_objects(pod)) if self.store.get(*key) is None]
+        if not missing:
+            return
+        try:
+            for key in missing:
+                await self._fetch(key)
+        except ServerError as e:
+            log.info("cannot read what pod %s references: %s", podutil.full_name(pod), e)
+        known = self._wanted if self._wanted is not None else set(self._objects)
+        await self._commit(known | set(missing))
 
     async def _fetch(self, key: Key) -> None:
         try:
@@ -235,12 +260,21 @@ class ObjectSyncer:
         else:
             self._refused.discard(key)
             self._objects[key] = obj
-        self._attempted.add(key)
+        self._read.add(key)
 
     async def _commit(self, wanted: set[Key]) -> None:
+        async with self._committing:
+            await self._commit_now(wanted)
+
+    async def _commit_now(self, wanted: set[Key]) -> None:
         for key in [key for key in self._objects if key not in wanted]:
             del self._objects[key]
+        # The store first: pods waiting in `ensure` go on as soon as what was read is there, not after the disk.
+        self.store.replace_all(SOURCE, self._objects.values())
+        self._attempted |= self._read
+        self._read.clear()
         self._attempted &= wanted
+        self._signal_progress()
         writes = {key: orjson.dumps(obj) for key, obj in self._objects.items()}
         writes = {key: payload for key, payload in writes.items() if self._on_disk.get(key) != payload}
         removals = [key for key in self._on_disk if key not in self._objects]
@@ -249,8 +283,6 @@ class ObjectSyncer:
                 await asyncio.to_thread(self._persist, writes, removals)
             except OSError as e:  # disk full, read-only: the objects still serve the running pods
                 log.warning("cannot persist ConfigMaps/Secrets for offline restarts: %s", e)
-        self.store.replace_all(SOURCE, self._objects.values())
-        self._signal_progress()
 
     def _persist(self, writes: dict[Key, bytes], removals: list[Key]) -> None:
         for key, payload in writes.items():

@@ -232,22 +232,89 @@ def _text(value: bytes, secret: str, key: str) -> str:
         raise EnvError(f'secret "{secret}" key {key!r} is not UTF-8 text; use a volume for binary data') from None
 
 
+# -- Service variables (the kubelet's envvars.FromServices and getServiceEnvVarMap) ----------------------
+
+# Services of the default namespace every pod gets, whatever its enableServiceLinks.
+MASTER_SERVICES = frozenset({"kubernetes"})
+MASTER_NAMESPACE = "default"
+
+
+def _variable_name(name: str) -> str:
+    return name.replace("-", "_").upper()
+
+
+def has_cluster_ip(service: Mapping[str, Any]) -> bool:
+    """A Service pods can be told about: ClusterIP neither empty (ExternalName) nor "None" (headless)."""
+    cluster_ip = (service.get("spec") or {}).get("clusterIP") or ""
+    return cluster_ip not in ("", "None")
+
+
+def service_variables(services: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """`{SVC}_SERVICE_HOST`, `{SVC}_SERVICE_PORT`, `{SVC}_SERVICE_PORT_{NAME}` per named port, and the Docker link
+    variables (`{SVC}_PORT`, `{SVC}_PORT_{port}_{PROTO}` with `_PROTO`, `_PORT`, `_ADDR`) of each Service in turn."""
+    result: dict[str, str] = {}
+    for service in services:
+        spec = service.get("spec") or {}
+        ports = [port for port in spec.get("ports") or [] if isinstance(port, Mapping)]
+        if not has_cluster_ip(service) or not ports:
+            continue
+        cluster_ip = spec["clusterIP"]
+        prefix = _variable_name((service.get("metadata") or {}).get("name") or "")
+        result[f"{prefix}_SERVICE_HOST"] = cluster_ip
+        result[f"{prefix}_SERVICE_PORT"] = str(ports[0].get("port"))
+        for port in ports:
+            if port.get("name"):
+                result[f"{prefix}_SERVICE_PORT_{_variable_name(port['name'])}"] = str(port.get("port"))
+        address = f"[{cluster_ip}]" if ":" in cluster_ip else cluster_ip
+        for index, port in enumerate(ports):
+            protocol = port.get("protocol") or "TCP"
+            url = f"{protocol.lower()}://{address}:{port.get('port')}"
+            if index == 0:
+                result[f"{prefix}_PORT"] = url
+            port_prefix = f"{prefix}_PORT_{port.get('port')}_{protocol.upper()}"
+            result[port_prefix] = url
+            result[f"{port_prefix}_PROTO"] = protocol.lower()
+            result[f"{port_prefix}_PORT"] = str(port.get("port"))
+            result[f"{port_prefix}_ADDR"] = cluster_ip
+    return result
+
+
+def services_for(namespace: str, enable_service_links: bool,
+                 services: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The Services a pod of `namespace` is told about, by name: the master `kubernetes` Service of the default
+    namespace always, the other Services of its own namespace when links are enabled (one of its own named
+    `kubernetes` then wins over the master's). Sorted by name, for a stable environment."""
+    chosen: dict[str, Mapping[str, Any]] = {}
+    own: set[str] = set()
+    for service in services:
+        if not has_cluster_ip(service):
+            continue
+        meta = service.get("metadata") or {}
+        name, service_namespace = meta.get("name") or "", meta.get("namespace") or MASTER_NAMESPACE
+        if service_namespace == MASTER_NAMESPACE and name in MASTER_SERVICES:
+            if name not in own:
+                chosen[name] = service
+        elif service_namespace == namespace and enable_service_links:
+            chosen[name] = service
+            own.add(name)
+    return [chosen[name] for name in sorted(chosen)]
+
+
+def pod_service_env(pod: Pod, services: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The Service variables of one pod (its spec.enableServiceLinks defaults to true, as the API sets it)."""
+    links = podutil.spec(pod).get("enableServiceLinks")
+    return service_variables(services_for(podutil.namespace(pod), links is None or bool(links), services))
+
+
+def kubernetes_service(host: str, port: int) -> dict[str, Any]:
+    """The master `kubernetes` Service (port 443 named https) as pods are told of it: at `host`:`port`."""
+    return {"metadata": {"name": "kubernetes", "namespace": MASTER_NAMESPACE},
+            "spec": {"clusterIP": host, "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}}
+
+
 def kubernetes_service_env(host: str, port: int) -> dict[str, str]:
-    """The variables the kubelet derives from the `kubernetes` Service (port 443 named https) for every pod,
-    here pointing at `host`:`port` (envvars.FromServices' names and forms)."""
-    address = f"[{host}]" if ":" in host else host
-    url = f"tcp://{address}:{port}"
-    prefix = f"KUBERNETES_PORT_{port}_TCP"
-    return {
-        "KUBERNETES_SERVICE_HOST": host,
-        "KUBERNETES_SERVICE_PORT": str(port),
-        "KUBERNETES_SERVICE_PORT_HTTPS": str(port),
-        "KUBERNETES_PORT": url,
-        prefix: url,
-        f"{prefix}_PROTO": "tcp",
-        f"{prefix}_PORT": str(port),
-        f"{prefix}_ADDR": host,
-    }
+    """The variables the kubelet derives from the `kubernetes` Service for every pod, pointing at `host`:`port`."""
+    return service_variables([kubernetes_service(host, port)])
 
 
 def api_server_address(server: str, host: str = "", port: int = 0) -> tuple[str, int]:

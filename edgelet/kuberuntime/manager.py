@@ -121,7 +121,8 @@ class RuntimeManager:
         self._cpuset_for = cpuset_for
         self._cgroup_parent = cgroup_parent
         self._security = security
-        self._service_env: dict[str, str] = {}
+        self._service_env: Callable[[Pod], Mapping[str, str]] = lambda pod: {}
+        self._fetch_missing: Callable[[Pod], Awaitable[None]] | None = None
         self._start_gate = StartGate(MAX_PARALLEL_STARTS)
         self._failed_starts: set[str] = set()  # containers whose StartContainer failed in this agent
         if hasher is None:
@@ -132,9 +133,15 @@ class RuntimeManager:
         """What the status shows of the pod's resources and resizes (None without a resizer)."""
         return self._resizer.view(pod) if self._resizer is not None else None
 
-    def use_service_env(self, variables: dict[str, str]) -> None:
-        """The Service variables every container gets (cluster mode: the `kubernetes` Service's)."""
-        self._service_env = dict(variables)
+    def use_service_env(self, service_env: Callable[[Pod], Mapping[str, str]]) -> None:
+        """Where a container's Service variables come from (cluster mode: the service informer's `env_for`, which
+        raises EnvError, a CreateContainerConfigError, until the Services were first listed)."""
+        self._service_env = service_env
+
+    def fetch_objects_with(self, fetch_missing: Callable[[Pod], Awaitable[None]]) -> None:
+        """Cluster mode: ConfigMaps and Secrets a pod references but the store lacks are read (GET) before its
+        volumes and containers are made, so only the API server's NotFound makes them absent."""
+        self._fetch_missing = fetch_missing
 
     # -- SyncPod ------------------------------------------------------------------------------
 
@@ -152,6 +159,8 @@ class RuntimeManager:
             pod, status, liveness_failed=liveness_failed, startup_failed=startup_failed,
             startup_succeeded=startup_succeeded, hasher=self._hash,
         )
+        if self._fetch_missing is not None:
+            await self._fetch_missing(pod)
         # Volumes first, on every sync: ConfigMap, Secret and downward API contents follow their
         # sources even when no container changes (the kubelet remounts on each sync too).
         volume_paths = await self._setup_volumes(pod, result)
@@ -541,7 +550,7 @@ class RuntimeManager:
         from .resources import linux_resources
 
         pod_ips = [pod_ip] if pod_ip else []
-        env = resolve_env(pod, container, store=self._store, service_env=self._service_env, node_ip=self._node_ip(),
+        env = resolve_env(pod, container, store=self._store, service_env=self._service_env(pod), node_ip=self._node_ip(),
                           pod_ip=pod_ip, pod_ips=pod_ips, node_allocatable=self._node_allocatable)
         command, args = expand_command(container, env)
         mounts = await asyncio.to_thread(self._prepare_host_files, pod, container, volume_paths, env, pod_ips,

@@ -85,7 +85,14 @@ def resource_version(obj: Any) -> str | None:
 
 
 class ApiServerSource:
-    """Keeps the merger's "api" source equal to the pods the API server binds to `node_name`."""
+    """Keeps the merger's "api" source equal to the pods the API server binds to `node_name`.
+
+    The reflector itself serves other kinds too: a subclass names its `KIND`, `PATH`, `selector` and `problem`
+    (edgelet.kubeapi.services lists and watches Services this way).
+    """
+
+    KIND = "pod"
+    PATH = PODS_PATH
 
     def __init__(
         self,
@@ -114,7 +121,7 @@ class ApiServerSource:
         self._clock = clock
         self._pods: dict[str, Pod] = {}
         self._flush_timer: asyncio.TimerHandle | None = None
-        self._retry = Retrier("API pod source", initial=backoff_initial, maximum=backoff_max, rng=self._rng,
+        self._retry = Retrier(f"API {self.KIND} source", initial=backoff_initial, maximum=backoff_max, rng=self._rng,
                               logger=log, spread="reflector")
         self._pausing: asyncio.Event | None = None  # set ends the backoff wait in progress
         self._cut_next_pause_until = 0.0  # monotonic: a pause starting before then lasts at most until then
@@ -127,6 +134,14 @@ class ApiServerSource:
     @property
     def selector(self) -> dict[str, str]:
         return {"fieldSelector": f"spec.nodeName={self.node_name}"}
+
+    def problem(self, obj: Any) -> str | None:
+        """Why an object from the API is not handed on (None: it is)."""
+        return pod_problem(obj, self.node_name)
+
+    def keep(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """What is kept of a good object (a pod whole)."""
+        return obj
 
     async def run(self) -> None:
         relist = True
@@ -142,7 +157,7 @@ class ApiServerSource:
                         continue
                     delay = self._retry.failed("the watch ended at once without events")
                 except Gone as e:
-                    log.info("API pod watch: resourceVersion %s expired (%s); listing again", self.resource_version, e.message)
+                    log.info(f"API {self.KIND} watch: resourceVersion %s expired (%s); listing again", self.resource_version, e.message)
                     relist = True
                     continue
                 except WatchStreamError as e:
@@ -168,7 +183,7 @@ class ApiServerSource:
         if self._wake_timer is not None:
             self._wake_timer.cancel()
         self._wake_timer = asyncio.get_running_loop().call_later(delay, self._end_pause)
-        log.info("API pod source: the API server answers again; watching again within %.1fs", delay)
+        log.info(f"API {self.KIND} source: the API server answers again; watching again within %.1fs", delay)
 
     def _end_pause(self) -> None:
         self._wake_timer = None
@@ -198,18 +213,18 @@ class ApiServerSource:
         # watch cache. Without one, a fleet re-listing after an apiserver restart reads every pod from etcd per node.
         params = {**self.selector, "resourceVersion": self.resource_version or "0"}
         try:
-            result = await self.client.list(PODS_PATH, params)
+            result = await self.client.list(self.PATH, params)
         except Gone:  # a server without a watch cache, compacted past that version: take its latest state
-            result = await self.client.list(PODS_PATH, self.selector)
+            result = await self.client.list(self.PATH, self.selector)
         pods: dict[str, Pod] = {}
         for obj in result.get("items") or []:
             key = object_key(obj)
-            problem = pod_problem(obj, self.node_name)
+            problem = self.problem(obj)
             if problem is not None:
-                log.warning("API pod source: skipping pod %s: it %s", key or "<unnamed>", problem)
+                log.warning("API %s source: skipping %s %s: it %s", self.KIND, self.KIND, key or "<unnamed>", problem)
                 continue
             assert key is not None
-            pods[key] = obj
+            pods[key] = self.keep(obj)
         self._pods = pods
         self.resource_version = resource_version(result) or ""
         self.connected = True
@@ -226,7 +241,7 @@ class ApiServerSource:
         params["timeoutSeconds"] = str(int(self._rng.uniform(*self._watch_timeout)))
         started = time.monotonic()
         events = 0
-        async with contextlib.aclosing(self.client.watch(PODS_PATH, params)) as stream:
+        async with contextlib.aclosing(self.client.watch(self.PATH, params)) as stream:
             async for event_type, obj in stream:
                 events += 1
                 self.connected = True
@@ -246,18 +261,19 @@ class ApiServerSource:
         if rv:
             self.resource_version = rv
         if key is None:
-            log.warning("API pod source: skipping a %s event for an object without metadata.name", event_type)
+            log.warning("API %s source: skipping a %s event for an object without metadata.name", self.KIND,
+                        event_type)
             return
         if event_type == "DELETED":
             if self._pods.pop(key, None) is not None:
                 self._schedule_flush()
             return
-        problem = pod_problem(obj, self.node_name)
+        problem = self.problem(obj)
         if problem is not None:
             # Keep the last good version (if any): a bad update must not stop a running pod.
-            log.warning("API pod source: skipping %s of pod %s: it %s", event_type, key, problem)
+            log.warning("API %s source: skipping %s of %s %s: it %s", self.KIND, event_type, self.KIND, key, problem)
             return
-        self._pods[key] = obj
+        self._pods[key] = self.keep(obj)
         self._schedule_flush()
 
     # -- handing the set to the merger; bursts of events become one set ----------------------------
@@ -276,10 +292,10 @@ class ApiServerSource:
         try:
             self.handle.set(list(self._pods.values()))
         except Exception:
-            log.exception("API pod source: the pod config merger failed on %d pods", len(self._pods))
+            log.exception("API %s source: handing on %d objects failed", self.KIND, len(self._pods))
 
     # -- reconnecting ----------------------------------------------------------------------------
 
     def _failed(self, error: ApiError) -> float:
         self.connected = False
-        return self._retry.failed(error, f"keeping {len(self._pods)} known pods")
+        return self._retry.failed(error, f"keeping {len(self._pods)} known {self.KIND}s")

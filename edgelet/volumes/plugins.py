@@ -186,7 +186,9 @@ def setup_written_volume(path: str, payload: Mapping[str, FileProjection], *, me
     set_perms = None
     if fs_group is not None:
         def set_perms(data_dir: str) -> None:
-            apply_fs_group(data_dir, fs_group, readonly=True)
+            # The whole volume, as the kubelet's plugins do, not only the new files: the volume directory itself
+            # gets the group (and setgid) too, and files written outside the timestamped directory are covered.
+            apply_fs_group(path, fs_group, readonly=True)
     return write_payload(path, payload, set_perms=set_perms)
 
 

@@ -157,11 +157,11 @@ def test_idle_pods_cost_no_requests_and_the_start_figures(node_ready, control_pl
         ref = event.get("objectRef") or {}
         kind = f"{event.get('verb')} {ref.get('resource')}{'/' + ref['subresource'] if ref.get('subresource') else ''}"
         kinds[kind] = kinds.get(kind, 0) + 1
-    # Only the heartbeats and the long-running pod watch remain, and the refresh of the one ConfigMap every pod's
-    # kube-api-access volume shares (kube-root-ca.crt, from the ServiceAccount admission): once a minute for all
-    # the pods together, not once per pod.
+    # Only the heartbeats and the long-running pod and Service watches remain, and the refresh of the one ConfigMap
+    # every pod's kube-api-access volume shares (kube-root-ca.crt, from the ServiceAccount admission): once a minute
+    # for all the pods together, not once per pod.
     assert set(kinds) <= {"update leases", "get leases", "patch nodes/status", "get nodes", "watch pods", "list pods",
-                          "get configmaps"}, kinds
+                          "watch services", "list services", "get configmaps"}, kinds
     configmap_reads = [e for e in idle if (e.get("objectRef") or {}).get("resource") == "configmaps"]
     assert {e["objectRef"]["name"] for e in configmap_reads} <= {"kube-root-ca.crt"}, audit.describe(configmap_reads)
     assert len(configmap_reads) <= IDLE_WINDOW // 60 + 1, audit.describe(configmap_reads)

@@ -426,6 +426,26 @@ async def test_teardown_of_an_unknown_pod_is_a_no_op(manager):
 
 # -- what a container sees -------------------------------------------------------------------------
 
+def sandbox_config_for(manager):
+    """The test pod's sandbox on the pod network, logging under its pod directory."""
+    from edgelet.cri import runtime_v1_pb2 as pb
+
+    return pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name="web", uid=UID, namespace="default"), hostname="web",
+        log_directory=os.path.join(manager.pod_dir(UID), "logs"),
+        linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
+            namespace_options=pb.NamespaceOption(network=pb.POD))))
+
+
+async def remove_pod(cri, manager, sandbox_id, container_id):
+    """The container and sandbox gone from the runtime, the pod's volumes torn down with nothing left mounted."""
+    await cri.remove_container(container_id)
+    await cri.stop_pod_sandbox(sandbox_id)
+    await cri.remove_pod_sandbox(sandbox_id)
+    await manager.teardown_pod(UID)
+    assert not mounts_under(manager.pods_dir)
+
+
 @pytest.mark.containerd
 @pytest.mark.usefixtures("clean_runtime")
 async def test_a_container_sees_env_mounts_and_resources_as_built(manager, store, cri, containerd):
@@ -451,11 +471,7 @@ async def test_a_container_sees_env_mounts_and_resources_as_built(manager, store
                 {"name": "cfg", "configMap": {"name": "cfg"}}], [container])
     paths = await manager.setup_pod(pod)
 
-    sandbox_config = pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name="web", uid=UID, namespace="default"), hostname="web",
-        log_directory=os.path.join(manager.pod_dir(UID), "logs"),
-        linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
-            namespace_options=pb.NamespaceOption(network=pb.POD))))
+    sandbox_config = sandbox_config_for(manager)
     sandbox_id = await cri.run_pod_sandbox(sandbox_config)
     pod_ip = (await cri.pod_sandbox_status(sandbox_id)).status.network.ip
     env = resolve_env(pod, container, store=store, pod_ip=pod_ip)
@@ -491,8 +507,4 @@ async def test_a_container_sees_env_mounts_and_resources_as_built(manager, store
             assert await run(f"cat /sys/fs/cgroup/{name}") == (0, value, ""), name
         assert (await run("head -c 5M /dev/zero > /work/big"))[0] != 0  # the tmpfs holds 4 MiB
     finally:
-        await cri.remove_container(container_id)
-        await cri.stop_pod_sandbox(sandbox_id)
-        await cri.remove_pod_sandbox(sandbox_id)
-    await manager.teardown_pod(UID)
-    assert not mounts_under(manager.pods_dir)
+        await remove_pod(cri, manager, sandbox_id, container_id)

@@ -209,3 +209,61 @@ async def test_damaged_and_mismatched_entries_are_not_loaded(api, tmp_path):
     store = ObjectStore()
     assert ObjectSyncer(api, store, str(tmp_path)).load() == 1
     assert store.get_configmap(NS, "other") is None
+
+
+async def test_an_object_missing_when_its_pod_is_synced_is_read_then(api, tmp_path):
+    """Found absent by an earlier read, created since: the pod's sync reads it again instead of taking it as gone;
+    nothing is asked when everything is there, and a real NotFound leaves it absent."""
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.set_pods([uses("settings", "late")])
+    await syncer.refresh_once()
+    assert syncer.store.get_configmap(NS, "late") is None
+    api.put(configmap("late", "fresh"))
+    await syncer.fetch_missing(uses("settings", "late"))
+    assert syncer.store.get_configmap(NS, "late")["data"] == {"key": "fresh"}
+    assert any(name.startswith("ConfigMap") and "late" in name for name in os.listdir(tmp_path))  # kept offline
+    asked = len(api.gets)
+    await syncer.fetch_missing(uses("settings", "late"))
+    assert len(api.gets) == asked
+    await syncer.fetch_missing(uses("settings", "never"))
+    assert syncer.store.get_configmap(NS, "never") is None and len(api.gets) == asked + 1
+    # A static pod's objects come from files: the API is not asked for them.
+    static = uses("absent")
+    static["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
+    await syncer.fetch_missing(static)
+    assert len(api.gets) == asked + 1
+
+
+async def test_an_unreachable_api_leaves_a_missing_object_missing(api, tmp_path):
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.set_pods([])
+    api.down = True
+    await syncer.fetch_missing(uses("settings"))
+    assert syncer.store.get_configmap(NS, "settings") is None
+
+
+async def test_pods_set_while_a_round_reads_wake_the_next_round(api, tmp_path):
+    """A pod that arrives while the loop's GETs are under way is read in the next round, not a refresh later."""
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path), refresh=3600)
+    reading = asyncio.Event()
+    release = asyncio.Event()
+    get = api.get
+
+    async def slow_get(path):
+        if path.endswith("/settings"):
+            reading.set()
+            await release.wait()
+        return await get(path)
+
+    api.get = slow_get
+    syncer.set_pods([uses("settings")])
+    task = asyncio.create_task(syncer.run())
+    try:
+        await asyncio.wait_for(reading.wait(), 5)
+        syncer.set_pods([uses("settings", secrets=("token",))])
+        release.set()
+        await asyncio.wait_for(syncer.ensure([uses("settings", secrets=("token",))], timeout=5), 5)
+        assert syncer.store.get_secret(NS, "token") is not None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

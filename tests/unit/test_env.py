@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -279,3 +280,120 @@ def test_service_variables_come_last_and_a_container_can_override_them():
                       service_env={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "6443"})
     assert env == [("KUBERNETES_SERVICE_PORT", "1"), ("URL", "https://10.0.0.1"),
                    ("KUBERNETES_SERVICE_HOST", "10.0.0.1")]
+
+
+# -- Service variables ---------------------------------------------------------------------------------
+
+
+def _service(name, namespace="apps", cluster_ip="10.96.0.10", ports=({"port": 80},)):
+    return {"metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterIP": cluster_ip, "ports": [dict(p) for p in ports]}}
+
+
+def test_service_variables_of_one_service_with_named_ports_and_protocols():
+    from edgelet.kuberuntime.env import service_variables
+
+    web = _service("my-web", ports=({"name": "http", "port": 8080, "protocol": "TCP"},
+                                     {"name": "dns-udp", "port": 53, "protocol": "UDP"}))
+    assert service_variables([web]) == {
+        "MY_WEB_SERVICE_HOST": "10.96.0.10", "MY_WEB_SERVICE_PORT": "8080",
+        "MY_WEB_SERVICE_PORT_HTTP": "8080", "MY_WEB_SERVICE_PORT_DNS_UDP": "53",
+        "MY_WEB_PORT": "tcp://10.96.0.10:8080",
+        "MY_WEB_PORT_8080_TCP": "tcp://10.96.0.10:8080", "MY_WEB_PORT_8080_TCP_PROTO": "tcp",
+        "MY_WEB_PORT_8080_TCP_PORT": "8080", "MY_WEB_PORT_8080_TCP_ADDR": "10.96.0.10",
+        "MY_WEB_PORT_53_UDP": "udp://10.96.0.10:53", "MY_WEB_PORT_53_UDP_PROTO": "udp",
+        "MY_WEB_PORT_53_UDP_PORT": "53", "MY_WEB_PORT_53_UDP_ADDR": "10.96.0.10"}
+    # An unnamed first port has no _SERVICE_PORT_<NAME>; no protocol reads as TCP; IPv6 addresses get brackets.
+    assert service_variables([_service("fooservice", ports=({"port": 8765},))]) == {
+        "FOOSERVICE_SERVICE_HOST": "10.96.0.10", "FOOSERVICE_SERVICE_PORT": "8765",
+        "FOOSERVICE_PORT": "tcp://10.96.0.10:8765", "FOOSERVICE_PORT_8765_TCP": "tcp://10.96.0.10:8765",
+        "FOOSERVICE_PORT_8765_TCP_PROTO": "tcp", "FOOSERVICE_PORT_8765_TCP_PORT": "8765",
+        "FOOSERVICE_PORT_8765_TCP_ADDR": "10.96.0.10"}
+    assert service_variables([_service("v6", cluster_ip="fd00::a")])["V6_PORT_80_TCP"] == "tcp://[fd00::a]:80"
+
+
+MASTER = _service("kubernetes", "default", "10.96.0.1", ({"name": "https", "port": 443},))
+
+
+@pytest.mark.parametrize(("namespace", "links", "services", "expected"), [
+    # The pod's own namespace and the master service; other namespaces never.
+    ("apps", True, [MASTER, _service("a"), _service("b", "other")], ["a", "kubernetes"]),
+    # enableServiceLinks false: only the master service.
+    ("apps", False, [MASTER, _service("a")], ["kubernetes"]),
+    # Headless ("None") and ExternalName (no cluster IP) services are skipped, the master's too.
+    ("apps", True, [_service("kubernetes", "default", "None"), _service("h", cluster_ip="None"),
+                    _service("x", cluster_ip="")], []),
+    # A service of its own called `kubernetes` wins over the master's, whichever comes first.
+    ("apps", True, [MASTER, _service("kubernetes", cluster_ip="10.96.9.9")], ["kubernetes@10.96.9.9"]),
+    ("apps", True, [_service("kubernetes", cluster_ip="10.96.9.9"), MASTER], ["kubernetes@10.96.9.9"]),
+    # Links disabled: the pod's own `kubernetes` is not taken, the master's is.
+    ("apps", False, [_service("kubernetes", cluster_ip="10.96.9.9"), MASTER], ["kubernetes@10.96.0.1"]),
+    # A pod of the default namespace: the master service is one of its own.
+    ("default", True, [MASTER, _service("db", "default")], ["db", "kubernetes"]),
+])
+def test_which_services_a_pod_is_told_about(namespace, links, services, expected):
+    from edgelet.kuberuntime.env import services_for
+
+    chosen = services_for(namespace, links, services)
+    names = [s["metadata"]["name"] for s in chosen]
+    if any("@" in e for e in expected):
+        names = [f"{s['metadata']['name']}@{s['spec']['clusterIP']}" for s in chosen]
+    assert names == expected
+
+
+def test_a_pods_service_env_follows_enable_service_links():
+    from edgelet.kuberuntime.env import pod_service_env
+
+    services = [MASTER, _service("db", ports=({"port": 5432},))]
+    pod = {"metadata": {"name": "p", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
+    assert pod_service_env(pod, services)["DB_SERVICE_PORT"] == "5432"  # unset means true, as defaulted
+    pod["spec"]["enableServiceLinks"] = False
+    assert pod_service_env(pod, services) == {
+        "KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
+        "KUBERNETES_SERVICE_PORT_HTTPS": "443", "KUBERNETES_PORT": "tcp://10.96.0.1:443",
+        "KUBERNETES_PORT_443_TCP": "tcp://10.96.0.1:443", "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
+        "KUBERNETES_PORT_443_TCP_PORT": "443", "KUBERNETES_PORT_443_TCP_ADDR": "10.96.0.1"}
+
+
+def test_the_informer_refuses_api_pods_until_it_listed_and_puts_the_agents_api_address_for_the_master():
+    from edgelet.kubeapi.services import NOT_SYNCED, ServiceInformer, service_problem
+    from edgelet.kuberuntime.env import EnvError, kubernetes_service
+
+    informer = ServiceInformer(None, master=kubernetes_service("192.0.2.7", 6443))
+    pod = {"metadata": {"name": "p", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
+    with pytest.raises(EnvError, match=NOT_SYNCED):
+        informer.env_for(pod)
+    static = {"metadata": {"name": "s", "namespace": "apps",
+                           "annotations": {"kubernetes.io/config.source": "file"}}, "spec": {}}
+    assert informer.env_for(static)["KUBERNETES_SERVICE_HOST"] == "192.0.2.7"
+    kept = [informer.keep(s) for s in ({**MASTER, "metadata": {**MASTER["metadata"], "uid": "u", "labels": {"a": "b"}}},
+                                       _service("db", ports=({"port": 5432, "targetPort": 5432},)))]
+    assert kept[0]["metadata"] == {"name": "kubernetes", "namespace": "default"}
+    assert kept[1]["spec"]["ports"] == [{"port": 5432}]  # only what the variables read
+    informer.handle.set(kept)
+    informer.handle.mark_ready()
+    env = informer.env_for(pod)
+    assert env["KUBERNETES_SERVICE_HOST"] == "192.0.2.7" and env["KUBERNETES_SERVICE_PORT"] == "6443"
+    assert env["DB_SERVICE_HOST"] == "10.96.0.10"
+    assert informer.selector == {"fieldSelector": "spec.clusterIP!=None"}
+    assert service_problem(_service("ok")) is None
+    assert "numeric port" in service_problem(_service("bad", ports=({"port": "80"},)))
+    assert "metadata.namespace" in service_problem({"metadata": {"name": "x"}, "spec": {}})
+
+
+async def test_an_unanswering_api_server_is_not_waited_for():
+    """Offline, cached API pods start with what is known (the master Service's variables), and new pods are not
+    held up by a first list that cannot come."""
+    from edgelet.kubeapi.errors import ServerError
+    from edgelet.kubeapi.services import ServiceInformer
+    from edgelet.kuberuntime.env import kubernetes_service
+
+    answers = False
+    informer = ServiceInformer(None, master=kubernetes_service("192.0.2.7", 6443), api_answers=lambda: answers)
+    pod = {"metadata": {"name": "p", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
+    assert informer.env_for(pod)["KUBERNETES_SERVICE_HOST"] == "192.0.2.7"
+    informer._failed(ServerError(0, "ConnectionError", "refused", method="GET", path="/api/v1/services"))
+    await asyncio.wait_for(informer.wait_synced(30), 1)
+    answers = True
+    with pytest.raises(Exception, match="services have not yet been read"):
+        informer.env_for(pod)
