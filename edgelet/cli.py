@@ -1,4 +1,4 @@
-"""The `edgelet` command: run the agent, list its pods, read container logs, check a config file.
+"""The `edgelet` command: run the agent, list its pods, read container logs, exec in a container, check a config.
 
 Every subcommand's flags are defined here; its implementation is imported only when it runs, so that
 `edgelet run` does not carry the readers' code for as long as the agent lives. Options may stand anywhere on the
@@ -174,6 +174,15 @@ def cmd_get(args: argparse.Namespace) -> int:
     return get_events_command(config, args)
 
 
+def cmd_exec(args: argparse.Namespace) -> int:
+    config = load_checked_config(args.config, referenced_files=False)
+    if config is None:
+        return EXIT_BAD_CONFIG
+    from .cli_exec import exec_command
+
+    return exec_command(config, args)
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     config = load_checked_config(args.config, referenced_files=False)
     if config is None:
@@ -295,6 +304,23 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("-A", "--all-namespaces", action="store_true", help="events of every namespace")
     get.add_argument("--for", dest="for_object", metavar="KIND/NAME", help="only events about this object, e.g. pod/web")
     get.set_defaults(func=cmd_get)
+
+    exec_ = sub.add_parser("exec", parents=[common], rest_dest="cmd",
+                           usage="%(prog)s POD [-c CONTAINER] [-i] [-t] [-n NS] -- COMMAND [ARGS...]",
+                           help="run a command in a container of a pod, as kubectl exec",
+                           description="Run a command in a running container through the runtime (no cluster or "
+                                       "network needed); edgelet exits with the command's exit code.")
+    exec_.add_argument("pod", help="the pod (a static pod also by its name without the node suffix)")
+    exec_.add_argument("cmd", nargs="*", metavar="COMMAND", help="the command and its arguments, after --")
+    exec_.add_argument("-n", "--namespace", default=None,
+                       help="the pod's namespace (default: any, as for logs; a name in several needs -n)")
+    exec_.add_argument("-c", "--container", default=None,
+                       help="the container (default: the kubectl.kubernetes.io/default-container annotation, "
+                            "else the first container)")
+    exec_.add_argument("-i", "--stdin", action="store_true", help="pass stdin to the command")
+    exec_.add_argument("-t", "--tty", action="store_true",
+                       help="a terminal for the command (with -i, when stdin is a terminal: raw mode, resizes sent)")
+    exec_.set_defaults(func=cmd_exec)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=cmd_version)

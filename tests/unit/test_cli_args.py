@@ -14,7 +14,7 @@ _TAKES_VALUE = {"-n": True, "--namespace": True, "-c": True, "--config": True, "
 @pytest.mark.parametrize("argv, line", [
     ([], CommandLine([], [], None)),
     (["exec", "p", "--", "sh", "-c", "x"], CommandLine([], ["exec", "p"], ["sh", "-c", "x"])),
-    (["-n", "logs", "pods"], CommandLine(["-n", "logs"], ["pods"], None)),  # a value, even one named like a command
+    (["-n", "exec", "pods"], CommandLine(["-n", "exec"], ["pods"], None)),  # a value, even one named like a command
     (["--namespace=x", "pods"], CommandLine(["--namespace=x"], ["pods"], None)),
     (["-nx", "pods"], CommandLine(["-nx"], ["pods"], None)),
     (["-it", "p"], CommandLine(["-it"], ["p"], None)),
@@ -66,6 +66,16 @@ CONFIG = "/etc/edgelet/edgelet.toml"
                                                    "for_object": "pod/web", "config": CONFIG}),
     (["--for=pod/web", "get", "ev", "-n", "ns"], {"kind": "ev", "namespace": "ns", "all_namespaces": False,
                                                   "for_object": "pod/web", "config": CONFIG}),
+    # exec: everything after -- is the command, options and -- included
+    (["exec", "web", "-c", "main", "-it", "--", "sh", "-c", "echo -n hi", "--", "-x"],
+     {"pod": "web", "cmd": ["sh", "-c", "echo -n hi", "--", "-x"], "namespace": None, "container": "main",
+      "stdin": True, "tty": True, "config": CONFIG}),
+    (["-i", "--config", "f", "exec", "-nns", "web", "--", "cat"],
+     {"pod": "web", "cmd": ["cat"], "namespace": "ns", "container": None, "stdin": True, "tty": False, "config": "f"}),
+    (["exec", "web", "ls", "/"], {"pod": "web", "cmd": ["ls", "/"], "namespace": None, "container": None,
+                                  "stdin": False, "tty": False, "config": CONFIG}),  # kubectl's older form
+    (["exec", "web", "--"], {"pod": "web", "cmd": [], "namespace": None, "container": None, "stdin": False,
+                             "tty": False, "config": CONFIG}),
     # run, check-config, version, simulate
     (["--log-level", "debug", "run", "--config", "f"], {"log_level": "debug", "config": "f"}),
     (["check-config", "-q", "f.toml"], {"file": "f.toml", "quiet": True, "config": CONFIG}),
@@ -83,6 +93,7 @@ def test_options_stand_anywhere(monkeypatch, argv, expected):
 
 
 @pytest.mark.parametrize("argv, error", [
+    (["exec", "web", "extra", "--", "ls"], "'extra' before --: the command goes after --"),
     (["logs", "--", "web", "-n", "ns"], "unrecognized arguments: -n ns"),  # after --, no options
     (["pods", "--name", "x"], "unrecognized arguments: --name"),
     (["pods", "--all"], "unrecognized arguments: --all"),  # no abbreviations, as kubectl
@@ -100,10 +111,10 @@ def test_bad_lines_are_refused_by_argparse_naming_the_option(capsys, argv, error
 
 
 def test_help_after_the_subcommand_or_before_it_is_the_subcommands(capsys):
-    for argv in (["logs", "-h"], ["-h", "logs"], ["logs", "web", "--help"]):
+    for argv in (["exec", "-h"], ["-h", "exec"], ["exec", "web", "--help"]):
         with pytest.raises(SystemExit):
             parse_command_line(build_parser(), argv)
-        assert capsys.readouterr().out.startswith("usage: edgelet logs [-h]")
+        assert capsys.readouterr().out.startswith("usage: edgelet exec POD [-c CONTAINER]")
 
 
 def test_an_option_means_the_same_in_every_subcommand():
