@@ -97,7 +97,7 @@ def exec_command(config, args: argparse.Namespace, err: IO[str] = sys.stderr) ->
 
 
 def _exec(config, args: argparse.Namespace, err: IO[str]) -> int:
-    from .remotecommand import ExecSession, SessionError, exit_status
+    from .remotecommand import ExecSession, SessionError, exit_status, url_target
     from .status.manager import read_pod_list, status_dir
 
     pods = read_pod_list(status_dir(config))["items"]
@@ -111,8 +111,8 @@ def _exec(config, args: argparse.Namespace, err: IO[str]) -> int:
     if warning:
         print(warning, file=err, flush=True)
     url = _exec_url(config, podutil.uid(pod), container, args.cmd, stdin=args.stdin, tty=tty)
-    host, port, target = _target(url)
     try:
+        host, port, target = url_target(url)
         session = ExecSession.open(host, port, target, stdin=args.stdin, stderr=not tty, tty=tty)
     except SessionError as exc:
         raise ExecError(f"error: unable to upgrade connection: {exc}") from None
@@ -127,15 +127,6 @@ def _exec(config, args: argparse.Namespace, err: IO[str]) -> int:
     if message:
         print(message, file=err)
     return code
-
-
-def _target(url: str) -> tuple[str, int, str]:
-    from .kubeletapi.streaming import StreamingError, loopback_target
-
-    try:
-        return loopback_target(url)
-    except StreamingError as exc:
-        raise ExecError(f"error: {exc}") from None
 
 
 def _exec_url(config, pod_uid: str, container: str, cmd: list[str], *, stdin: bool, tty: bool) -> str:

@@ -15,6 +15,7 @@ import struct
 import threading
 import zlib
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -95,6 +96,18 @@ class FrameReader:
             else:
                 frames.append(Frame(False, 0, first & 0x7FFFFFFF, flags, payload))
         return frames
+
+
+def url_target(url: str) -> tuple[str, int, str]:
+    """(host, port, path?query) of the streaming URL CRI gave; only plain HTTP, as runtimes serve it locally."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None:
+        raise SessionError(f"the runtime's streaming URL {url!r} is not http://HOST:PORT/...")
+    return parts.hostname, port, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def upgrade_request(target: str, netloc: str) -> bytes:

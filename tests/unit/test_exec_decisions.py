@@ -11,8 +11,8 @@ import pytest
 
 from edgelet.cli_exec import NO_TTY_WARNING, ExecError, check_runnable, choose_container, find_pod, terminal_choice
 from edgelet.remotecommand import (
-    FLAG_FIN, GOAWAY, PING, SYN_REPLY, SYN_STREAM, Frame, FrameReader, control_frame, data_frame, exit_status,
-    header_block, syn_stream,
+    FLAG_FIN, GOAWAY, PING, SYN_REPLY, SYN_STREAM, Frame, FrameReader, SessionError, control_frame, data_frame,
+    exit_status, header_block, syn_stream, url_target,
 )
 
 
@@ -143,3 +143,19 @@ def test_frame_reader_takes_frames_in_pieces():
     assert frames == [Frame(False, 0, 3, 0, b"hello"), Frame(True, PING, 0, 0, b"\0\0\0\2"),
                       Frame(True, SYN_REPLY, 5, FLAG_FIN, struct.pack("!I", 5) + b"\0\0"),
                       Frame(False, 0, 1, FLAG_FIN, b""), Frame(True, GOAWAY, 0, 0, b"\0" * 8)]
+
+
+@pytest.mark.parametrize("url, target", [
+    ("http://127.0.0.1:34567/exec/AbC", ("127.0.0.1", 34567, "/exec/AbC")),
+    ("http://[::1]:80/exec/x?a=b", ("::1", 80, "/exec/x?a=b")),
+    ("http://localhost:1", ("localhost", 1, "/")),
+])
+def test_url_target(url, target):
+    assert url_target(url) == target
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:1/exec/x", "http://127.0.0.1/exec/x", "http://:1/x",
+                                 "http://127.0.0.1:99999/x", "/exec/x"])
+def test_url_target_refuses_what_is_not_plain_http_with_a_port(url):
+    with pytest.raises(SessionError, match="is not http://HOST:PORT/"):
+        url_target(url)
