@@ -1,7 +1,8 @@
-"""The `edgelet` command: run the agent, list its pods, read container logs, check a config file.
+"""The `edgelet` command: run the agent, list its pods, read container logs, exec in a container, check a config.
 
 Every subcommand's flags are defined here; its implementation is imported only when it runs, so that
-`edgelet run` does not carry the readers' code for as long as the agent lives.
+`edgelet run` does not carry the readers' code for as long as the agent lives. Options may stand anywhere on the
+line, as kubectl takes them (edgelet.cli_base).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Sequence
 
 from . import __version__
+from .cli_base import ArgumentParser, parse_command_line, setup_logging
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -29,18 +31,6 @@ EXIT_BAD_CONFIG = 2
 
 def default_config_path() -> str:
     return os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG
-
-
-def setup_logging(level: str) -> None:
-    """One line per event; under systemd the journal adds the timestamp, so we leave it out."""
-    if os.environ.get("JOURNAL_STREAM") or os.environ.get("INVOCATION_ID"):
-        fmt = "%(levelname)s %(name)s: %(message)s"
-    else:
-        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt, stream=sys.stderr)
-    # gRPC and httpx log every request or loop detail; they are noise on a device.
-    for noisy in ("httpx", "httpcore", "grpc"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def load_checked_config(path: str, *, referenced_files: bool = True):
@@ -184,6 +174,15 @@ def cmd_get(args: argparse.Namespace) -> int:
     return get_events_command(config, args)
 
 
+def cmd_exec(args: argparse.Namespace) -> int:
+    config = load_checked_config(args.config, referenced_files=False)
+    if config is None:
+        return EXIT_BAD_CONFIG
+    from .cli_exec import exec_command
+
+    return exec_command(config, args)
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     config = load_checked_config(args.config, referenced_files=False)
     if config is None:
@@ -229,42 +228,6 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         print(version_text())
         parser.exit()
-
-
-def terminal_width() -> int:
-    """The columns shutil.get_terminal_size() answers ($COLUMNS if a positive number, else stdout's terminal,
-    else 80), for argparse's help: its formatter asks shutil itself, and shutil brings bz2 and lzma, 0.4 MiB
-    that `edgelet run` has no other use for (tests/unit/test_cli_units.py holds the two side by side)."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns if columns > 0 else 80
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter, given the width it would have asked shutil for."""
-
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None,
-                 **kwargs):
-        super().__init__(prog, indent_increment, max_help_position,
-                         terminal_width() - 2 if width is None else width, **kwargs)
-
-
-class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """argparse's RawDescriptionHelpFormatter, as HelpFormatter."""
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser with HelpFormatter by default; its subcommands' parsers are of this class too."""
-
-    def __init__(self, *args, formatter_class: type[argparse.HelpFormatter] = HelpFormatter, **kwargs):
-        super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -327,21 +290,37 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-q", "--quiet", action="store_true", help="print nothing; only the exit code tells")
     check.set_defaults(func=cmd_check_config)
 
-    describe = sub.add_parser("describe", help="show a pod or the node in detail with recent events, as kubectl describe")
+    describe = sub.add_parser("describe", parents=[common],
+                              help="show a pod or the node in detail with recent events, as kubectl describe")
     describe.add_argument("kind", choices=["pod", "pods", "po", "node", "nodes", "no"], help="what to describe")
     describe.add_argument("name", nargs="?", default="",
                           help="the pod's name (a static pod also without its -NODE suffix); for node, optional")
     describe.add_argument("-n", "--namespace", default="default", help="the pod's namespace (default: default)")
-    describe.add_argument("--config", default=default_config_path(), help="the agent's config file")
     describe.set_defaults(func=cmd_describe)
 
-    get = sub.add_parser("get", help="list this node's events, as kubectl get events")
+    get = sub.add_parser("get", parents=[common], help="list this node's events, as kubectl get events")
     get.add_argument("kind", choices=["events", "event", "ev"], help="what to list (events only)")
     get.add_argument("-n", "--namespace", default="default", help="only events in this namespace (default: default)")
     get.add_argument("-A", "--all-namespaces", action="store_true", help="events of every namespace")
     get.add_argument("--for", dest="for_object", metavar="KIND/NAME", help="only events about this object, e.g. pod/web")
-    get.add_argument("--config", default=default_config_path(), help="the agent's config file")
     get.set_defaults(func=cmd_get)
+
+    exec_ = sub.add_parser("exec", parents=[common], rest_dest="cmd",
+                           usage="%(prog)s POD [-c CONTAINER] [-i] [-t] [-n NS] -- COMMAND [ARGS...]",
+                           help="run a command in a container of a pod, as kubectl exec",
+                           description="Run a command in a running container through the runtime (no cluster or "
+                                       "network needed); edgelet exits with the command's exit code.")
+    exec_.add_argument("pod", help="the pod (a static pod also by its name without the node suffix)")
+    exec_.add_argument("cmd", nargs="*", metavar="COMMAND", help="the command and its arguments, after --")
+    exec_.add_argument("-n", "--namespace", default=None,
+                       help="the pod's namespace (default: any, as for logs; a name in several needs -n)")
+    exec_.add_argument("-c", "--container", default=None,
+                       help="the container (default: the kubectl.kubernetes.io/default-container annotation, "
+                            "else the first container)")
+    exec_.add_argument("-i", "--stdin", action="store_true", help="pass stdin to the command")
+    exec_.add_argument("-t", "--tty", action="store_true",
+                       help="a terminal for the command (with -i, when stdin is a terminal: raw mode, resizes sent)")
+    exec_.set_defaults(func=cmd_exec)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=cmd_version)
@@ -356,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_command_line(build_parser(), sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:  # how -f and -w end

@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import sys
 
-from edgelet.cli import RawDescriptionHelpFormatter
+from edgelet.cli_base import RawDescriptionHelpFormatter, setup_logging
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -50,7 +50,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from edgelet.cli import setup_logging
     from edgelet.errors import ConfigError
     from edgelet.kubeapi.kubeconfig import load_kubeconfig
     from edgelet.simulate.fleet import FleetOptions, options_problem

@@ -12,7 +12,7 @@ import termios
 
 import pytest
 
-from edgelet import cli
+from edgelet import cli_base
 from edgelet.cli import build_parser, default_config_path
 from edgelet.cli_pods import Printer, display_status, format_pod_table, select
 from edgelet.labelselector import parse_selector
@@ -64,9 +64,9 @@ def test_the_help_width_is_shutils(monkeypatch, columns_env, terminal):
         monkeypatch.setenv("COLUMNS", columns_env)
     with _Terminal(terminal) as stdout:
         monkeypatch.setattr(sys, "__stdout__", stdout)
-        assert cli.terminal_width() == shutil.get_terminal_size().columns
+        assert cli_base.terminal_width() == shutil.get_terminal_size().columns
         logs = _subparsers(build_parser())["logs"]
-        assert logs.formatter_class is cli.HelpFormatter
+        assert logs.formatter_class is cli_base.HelpFormatter
         ours = logs.format_help()
         logs.formatter_class = argparse.HelpFormatter
         assert logs.format_help() == ours
@@ -76,7 +76,7 @@ def test_the_help_width_is_shutils(monkeypatch, columns_env, terminal):
 def test_no_stdout_at_all_is_80_columns(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setattr(sys, "__stdout__", None)
-    assert cli.terminal_width() == shutil.get_terminal_size().columns == 80
+    assert cli_base.terminal_width() == shutil.get_terminal_size().columns == 80
 
 
 def test_config_defaults_to_etc_and_the_environment_overrides_it(monkeypatch):
