@@ -215,55 +215,34 @@ def _free_loopback_port() -> int:
         return probe.getsockname()[1]
 
 
-class AgentProcess:
-    """One `edgelet run` with its own root_dir, manifest directory and ops port, as a user starts it."""
+class NodeProcess:
+    """A node agent run as a subprocess that starts pods from the manifests renamed into its directory, and
+    answers /healthz over HTTP on a loopback port: edgelet (AgentProcess), or the kubelet beside it
+    (bench_kubelet.py). Subclasses say how it is started."""
 
-    def __init__(self, workdir: Path, endpoint: str, *, extra_toml: str = ""):
+    name = "agent"
+
+    def __init__(self, workdir: Path, *, log_name: str):
         self.workdir = workdir
         self.root_dir = workdir / "root"
         self.manifest_dir = workdir / "manifests"
         self.staging_dir = workdir / "staging"  # same file system, so a rename is atomic
-        self.ops_port = _free_loopback_port()
-        self.log_path = workdir / "agent.log"
-        self.config_path = workdir / "edgelet.toml"
+        self.http_port = _free_loopback_port()  # where /healthz answers
+        self.log_path = workdir / log_name
         for directory in (self.manifest_dir, self.staging_dir):
             directory.mkdir(parents=True, exist_ok=True)
-        # Defaults everywhere except the paths: relist 1 s, sync 1 m, housekeeping 2 s, 110 pods.
-        self.config_path.write_text(textwrap.dedent(f"""\
-            node_name = "{NODE_NAME}"
-            root_dir = "{self.root_dir}"
-
-            [runtime]
-            endpoint = "{endpoint}"
-
-            [pods]
-            manifest_dir = "{self.manifest_dir}"
-
-            [server]
-            address = "127.0.0.1:{self.ops_port}"
-            """) + extra_toml)
         self.proc: subprocess.Popen | None = None
         self.ready_at = 0.0  # monotonic time /healthz first answered 200
 
     @property
-    def status_dir(self) -> Path:
-        """Where the StatusManager keeps one checkpoint per pod (root_dir/state/pods)."""
-        return self.root_dir / "state" / "pods"
-
-    @property
     def pid(self) -> int:
-        assert self.proc is not None, "agent not started"
+        assert self.proc is not None, f"{self.name} not started"
         return self.proc.pid
 
-    def start(self) -> AgentProcess:
-        """Starts the agent as the service unit does: with the unit's environment and the package's bytecode."""
-        env = agent_environment()
+    def _spawn(self, argv: list[str], env: dict[str, str]) -> None:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "edgelet", "run", "--config", str(self.config_path)],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )
-        return self
+            self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.proc is None:
@@ -280,11 +259,11 @@ class AgentProcess:
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             tail = self.log_path.read_text(errors="replace").splitlines()[-20:]
-            raise RuntimeError("edgelet exited; last log lines:\n" + "\n".join(tail))
+            raise RuntimeError(f"{self.name} exited; last log lines:\n" + "\n".join(tail))
 
     async def http_get(self, path: str) -> tuple[int, bytes]:
-        """One request to the ops endpoint on loopback."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.ops_port)
+        """One request to the process's HTTP endpoint on loopback."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.http_port)
         try:
             writer.write(f"GET {path} HTTP/1.1\r\nHost: edgelet\r\nConnection: close\r\n\r\n".encode())
             await writer.drain()
@@ -295,7 +274,7 @@ class AgentProcess:
         return int(head.split(b" ", 2)[1]), body
 
     async def wait_ready(self, timeout: float = 60.0, *, interval: float = 0.05) -> None:
-        """Until /healthz answers 200: the runtime answered and the first relist is done."""
+        """Until /healthz answers 200 (edgelet: the runtime answered and the first relist is done)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
@@ -307,7 +286,7 @@ class AgentProcess:
             except (OSError, ValueError, IndexError):
                 pass
             await asyncio.sleep(interval)
-        raise TimeoutError(f"edgelet not healthy within {timeout:.0f}s (log: {self.log_path})")
+        raise TimeoutError(f"{self.name} not healthy within {timeout:.0f}s (log: {self.log_path})")
 
     def drop_manifests(self, names: list[str]) -> int:
         """Writes each pod's manifest in staging, then renames them all into the manifest directory.
@@ -333,6 +312,41 @@ class AgentProcess:
     def cpu_seconds(self) -> float:
         """CPU time of every thread of the agent so far (procstat.cpu_seconds)."""
         return procstat.cpu_seconds(self.pid)
+
+
+class AgentProcess(NodeProcess):
+    """One `edgelet run` with its own root_dir, manifest directory and ops port, as a user starts it."""
+
+    name = "edgelet"
+
+    def __init__(self, workdir: Path, endpoint: str, *, extra_toml: str = ""):
+        super().__init__(workdir, log_name="agent.log")
+        self.ops_port = self.http_port
+        self.config_path = workdir / "edgelet.toml"
+        # Defaults everywhere except the paths: relist 1 s, sync 1 m, housekeeping 2 s, 110 pods.
+        self.config_path.write_text(textwrap.dedent(f"""\
+            node_name = "{NODE_NAME}"
+            root_dir = "{self.root_dir}"
+
+            [runtime]
+            endpoint = "{endpoint}"
+
+            [pods]
+            manifest_dir = "{self.manifest_dir}"
+
+            [server]
+            address = "127.0.0.1:{self.ops_port}"
+            """) + extra_toml)
+
+    @property
+    def status_dir(self) -> Path:
+        """Where the StatusManager keeps one checkpoint per pod (root_dir/state/pods)."""
+        return self.root_dir / "state" / "pods"
+
+    def start(self) -> AgentProcess:
+        """Starts the agent as the service unit does: with the unit's environment and the package's bytecode."""
+        self._spawn([sys.executable, "-m", "edgelet", "run", "--config", str(self.config_path)], agent_environment())
+        return self
 
 
 # -- the agent's own metrics ----------------------------------------------------------------------
@@ -460,7 +474,7 @@ class Usage:
     window_s: float
 
 
-async def measure_usage(agent: AgentProcess, seconds: float) -> Usage:
+async def measure_usage(agent: NodeProcess, seconds: float) -> Usage:
     """CPU of the agent over `seconds` of doing nothing but its own periodic work, and its RSS after."""
     cpu_before, started = agent.cpu_seconds(), time.monotonic()
     await asyncio.sleep(seconds)
@@ -477,7 +491,7 @@ def pod_label(name: str) -> dict[str, str]:
     return {labels.POD_NAME: f"{name}-{NODE_NAME}"}
 
 
-async def agent_start(client: RuntimeClient, agent: AgentProcess, name: str) -> float:
+async def agent_start(client: RuntimeClient, agent: NodeProcess, name: str) -> float:
     """Seconds from renaming one pod's manifest into the manifest directory to its container running."""
     dropped = agent.drop_manifests([name])
     await asyncio.sleep(FIRST_POLL_AFTER)
@@ -511,7 +525,7 @@ async def agent_restart(agent: AgentProcess, pods: int, *, interval: float = 0.0
         await asyncio.sleep(interval)
 
 
-async def agent_burst(client: RuntimeClient, agent: AgentProcess, count: int) -> float:
+async def agent_burst(client: RuntimeClient, agent: NodeProcess, count: int) -> float:
     """Seconds from the first of `count` manifest renames to the last of their containers running."""
     names = [f"burst-{i:03d}" for i in range(count)]
     dropped = agent.drop_manifests(names)

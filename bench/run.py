@@ -1,10 +1,12 @@
 """`make bench`: relist, pod start, burst start, idle status writes, RSS and CPU of edgelet, each beside
-its floor (the pure twin, or the raw CRI calls) measured in the same run, and the same agent as a joined cluster
-node (bench_cluster.py); prints a table and a BENCH line.
+its floor (the pure twin, or the raw CRI calls) measured in the same run, the same agent as a joined cluster
+node (bench_cluster.py), and the upstream kubelet on the same workloads (bench_kubelet.py); prints a table and a
+BENCH line.
 
 Run it as root from the repository: `python -m bench.run` starts two identical private containerds
 (hack/local-containerd.sh) in a temporary directory, one for the agent and one for the raw CRI floor,
-so that agent pods and raw pods can alternate; both are stopped at the end. See docs/benchmarks.md.
+so that agent pods and raw pods can alternate, and a third for the kubelet at the end; all are stopped at the end.
+See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import bench_agent as agent_bench  # noqa: E402
 from bench import bench_cluster  # noqa: E402
 from bench import bench_core  # noqa: E402
+from bench import bench_kubelet  # noqa: E402
 from bench import bench_kubelet_api  # noqa: E402
 from edgelet import core  # noqa: E402
 from edgelet.cri.client import RuntimeClient  # noqa: E402
@@ -102,6 +105,7 @@ class Results:
     kubelet_api_rss_off_mb: float = float("nan")  # idle cluster-mode agent, no pods
     kubelet_api_rss_on_mb: float = float("nan")
     cluster: bench_cluster.ClusterResults = field(default_factory=bench_cluster.ClusterResults)
+    kubelet: bench_kubelet.KubeletResults = field(default_factory=bench_kubelet.KubeletResults)
 
     def goals(self) -> dict[str, tuple[float, str]]:
         return EVENTED_GOALS if self.pleg_mode == "evented" else GOALS
@@ -123,7 +127,21 @@ class Results:
             "rss_110_cluster_mb": _median([u.rss_mb for u in self.cluster.idle]),
             "pss_110_cluster_mb": _median(self.cluster.pss_mb),
             "restart_110_cluster_ms": _median(self.cluster.restart_ms),
+            **kubelet_ratios(self),
         }
+
+
+def kubelet_ratios(results: Results) -> dict[str, float]:
+    """edgelet's figure over the kubelet's for each workload both ran (below 1: edgelet is faster or smaller):
+    medians of each side's own phase, which ran minutes apart in the same run."""
+    kubelet = results.kubelet
+    return {
+        "kubelet_start": _ratio(_median(results.agent_seq_ms), _median(kubelet.seq_ms)),
+        "kubelet_burst": _ratio(_median(results.agent_burst_s), _median(kubelet.burst_s)),
+        "kubelet_rss": _ratio(_median([u.rss_mb for u in results.idle110]), _median([u.rss_mb for u in kubelet.idle])),
+        "kubelet_idle_cpu": _ratio(_median([u.cpu_pct for u in results.idle110]),
+                                   _median([u.cpu_pct for u in kubelet.idle])),
+    }
 
 
 def _median(values: list[float]) -> float:
@@ -421,8 +439,29 @@ async def measure_restarts(agent: agent_bench.AgentProcess, results: Results, op
         await asyncio.sleep(STARTUP_SETTLE)
 
 
+async def bench_kubelet_phase(binary: Path, state_dir: Path, workdir: Path, opts: argparse.Namespace) -> \
+        bench_kubelet.KubeletResults:
+    """The kubelet's phases on a private containerd of its own, started for them and stopped after: edgelet's
+    figures are all taken before it starts."""
+    log(f"kubelet: starting its private containerd in {state_dir}")
+    endpoint = await asyncio.to_thread(start_containerd, state_dir)
+    try:
+        async with RuntimeClient(endpoint, timeout=60.0) as client:
+            await wait_runtime_ready(client)
+            await empty_runtime(client)
+            # The idle windows start when edgelet's do: after the first full resync (none for a quick try).
+            idle_after = SYNC_FREQUENCY + 2.0 if opts.resyncs else 0.0
+            phases = bench_kubelet.KubeletBench(binary, endpoint, client, workdir, settle_s=STARTUP_SETTLE,
+                                                pause_s=PAUSE_BETWEEN_PODS, idle_after_s=idle_after, log=log)
+            return await bench_kubelet.bench_kubelet(phases, seq_pods=opts.kubelet_seq_pods,
+                                                     bursts=opts.kubelet_bursts, burst_pods=opts.burst_pods,
+                                                     windows=opts.idle_windows, window_s=opts.idle_seconds)
+    finally:
+        await asyncio.to_thread(stop_containerd, state_dir)
+
+
 async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], workdir: Path,
-                  opts: argparse.Namespace) -> Results:
+                  opts: argparse.Namespace, kubelet_binary: Path | None = None) -> Results:
     results = Results(load=[_load()], cgroups=_cgroup_counts())
     if not opts.skip_relist:
         bench_relist(results)
@@ -444,6 +483,9 @@ async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], w
             results.cluster = await bench_cluster.bench_cluster(
                 agent_endpoint, agent_rt, workdir / "cluster", opts.burst_pods, windows=opts.idle_windows,
                 window_s=opts.idle_seconds, restarts=opts.restarts)
+    if kubelet_binary is not None:
+        results.kubelet = await bench_kubelet_phase(kubelet_binary, workdir / "containerd-kubelet",
+                                                    workdir / "kubelet", opts)
     results.load.append(_load())
     return results
 
@@ -601,6 +643,39 @@ def cluster_lines(results: Results, figures: dict[str, float]) -> list[str]:
     ]
 
 
+def kubelet_lines(results: Results, figures: dict[str, float]) -> list[str]:
+    kubelet = results.kubelet
+    if not kubelet.version:
+        return []
+    pods = results.burst_pods
+    seq, bursts, idle = kubelet.seq_ms, kubelet.burst_s, kubelet.idle
+    lines = [
+        f"kubelet {kubelet.version} beside edgelet (standalone: static pods from its staticPodPath, its own private "
+        "containerd, after edgelet's phases; ratio = edgelet / kubelet, below 1 edgelet does better)",
+        f"  {'':34} {'edgelet':>10} {'kubelet':>10} {'ratio':>7}",
+        f"  {f'pod start, median ({len(results.agent_seq_ms)} / {len(seq)} pods)':34} "
+        f"{_median(results.agent_seq_ms):>8.0f}ms {_median(seq):>8.0f}ms {figures['kubelet_start']:>7.2f}",
+    ]
+    if seq:
+        lines.append(f"  {'  fastest / slowest':34} {'':>10} {min(seq):>4.0f}/{max(seq):<4.0f}ms")
+    lines.append(f"  {f'{pods} pods at once, median':34} {_median(results.agent_burst_s):>9.2f}s "
+                 f"{_median(bursts):>9.2f}s {figures['kubelet_burst']:>7.2f}")
+    if bursts:
+        lines.append(f"  {'  kubelet bursts, seconds':34} " + " / ".join(f"{b:.2f}" for b in bursts)
+                     + f"; its CPU during them {sum(kubelet.burst_cpu_s):.2f}s")
+    lines += [
+        f"  {f'RSS MiB (VmRSS) at {pods} pods':34} {figures['rss_110_mb']:>10.1f} "
+        f"{_median([u.rss_mb for u in idle]):>10.1f} {figures['kubelet_rss']:>7.2f}",
+        f"  {f'idle CPU % of one core at {pods} pods':34} {figures['idle_cpu_110_pct']:>10.2f} "
+        f"{_median([u.cpu_pct for u in idle]):>10.2f} {figures['kubelet_idle_cpu']:>7.2f}",
+    ]
+    if idle:
+        lines.append(f"    kubelet, {len(idle)} windows of {idle[0].window_s:.0f} s: CPU "
+                     + " / ".join(f"{u.cpu_pct:.2f}" for u in idle) + " %, RSS "
+                     + " / ".join(f"{u.rss_mb:.1f}" for u in idle) + " MiB")
+    return lines
+
+
 def report(results: Results) -> str:
     figures = results.bench_figures()
     lines = [
@@ -615,6 +690,8 @@ def report(results: Results) -> str:
     lines += start_lines(results, figures) + [""] + idle_lines(results, figures)
     if cluster := cluster_lines(results, figures):
         lines += [""] + cluster
+    if kubelet := kubelet_lines(results, figures):
+        lines += [""] + kubelet
     lines += ["", bench_line(figures, results.runtime, results.pleg_mode)]
     return "\n".join(lines)
 
@@ -629,7 +706,9 @@ def bench_line(figures: dict[str, float], runtime: str, pleg_mode: str) -> str:
             f"cri_calls_per_pod_start={figures['cri_calls_per_pod_start']:.2f} "
             f"kubelet_api_rss_mb={figures['kubelet_api_rss_mb']:.1f} "
             f"rss_110_cluster_mb={figures['rss_110_cluster_mb']:.1f} pss_110_cluster_mb={figures['pss_110_cluster_mb']:.1f} "
-            f"restart_110_cluster_ms={figures['restart_110_cluster_ms']:.0f}")
+            f"restart_110_cluster_ms={figures['restart_110_cluster_ms']:.0f} "
+            f"kubelet_start={figures['kubelet_start']:.2f} kubelet_burst={figures['kubelet_burst']:.2f} "
+            f"kubelet_rss={figures['kubelet_rss']:.2f} kubelet_idle_cpu={figures['kubelet_idle_cpu']:.2f}")
 
 
 # -- entry -----------------------------------------------------------------------------------------------
@@ -651,6 +730,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="full resyncs the status-write window spans (0: no wait, for a quick try)")
     parser.add_argument("--skip-relist", action="store_true")
     parser.add_argument("--skip-cluster", action="store_true", help="leave out the joined cluster node")
+    parser.add_argument("--skip-kubelet", action="store_true", help="leave out the upstream kubelet beside edgelet")
+    parser.add_argument("--kubelet-seq-pods", type=int, default=20, help="the kubelet's pods started one at a time")
+    parser.add_argument("--kubelet-bursts", type=int, default=2,
+                        help="the kubelet's bursts, each a fresh kubelet's (the last one's pods for its idle figures)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     opts = parser.parse_args(argv)
     if opts.burst_rounds < 1:
@@ -666,6 +749,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="edgelet-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     agent_dir, raw_dir = workdir / "containerd", workdir / "containerd-raw"
+    kubelet_dir = workdir / "containerd-kubelet"  # bench_kubelet_phase starts it; stopped here too after a failure
     try:
         try:
             import uvloop  # the agent's loop; the raw floor's client should not run on a slower one
@@ -674,12 +758,14 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             pass
         agent_bench.compile_bytecode()
+        # Before anything is measured: a kubelet that cannot be had fails the run at once, not after the rest.
+        kubelet_binary = None if opts.skip_kubelet else bench_kubelet.fetch_kubelet()
         log(f"starting two private containerds in {workdir}")
         endpoints = start_containerd(agent_dir), start_containerd(raw_dir)
-        results = asyncio.run(run_all(endpoints, lambda: stop_containerd(raw_dir), workdir, opts))
+        results = asyncio.run(run_all(endpoints, lambda: stop_containerd(raw_dir), workdir, opts, kubelet_binary))
     finally:
         log("stopping the private containerds")
-        for state_dir in (agent_dir, raw_dir):
+        for state_dir in (agent_dir, raw_dir, kubelet_dir):
             stop_containerd(state_dir)
         if opts.workdir is None:
             unmount_under(workdir)
