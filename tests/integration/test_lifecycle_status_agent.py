@@ -13,6 +13,7 @@ from tests.integration.test_cluster import (  # noqa: F401 (the api fixture)
     api_pod,
     cluster_agent,
     main_status,
+    running_container_ids,
 )
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
@@ -60,3 +61,19 @@ def test_terminated_containers_report_their_termination_message(agent, api):  # 
         wait_for(lambda: pod_status(api, name).get("phase") == phase, 60, interval=0.2, what=f"{name} {phase}")
         terminated = main_status(api_get(api, "pods", name, "default"))["state"]["terminated"]
         assert terminated.get("message", "") == message, name
+
+
+def test_a_pod_past_its_deadline_shows_failed_only_once_its_container_stopped(agent, api, containerd):  # noqa: F811
+    # PID 1 sleep ignores SIGTERM: the kill lasts the whole 4 s grace period, while the pod is Failed locally.
+    pod = api_pod("bounded", "exec sleep 3600", grace=4)
+    pod["spec"]["activeDeadlineSeconds"] = 2
+    uid = api.create("pods", pod)["metadata"]["uid"]
+    wait_for(lambda: agent.pods().get("bounded", {}).get("status", {}).get("phase") == "Failed", 30,
+             what="Failed locally")
+    assert pod_status(api, "bounded").get("phase") == "Running"
+    assert running_container_ids(containerd.endpoint, uid)
+    wait_for(lambda: pod_status(api, "bounded").get("phase") == "Failed", 30, interval=0.1, what="Failed in the API")
+    assert not running_container_ids(containerd.endpoint, uid)
+    status = pod_status(api, "bounded")
+    assert status["reason"] == "DeadlineExceeded"
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "False"

@@ -146,9 +146,13 @@ class Prober:
 class Statuses:
     def __init__(self):
         self.pods: dict[str, dict] = {}
+        self.forced: list[str] = []  # uids whose status was announced again once their containers stopped
 
     def get_status(self, uid):
         return self.pods.get(uid)
+
+    def force_update(self, uid):
+        self.forced.append(uid)
 
     def set_pod_status(self, pod, status):
         self.pods[pod["metadata"]["uid"]] = status
@@ -308,6 +312,8 @@ async def test_a_pod_past_its_active_deadline_fails_and_is_killed():
     assert (status["phase"], status["reason"]) == ("Failed", DEADLINE_REASON)
     assert node.runtime.calls == [("start", "a"), ("kill", "a", 30)]
     assert node.recorder.events == [("a", DEADLINE_REASON)]
+    # Its containers stopped: the worker says so, and the status, terminal phase included, is announced again.
+    assert not node.workers.could_have_running_containers("a") and node.statuses.forced == ["a"]
     await node.hear(("UPDATE", pod("a", deadline=4)))
     assert starts(node, "a") == 1 and node.workers.state("a") is PodState.FINISHED
 
