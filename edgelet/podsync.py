@@ -177,6 +177,13 @@ class PodSyncer:
         self._observe_start(uid, runtime_status)
         return status
 
+    def republish(self, uid: str) -> None:
+        """The pod's status again from the runtime status as last seen, with the newest probe results: a pod
+        being stopped shows its readiness change before its containers are gone."""
+        pod = self._pods.get(uid)
+        if pod is not None:
+            self.publish_status(pod, self._pleg.get_status(uid), self.waiting.get(uid) or {})
+
     def _observe_start(self, uid: str, runtime_status: PodRuntimeStatus) -> None:
         first_seen = self.first_seen.get(uid)
         if first_seen is None:

@@ -77,3 +77,31 @@ def test_a_pod_past_its_deadline_shows_failed_only_once_its_container_stopped(ag
     status = pod_status(api, "bounded")
     assert status["reason"] == "DeadlineExceeded"
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "False"
+
+
+def conditions(api, name: str) -> dict[str, str]:  # noqa: F811
+    return {c["type"]: c["status"] for c in pod_status(api, name).get("conditions") or []}
+
+
+@pytest.mark.parametrize("probe", ["livenessProbe", "startupProbe"])
+def test_a_container_killed_for_a_failed_probe_gets_the_probe_grace_period(agent, api, probe):  # noqa: F811
+    # PID 1 sleep ignores SIGTERM: only the grace period's end stops it, and the pod's is 500 s.
+    pod = api_pod("probed", "exec sleep 3600", grace=500)
+    pod["spec"]["containers"][0][probe] = {"exec": {"command": ["false"]}, "periodSeconds": 1,
+                                           "failureThreshold": 1, "terminationGracePeriodSeconds": 2}
+    api.create("pods", pod)
+    wait_for(lambda: main_status(api_get(api, "pods", "probed", "default")).get("restartCount", 0) >= 1, 30,
+             interval=0.2, what="the container restarted within the probe's 2 s grace")
+
+
+def test_a_pod_being_deleted_turns_unready_while_its_container_stops(agent, api, containerd):  # noqa: F811
+    # On SIGTERM the container stops being ready at once, then takes 20 s to exit.
+    script = "trap 'rm -f /tmp/ready; sleep 20; exit 0' TERM; touch /tmp/ready; while true; do sleep 1; done"
+    pod = api_pod("draining", script, grace=30)
+    pod["spec"]["containers"][0]["readinessProbe"] = {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1,
+                                                      "failureThreshold": 1}
+    uid = api.create("pods", pod)["metadata"]["uid"]
+    wait_for(lambda: conditions(api, "draining").get("Ready") == "True", 30, interval=0.2, what="Ready")
+    api.delete("pods", "draining", "default", grace_period=30)
+    wait_for(lambda: conditions(api, "draining").get("Ready") == "False", 10, interval=0.2, what="not Ready")
+    assert running_container_ids(containerd.endpoint, uid)  # still stopping
