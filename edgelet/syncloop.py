@@ -21,6 +21,7 @@ from .kubetime import format_time
 from .podconfig.config import Op, PodUpdate
 from .podutil import Pod
 from .podworkers import PodState, WorkType
+from .status.generate import readiness_needs_reconcile
 from .tasks import wait_set
 
 if TYPE_CHECKING:  # the collaborators, for their types only
@@ -263,6 +264,8 @@ class SyncLoop:
             self._status.mark_deleted(uid, at=format_time(time.time()), grace=podutil.grace_period_seconds(pod))
         elif op is Op.RECONCILE:
             self._pods.update_if_known(pod)
+            if readiness_needs_reconcile(pod):
+                self.sync_if_known(uid)  # a readiness gate's condition changed: Ready is worked out again
 
     def _admit(self, pod: Pod) -> bool:
         """The kubelet's admission: a rejected pod gets phase Failed with the reason and never runs."""

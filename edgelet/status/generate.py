@@ -472,7 +472,7 @@ def _containers_ready(pod: podutil.Pod, init_statuses: list[dict[str, Any]], app
         return _condition(CONTAINERS_READY, False, REASON_POD_COMPLETED)
     if phase == FAILED:
         return _condition(CONTAINERS_READY, False, REASON_POD_FAILED)
-    ready = {s["name"]: s["ready"] for s in [*init_statuses, *app_statuses]}
+    ready = {s.get("name"): s.get("ready") for s in [*init_statuses, *app_statuses]}
     counted = [c for c in podutil.init_containers(pod) if podutil.is_sidecar(c)] + podutil.containers(pod)
     unready = [c.get("name", "") for c in counted if not ready.get(c.get("name", ""))]
     if unready:
@@ -496,6 +496,21 @@ def _ready(pod: podutil.Pod, conditions: list[dict[str, Any]], containers_ready:
     if problems:
         return _condition(POD_READY, False, REASON_READINESS_GATES_NOT_READY, ", ".join(problems))
     return _condition(POD_READY, True)
+
+
+def readiness_needs_reconcile(pod: podutil.Pod) -> bool:
+    """Whether the Ready condition in the pod's API status is not what its readiness gates and containers
+    make it: someone set a gate's condition (the kubelet's NeedToReconcilePodReadiness), so the pod is synced."""
+    if not podutil.spec(pod).get("readinessGates"):
+        return False
+    status = pod.get("status") or {}
+    current = next((c for c in status.get("conditions") or [] if c.get("type") == POD_READY), None)
+    if current is None:
+        return False
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]
+    wanted = _ready(pod, conditions, _containers_ready(
+        pod, status.get("initContainerStatuses") or [], status.get("containerStatuses") or [], status.get("phase")))
+    return (current.get("status"), current.get("message", "")) != (wanted["status"], wanted.get("message", ""))
 
 
 def _initialized(

@@ -105,3 +105,27 @@ def test_a_pod_being_deleted_turns_unready_while_its_container_stops(agent, api,
     api.delete("pods", "draining", "default", grace_period=30)
     wait_for(lambda: conditions(api, "draining").get("Ready") == "False", 10, interval=0.2, what="not Ready")
     assert running_container_ids(containerd.endpoint, uid)  # still stopping
+
+
+def test_readiness_gates_set_by_others_decide_readiness(agent, api):  # noqa: F811
+    pod = api_pod("gated")
+    pod["spec"]["readinessGates"] = [{"conditionType": "k8s.io/test-condition1"},
+                                     {"conditionType": "k8s.io/test-condition2"}]
+    api.create("pods", pod)
+    wait_for(lambda: pod_status(api, "gated").get("phase") == "Running", 30, interval=0.2, what="Running")
+
+    def set_gate(kind: str, value: str) -> None:
+        api.patch("pods", "gated", {"status": {"conditions": [{"type": kind, "status": value}]}}, namespace="default",
+                  subresource="status")
+
+    assert conditions(api, "gated").get("Ready") == "False"
+    set_gate("k8s.io/test-condition1", "True")
+    wait_for(lambda: "test-condition2" in next(c.get("message", "") for c in pod_status(api, "gated")["conditions"]
+                                               if c["type"] == "Ready"), 10, interval=0.2, what="one gate left")
+    assert conditions(api, "gated").get("Ready") == "False"
+    set_gate("k8s.io/test-condition2", "True")
+    wait_for(lambda: conditions(api, "gated").get("Ready") == "True", 10, interval=0.2, what="Ready")
+    set_gate("k8s.io/test-condition1", "False")
+    wait_for(lambda: conditions(api, "gated").get("Ready") == "False", 10, interval=0.2, what="not Ready again")
+    # The conditions others own stay as they set them.
+    assert conditions(api, "gated")["k8s.io/test-condition2"] == "True"

@@ -396,3 +396,18 @@ async def test_a_readiness_change_of_a_pod_being_stopped_is_published():
     node.loop.probe_result_changed("a")
     assert {c["type"]: c["status"] for c in node.statuses.pods["a"]["conditions"]}["Ready"] == "False"
     assert starts(node, "a") == 1
+
+
+async def test_a_readiness_gate_set_by_someone_else_makes_the_pod_ready():
+    node = Node()
+    gated = pod("a")
+    gated["spec"]["readinessGates"] = [{"conditionType": "example.com/lb"}]
+    await node.hear(("ADD", gated))
+    status = node.statuses.pods["a"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "False"
+    # The load balancer's controller patches its condition: the source sends the pod back with that status.
+    patched = {**gated, "status": {**status, "conditions": [
+        *status["conditions"], {"type": "example.com/lb", "status": "True"}]}}
+    await node.hear(("RECONCILE", patched))
+    assert {c["type"]: c["status"] for c in node.statuses.pods["a"]["conditions"]}["Ready"] == "True"
+    assert starts(node, "a") == 1
