@@ -129,3 +129,14 @@ def test_readiness_gates_set_by_others_decide_readiness(agent, api):  # noqa: F8
     wait_for(lambda: conditions(api, "gated").get("Ready") == "False", 10, interval=0.2, what="not Ready again")
     # The conditions others own stay as they set them.
     assert conditions(api, "gated")["k8s.io/test-condition2"] == "True"
+
+
+def test_a_pod_for_another_os_is_refused(agent, api, containerd):  # noqa: F811
+    pod = api_pod("wrong-os")
+    pod["spec"]["os"] = {"name": "windows"}
+    uid = api.create("pods", pod)["metadata"]["uid"]
+    wait_for(lambda: pod_status(api, "wrong-os").get("phase") == "Failed", 30, interval=0.2, what="refused")
+    status = pod_status(api, "wrong-os")
+    assert (status["reason"], status["message"]) == (
+        "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
+    assert not running_container_ids(containerd.endpoint, uid)
