@@ -25,7 +25,7 @@ PARSER_MODULES = (
     "edgelet.quantity",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:1d3a84b742a4fb5aa967337c244fdd0829814c0a17433249f969376603fe7622"
+PARSER_DIGEST = "sha256:781b61c85da51ae6cf892a73bbcf40a0b72c12c2eb9f4de8ba369950f167ae66"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

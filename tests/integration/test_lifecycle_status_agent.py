@@ -140,3 +140,12 @@ def test_a_pod_for_another_os_is_refused(agent, api, containerd):  # noqa: F811
     assert (status["reason"], status["message"]) == (
         "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
     assert not running_container_ids(containerd.endpoint, uid)
+
+
+def test_a_hostname_override_is_the_pods_hostname(agent, api):  # noqa: F811
+    pod = terminated_pod("renamed", "echo -n $(hostname)';'$(hostname -f)';' > /dev/termination-log")
+    pod["spec"].update(hostNetwork=False, hostname="custom-host", subdomain="t", hostnameOverride="override-host")
+    api.create("pods", pod)
+    wait_for(lambda: pod_status(api, "renamed").get("phase") == "Succeeded", 60, interval=0.2, what="Succeeded")
+    terminated = main_status(api_get(api, "pods", "renamed", "default"))["state"]["terminated"]
+    assert terminated["message"] == "override-host;override-host;"
