@@ -149,3 +149,44 @@ def test_a_hostname_override_is_the_pods_hostname(agent, api):  # noqa: F811
     wait_for(lambda: pod_status(api, "renamed").get("phase") == "Succeeded", 60, interval=0.2, what="Succeeded")
     terminated = main_status(api_get(api, "pods", "renamed", "default"))["state"]["terminated"]
     assert terminated["message"] == "override-host;override-host;"
+
+
+# An httpd on 8080 whose CGI /cgi-bin/mark appends its query to /hits/log (a hostPath the test reads), the
+# upstream hook specs' netexec in a few lines; every container leaves at once on SIGTERM.
+LEAVE_ON_TERM = "trap 'exit 0' TERM; while true; do sleep 0.2; done"
+MARKING_SERVER = (
+    "mkdir -p /tmp/www/cgi-bin && printf '#!/bin/sh\\necho \"$QUERY_STRING\" >> /hits/log\\n"
+    "printf \"Content-Type: text/plain\\\\r\\\\n\\\\r\\\\nok\"\\n' > /tmp/www/cgi-bin/mark"
+    " && chmod +x /tmp/www/cgi-bin/mark && httpd -p 8080 -h /tmp/www; " + LEAVE_ON_TERM
+)
+
+
+def test_hooks_of_containers_and_sidecars_reach_the_pod_and_run_in_order(agent, api, tmp_path):  # noqa: F811
+    hits = tmp_path / "hits"
+    hits.mkdir()
+
+    def mark(what: str) -> dict:
+        return {"httpGet": {"path": f"/cgi-bin/mark?{what}", "port": 8080}}  # no host: the pod's own IP
+
+    pod = api_pod("hooked", LEAVE_ON_TERM, volumes=[{"name": "hits", "hostPath": {"path": str(hits)}}], grace=15)
+    spec = pod["spec"]
+    spec["hostNetwork"] = False
+    main = spec["containers"][0]
+    main["volumeMounts"] = [{"name": "hits", "mountPath": "/hits"}]
+    main["lifecycle"] = {"postStart": {"exec": {"command": ["sh", "-c", "echo main-poststart >> /hits/log"]}},
+                         "preStop": mark("main-prestop")}
+    server = {**main, "name": "server", "command": ["sh", "-c", MARKING_SERVER], "restartPolicy": "Always",
+              "startupProbe": {**mark("startup"), "periodSeconds": 1}}
+    del server["lifecycle"]
+    hooked = {**main, "name": "hooked-sidecar", "restartPolicy": "Always",
+              "lifecycle": {"postStart": mark("sidecar-poststart"), "preStop": mark("sidecar-prestop")}}
+    spec["initContainers"] = [server, hooked]
+    api.create("pods", pod)
+    log = hits / "log"
+    wait_for(lambda: log.exists() and {"sidecar-poststart", "main-poststart"} <= set(log.read_text().split()), 60,
+             interval=0.2, what="both postStart hooks")
+    api.delete("pods", "hooked", "default", grace_period=15)
+    wait_for(lambda: api_get(api, "pods", "hooked", "default") is None, 30, interval=0.2, what="the pod gone")
+    lines = [line for line in log.read_text().split() if line != "startup"]
+    # The sidecar's postStart ran before the app started; the app's preStop ran before the sidecar's.
+    assert lines == ["sidecar-poststart", "main-poststart", "main-prestop", "sidecar-prestop"]
