@@ -93,8 +93,28 @@ def apparmor_check(host_enabled: bool) -> Check:
     return check
 
 
+NODE_OS = "linux"
+OS_LABEL = "kubernetes.io/os"
+
+
+def os_check(pod: Pod) -> Verdict:
+    """The kubelet's first refusals (lifecycle/predicate.go): a pod labelled for another OS, or whose spec.os
+    names another OS, never runs here."""
+    label = podutil.meta(pod).get("labels") or {}
+    if OS_LABEL in label and label[OS_LABEL] != NODE_OS:
+        return Verdict(False, "PodOSSelectorNodeLabelDoesNotMatch",
+                       "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label")
+    pod_os = podutil.spec(pod).get("os")
+    if isinstance(pod_os, dict) and pod_os.get("name") != NODE_OS:
+        return Verdict(False, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
+    return ADMIT
+
+
 def admit(pod: Pod, *, active_pods: int, max_pods: int, extra: Iterable[Check] = ()) -> Verdict:
-    """The first reason not to run the pod, in the kubelet's order: capacity, then the pod itself."""
+    """The first reason not to run the pod, in the kubelet's order: the OS, capacity, then the pod itself."""
+    verdict = os_check(pod)
+    if not verdict.admit:
+        return verdict
     if active_pods >= max_pods:
         return Verdict(False, "OutOfpods", f"Node didn't have enough resource: pods, limit: {max_pods}")
     problems = validate_pod(pod) if podutil.source(pod) not in VALIDATED_AT_SOURCE else []

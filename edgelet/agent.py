@@ -255,6 +255,7 @@ class Agent:
             pressure_provider=self.eviction.pressure,
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
             runtime_features_provider=lambda: self.runtime_state.features,
+            could_have_running_containers=self.workers.could_have_running_containers,
         )
 
     def _serve_cluster_identity(self) -> None:

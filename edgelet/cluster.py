@@ -82,6 +82,7 @@ class ClusterConnection:
         runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
         recorder: EventRecorder | None = None,
+        could_have_running_containers: Callable[[str], bool] = lambda uid: False,
     ):
         """Raises KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
         cluster = config.cluster
@@ -124,7 +125,8 @@ class ClusterConnection:
         )
         self.api = ClusterApi(self.client, node_name, cluster, report=report, api_pods=self.caching,
                               pod_manager=pod_manager, status_manager=status_manager, static_pods=self._static_pods,
-                              static_pods_ready=self._static_sources_ready, recorder=recorder)
+                              static_pods_ready=self._static_sources_ready, recorder=recorder,
+                              could_have_running_containers=could_have_running_containers)
         self.node_status = self.api.node_status
         self.status = self.api.status
         self.source = self.api.source

@@ -109,6 +109,7 @@ class ClusterApi:
         static_pods_ready: Callable[[], bool] = lambda: True,
         recorder: EventRecorder | None = None,
         rng: random.Random | None = None,
+        could_have_running_containers: Callable[[str], bool] = lambda uid: False,
     ):
         """`cluster` gives the timings and node labels; `api_pods` receives the API's pods bound to this node
         (mirror pods excepted); `static_pods()` are the pods that need mirrors, `static_pods_ready()` whether
@@ -148,6 +149,7 @@ class ClusterApi:
             backoff_max=max(cluster.status_resync, 0.5),
             api_pod=lambda uid: self.splitter.latest(uid),
             rng=rng,
+            could_have_running_containers=could_have_running_containers,
         )
         self.splitter = MirrorSplitter(api_pods, self.mirrors.set_mirror_pods)
         self.source = ApiServerSource(client, node_name, self.splitter, rng=rng)

@@ -29,6 +29,7 @@ from .kuberuntime.types import (
 )
 from .kuberuntime import labels
 from .kuberuntime.cache import PodCache
+from .kuberuntime.termmessage import joined_message, termination_message
 from .plegstream import ContainerEventStream
 from .tasks import wait_set
 
@@ -121,6 +122,17 @@ def _linux_resources(status: pb.ContainerStatus) -> tuple[int, int, int, int] | 
         return None
     linux = status.resources.linux
     return linux.cpu_shares, linux.cpu_quota, linux.cpu_period, linux.memory_limit_in_bytes
+
+
+def _exit_message(status: pb.ContainerStatus) -> str:
+    """An exited container's message: the runtime's, then what the container left (the kubelet reads it from
+    the file mounted at its terminationMessagePath, or its log), read once when it is first seen exited."""
+    annotations = status.annotations
+    left = termination_message(
+        [(mount.container_path, mount.host_path) for mount in status.mounts],
+        annotations.get(labels.CONTAINER_TERMINATION_MESSAGE_PATH, ""),
+        annotations.get(labels.CONTAINER_TERMINATION_MESSAGE_POLICY, ""), status.exit_code, status.log_path)
+    return joined_message(status.message, left)
 
 
 def _int_annotation(annotations, key: str, default: int) -> int:
@@ -387,7 +399,7 @@ class GenericPLEG:
             finished_at=st.finished_at,
             exit_code=st.exit_code,
             reason=st.reason,
-            message=st.message,
+            message=_exit_message(st) if st.state == ContainerState.EXITED else st.message,
             image=sys.intern(st.image.image),  # a handful of images among all containers: one string each
             image_ref=sys.intern(st.image_ref),
             hash=container_hash,

@@ -157,6 +157,9 @@ class PodSyncer:
     def publish_status(self, pod: Pod, runtime_status: PodRuntimeStatus,
                         waiting: dict[str, tuple[str, str]]) -> dict[str, Any]:
         uid = podutil.uid(pod)
+        eviction = self._pods.eviction(uid)  # evicted, or stopped at node shutdown: (reason, message)
+        # Past its deadline the pod fails as the kubelet's ShouldEvict has it: no DisruptionTarget.
+        deadline = eviction if eviction is not None and eviction[0] == DEADLINE_REASON else None
         status = generate_pod_status(
             pod, runtime_status,
             old_status=self._status.get_status(uid),
@@ -165,16 +168,21 @@ class PodSyncer:
             readiness=self._prober.readiness(uid),
             started=self._prober.started(uid),
             host_ip=self._node_ip,
+            pod_failure=deadline,
         )
         add_newer_fields(status, pod, runtime_status, self._runtime_manager.resize_view(pod))
-        eviction = self._pods.eviction(uid)  # evicted, or stopped at node shutdown: (reason, message)
-        if eviction is not None and eviction[0] == DEADLINE_REASON:  # the kubelet's ShouldEvict: no DisruptionTarget
-            status = {**status, "phase": "Failed", "reason": eviction[0], "message": eviction[1]}
-        elif eviction is not None:
+        if eviction is not None and deadline is None:
             status = evicted_status(status, eviction[1], format_time(time.time()), reason=eviction[0])
         self._status.set_pod_status(pod, status)
         self._observe_start(uid, runtime_status)
         return status
+
+    def republish(self, uid: str) -> None:
+        """The pod's status again from the runtime status as last seen, with the newest probe results: a pod
+        being stopped shows its readiness change before its containers are gone."""
+        pod = self._pods.get(uid)
+        if pod is not None:
+            self.publish_status(pod, self._pleg.get_status(uid), self.waiting.get(uid) or {})
 
     def _observe_start(self, uid: str, runtime_status: PodRuntimeStatus) -> None:
         first_seen = self.first_seen.get(uid)
@@ -210,6 +218,7 @@ class PodSyncer:
         still desired (a stopped pod kept for its status). True when it is gone (its worker forgets it)."""
         uid = podutil.uid(pod)
         self._release_resources(uid)
+        self._status.force_update(uid)  # a terminal phase held back while containers ran may go out now
         if uid in self._pods and not podutil.deletion_requested(pod):
             return False
         # The cache holds terminate_pod's inspection after the kill, or something newer.

@@ -69,6 +69,19 @@ def host_network(pod: Pod) -> bool:
     return bool(spec(pod).get("hostNetwork"))
 
 
+HOSTNAME_MAX = 63
+
+
+def hostname(pod: Pod) -> str:
+    """The pod's hostname (the kubelet's GeneratePodHostNameAndDomain): spec.hostnameOverride when set (1.34+),
+    else spec.hostname, else the pod's name; cut to 63 characters without a trailing '-' or '.'."""
+    spec_ = spec(pod)
+    value = spec_.get("hostnameOverride") or spec_.get("hostname") or name(pod)
+    if len(value) > HOSTNAME_MAX:
+        value = value[:HOSTNAME_MAX].rstrip("-.")
+    return value
+
+
 def grace_period_seconds(pod: Pod) -> int:
     """The pod's termination grace period; deletion may shorten it (deletionGracePeriodSeconds)."""
     override = meta(pod).get("deletionGracePeriodSeconds")

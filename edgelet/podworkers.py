@@ -152,6 +152,12 @@ class PodWorkers:
         status = self._pods.get(uid)
         return status is not None and status.state is not PodState.SYNCING
 
+    def could_have_running_containers(self, uid: str) -> bool:
+        """Whether the pod's containers may still run: its worker has not seen them all stopped (the kubelet's
+        CouldHaveRunningContainers). A terminal phase reaches the API only once this is False."""
+        status = self._pods.get(uid)
+        return status is not None and status.state in (PodState.SYNCING, PodState.TERMINATING)
+
     def known(self, uid: str) -> bool:
         return uid in self._pods
 

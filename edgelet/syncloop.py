@@ -20,7 +20,8 @@ from .heaptrim import HeapTrimmer, libc_malloc_trim
 from .kubetime import format_time
 from .podconfig.config import Op, PodUpdate
 from .podutil import Pod
-from .podworkers import WorkType
+from .podworkers import PodState, WorkType
+from .status.generate import readiness_needs_reconcile
 from .tasks import wait_set
 
 if TYPE_CHECKING:  # the collaborators, for their types only
@@ -128,7 +129,7 @@ class SyncLoop:
                     self._handle_pleg(pleg_get.result())
                     pleg_get = None
                 if probe_get in done:
-                    self.sync_if_known(probe_get.result())
+                    self.probe_result_changed(probe_get.result())
                     probe_get = None
                 # Requeues, retries after failures and the periodic resync, each pod at its own time.
                 self._workers.sync_due()
@@ -263,6 +264,8 @@ class SyncLoop:
             self._status.mark_deleted(uid, at=format_time(time.time()), grace=podutil.grace_period_seconds(pod))
         elif op is Op.RECONCILE:
             self._pods.update_if_known(pod)
+            if readiness_needs_reconcile(pod):
+                self.sync_if_known(uid)  # a readiness gate's condition changed: Ready is worked out again
 
     def _admit(self, pod: Pod) -> bool:
         """The kubelet's admission: a rejected pod gets phase Failed with the reason and never runs."""
@@ -282,6 +285,15 @@ class SyncLoop:
         if not event.is_sync_worthy():
             return
         self.sync_if_known(event.pod_uid)
+
+    def probe_result_changed(self, uid: str) -> None:
+        """A probe result changed: a pod that runs is synced (a failed liveness probe restarts a container); a
+        pod being stopped only has its status published again, so that its readiness shows while it stops
+        (the kubelet's prober sets container readiness in the status manager, whatever the pod worker does)."""
+        if self._workers.state(uid) is PodState.TERMINATING:
+            self._syncer.republish(uid)
+        else:
+            self.sync_if_known(uid)
 
     def sync_if_known(self, uid: str) -> None:
         """A sync of a desired pod (the pod workers drop it for a pod whose termination was asked for)."""

@@ -18,6 +18,7 @@ REASON_CHANGED = "Changed"
 REASON_UNHEALTHY = "Unhealthy"
 REASON_UNKNOWN_STATE = "Unknown"
 REASON_NOT_IN_SPEC = "NotInSpec"
+LIVENESS_PROBE, STARTUP_PROBE = "livenessProbe", "startupProbe"
 
 
 @dataclass(slots=True)
@@ -26,6 +27,18 @@ class ContainerToKill:
     name: str
     reason: str
     message: str
+    probe: str = ""  # the failed probe that kills it: livenessProbe or startupProbe
+
+
+def kill_grace_seconds(pod: podutil.Pod, kill: ContainerToKill) -> int:
+    """The grace period a container killed during a sync gets (the kubelet's setTerminationGracePeriod): a
+    deletion's, else the failed probe's own terminationGracePeriodSeconds, else the pod's."""
+    if podutil.meta(pod).get("deletionGracePeriodSeconds") is None and kill.probe:
+        spec = next((c for c in podutil.all_containers(pod) if c.get("name") == kill.name), {})
+        own = (spec.get(kill.probe) or {}).get("terminationGracePeriodSeconds")
+        if isinstance(own, int) and not isinstance(own, bool):
+            return max(own, 0)
+    return podutil.grace_period_seconds(pod)
 
 
 @dataclass(slots=True)
@@ -214,7 +227,7 @@ def _sidecar_running(
     name = spec.get("name", "")
     if spec.get("startupProbe") and latest.id not in probes.startup_succeeded:
         if latest.id in probes.startup_failed:
-            _kill(actions, latest, REASON_UNHEALTHY, f"Init container {name} failed startup probe")
+            _kill(actions, latest, REASON_UNHEALTHY, f"Init container {name} failed startup probe", STARTUP_PROBE)
             to_start.append(index)
         return  # not started yet: what comes after it waits
     if index != last and not previously_initialized:
@@ -223,7 +236,7 @@ def _sidecar_running(
         _kill(actions, latest, REASON_CHANGED, f"Init container {name} definition changed")
         to_start.append(index)
     elif latest.id in probes.liveness_failed:
-        _kill(actions, latest, REASON_UNHEALTHY, f"Init container {name} failed liveness probe")
+        _kill(actions, latest, REASON_UNHEALTHY, f"Init container {name} failed liveness probe", LIVENESS_PROBE)
         to_start.append(index)
 
 
@@ -302,20 +315,21 @@ def compute_pod_actions(
             continue
 
         restart = restart_policy != "Never"
+        probe = ""
         if latest.hash != hash_of(name, spec.get("image", "")):
             reason, message = REASON_CHANGED, f"Container {name} definition changed"
             restart = True  # a new definition runs whatever the restart policy says
         elif latest.id in liveness_failed:
-            reason, message = REASON_UNHEALTHY, f"Container {name} failed liveness probe"
+            reason, message, probe = REASON_UNHEALTHY, f"Container {name} failed liveness probe", LIVENESS_PROBE
         elif latest.id in startup_failed:
-            reason, message = REASON_UNHEALTHY, f"Container {name} failed startup probe"
+            reason, message, probe = REASON_UNHEALTHY, f"Container {name} failed startup probe", STARTUP_PROBE
         else:
             keep += 1
             continue
         if restart:
             message += ", will be restarted"
             actions.containers_to_start.append(index)
-        _kill(actions, latest, reason, message)
+        _kill(actions, latest, reason, message, probe)
 
     if keep == 0 and not actions.containers_to_start:
         # Every app container is done: the pod stops, sidecars too; they must not keep it alive.
@@ -328,8 +342,8 @@ def _succeeded(latest: ContainerStatus | None) -> bool:
     return latest is not None and latest.state == ContainerState.EXITED and latest.exit_code == 0
 
 
-def _kill(actions: PodActions, container: ContainerStatus, reason: str, message: str) -> None:
-    actions.containers_to_kill[container.id] = ContainerToKill(container.id, container.name, reason, message)
+def _kill(actions: PodActions, container: ContainerStatus, reason: str, message: str, probe: str = "") -> None:
+    actions.containers_to_kill[container.id] = ContainerToKill(container.id, container.name, reason, message, probe)
 
 
 def _kill_containers_not_in_spec(pod: podutil.Pod, status: PodRuntimeStatus, actions: PodActions) -> None:

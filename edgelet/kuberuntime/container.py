@@ -35,6 +35,7 @@ def container_annotations(pod: Pod, container: dict, *, container_hash: str, res
         labels.TERMINATION_GRACE_PERIOD: str(podutil.grace_period_seconds(pod)),
         labels.CONTAINER_TERMINATION_MESSAGE_PATH: container.get("terminationMessagePath")
         or "/dev/termination-log",
+        labels.CONTAINER_TERMINATION_MESSAGE_POLICY: container.get("terminationMessagePolicy") or "File",
     }
     ports = container.get("ports")
     if ports:

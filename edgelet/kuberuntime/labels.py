@@ -10,6 +10,7 @@ CONTAINER_HASH = "io.kubernetes.container.hash"
 CONTAINER_RESTART_COUNT = "io.kubernetes.container.restartCount"
 TERMINATION_GRACE_PERIOD = "io.kubernetes.pod.terminationGracePeriod"
 CONTAINER_TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"
+CONTAINER_TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"
 CONTAINER_PRESTOP_HANDLER = "io.kubernetes.container.preStopHandler"
 CONTAINER_PORTS = "io.kubernetes.container.ports"
 

@@ -21,7 +21,7 @@ from ..cri.client import RuntimeClient
 from ..errors import EdgeletError
 from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from ..podutil import Pod
-from .actions import PodActions, compute_pod_actions
+from .actions import PodActions, compute_pod_actions, kill_grace_seconds
 from .container import make_container_config
 from .security import SecuritySettings, needs_image_user, run_as_non_root_error
 from .sandbox import make_sandbox_config, pod_log_dir
@@ -191,7 +191,7 @@ class RuntimeManager:
         elif actions.containers_to_kill:
             result.stopped = True
             await asyncio.gather(*(
-                self._stop_container(kill.container_id, kill.name, podutil.grace_period_seconds(pod),
+                self._stop_container(kill.container_id, kill.name, kill_grace_seconds(pod, kill),
                                      pod, f"{kill.reason}: {kill.message}", event_message=kill.message)
                 for kill in actions.containers_to_kill.values()
             ))

@@ -118,9 +118,7 @@ def make_sandbox_config(
         else NAMESPACE_POD if spec.get("shareProcessNamespace") else NAMESPACE_CONTAINER,
         ipc=NAMESPACE_NODE if spec.get("hostIPC") else NAMESPACE_POD,
     )
-    hostname = spec.get("hostname") or podutil.name(pod)
-    if host_network:
-        hostname = ""  # the runtime keeps the node's hostname
+    hostname = "" if host_network else podutil.hostname(pod)  # host network: the runtime keeps the node's
     config = pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(
             name=podutil.name(pod),
@@ -128,7 +126,7 @@ def make_sandbox_config(
             namespace=podutil.namespace(pod),
             attempt=attempt,
         ),
-        hostname=hostname[:63],
+        hostname=hostname,
         log_directory=pod_log_dir(logs_root, pod),
         port_mappings=port_mappings(pod),
         labels=sandbox_labels(pod),

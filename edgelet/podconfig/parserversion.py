@@ -25,7 +25,7 @@ PARSER_MODULES = (
     "edgelet.quantity",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:a38af6c3fe6669deba4d974956b8ca1462e9d6fd4df87193542cf2e5f8287c4b"
+PARSER_DIGEST = "sha256:e8bdd683d41c847bda91ce1e6690493cfd7fcc96e30e1dbe41073706dc2078bd"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

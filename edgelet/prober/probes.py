@@ -269,8 +269,9 @@ class HttpGetter:
     def __init__(self) -> None:
         self._unverified: ssl.SSLContext | None = None
 
-    async def get(self, url: str, headers: Sequence[tuple[str, str]], timeout: float | None) -> int:
-        """The status of GET `url`, following redirects that stay on the same host (at most ten).
+    async def get(self, url: str, headers: Sequence[tuple[str, str]], timeout: float | None) -> tuple[int, bytes]:
+        """The status and body (its first MAX_OUTPUT_BYTES) of GET `url`, following redirects that stay on the
+        same host (at most ten).
 
         Raises HttpGetError (RedirectLimit among them) or TimeoutError.
         """
@@ -279,19 +280,19 @@ class HttpGetter:
         followed = 0
         async with asyncio.timeout(timeout):
             while True:
-                status, location = await self._get_once(current, headers)
+                status, location, body = await self._get_once(current, headers)
                 if status not in _REDIRECT_CODES or not location:
-                    return status
+                    return status, body
                 next_url = urljoin(current, location)
                 if urlsplit(next_url).hostname != first_host:
-                    return status  # not followed: the kubelet reports it as is
+                    return status, body  # not followed: the kubelet reports it as is
                 if followed == MAX_REDIRECTS:
                     raise RedirectLimit(f"stopped after {MAX_REDIRECTS} redirects")
                 followed += 1
                 current = next_url
 
-    async def _get_once(self, url: str, headers: Sequence[tuple[str, str]]) -> tuple[int, str | None]:
-        """(status, Location) of one GET; the body says nothing a status does not, so it is not read."""
+    async def _get_once(self, url: str, headers: Sequence[tuple[str, str]]) -> tuple[int, str | None, bytes]:
+        """(status, Location, the body's first MAX_OUTPUT_BYTES) of one GET: a probe's output is its body."""
         try:
             origin = Origin.of(url)
             parts = urlsplit(url)
@@ -300,12 +301,17 @@ class HttpGetter:
             try:
                 await connection.send("GET", request_target, [("Host", origin.host_header), *headers], b"")
                 head = await connection.response_head(None)
+                body = b""
+                async for chunk in connection.body(None):
+                    body += chunk
+                    if len(body) >= MAX_OUTPUT_BYTES:
+                        break
             finally:
                 connection.close()
         except HttpError as exc:
             raise HttpGetError(describe(exc)) from exc
         location = next((v.decode("latin-1") for k, v in head.headers if k == b"location"), None)
-        return head.status_code, location
+        return head.status_code, location, body[:MAX_OUTPUT_BYTES]
 
     def _tls(self) -> ssl.SSLContext:
         if self._unverified is None:
@@ -321,7 +327,7 @@ class HttpGetter:
 
 async def http_check(getter: HttpGetter, url: str, headers: Sequence[tuple[str, str]], timeout: float) -> Outcome:
     try:
-        status = await getter.get(url, headers, timeout)
+        status, body = await getter.get(url, headers, timeout)
     except TimeoutError:
         return Outcome(Result.FAILURE, f"Get {url}: timed out after {timeout:g}s")
     except (HttpGetError, OSError) as exc:
@@ -330,7 +336,8 @@ async def http_check(getter: HttpGetter, url: str, headers: Sequence[tuple[str, 
     if result is Result.FAILURE:
         return Outcome(result, f"HTTP probe failed with statuscode: {status}")
     if status >= 300:
-        return Outcome(result, f"Probe terminated redirects (status {status})", warning=True)
+        # The kubelet's words, which the upstream redirect spec looks for in the ProbeWarning event.
+        return Outcome(result, f"Probe terminated redirects, Response body: {truncate(body)}", warning=True)
     return Outcome(result, f"HTTP {status}")
 
 

@@ -74,6 +74,35 @@ def _without(value: Any, path: FieldPath) -> Any:
     return result
 
 
+def api_view(api_status: dict[str, Any] | None, status: dict[str, Any], could_run: bool) -> dict[str, Any]:
+    """`status` as it may reach the API (the kubelet's mergePodStatus): while the pod's containers could still
+    run (`could_run`: its worker has not seen them all stopped), a terminal phase waits, with its reason,
+    message and DisruptionTarget, and the API keeps its phase; a terminal phase that is sent never goes with
+    a Ready or ContainersReady condition that is True."""
+    api_status = api_status or {}
+    result = status
+    if could_run and status.get("phase") in TERMINAL_PHASES and api_status.get("phase") not in TERMINAL_PHASES:
+        result = {key: value for key, value in status.items() if key not in _PHASE_FIELDS}
+        result.update({key: api_status[key] for key in _PHASE_FIELDS if api_status.get(key)})
+        conditions = status.get("conditions") or []
+        api_types = {c.get("type") for c in api_status.get("conditions") or []}
+        if DISRUPTION_TARGET not in api_types and any(c.get("type") == DISRUPTION_TARGET for c in conditions):
+            result["conditions"] = [c for c in conditions if c.get("type") != DISRUPTION_TARGET]
+    elif status.get("phase") in TERMINAL_PHASES and any(
+            c.get("type") in _READY_CONDITIONS and c.get("status") == "True" for c in status.get("conditions") or []):
+        reason = "PodCompleted" if status["phase"] == "Succeeded" else "PodFailed"
+        result = {**status, "conditions": [
+            {**{k: v for k, v in c.items() if k != "message"}, "status": "False", "reason": reason}
+            if c.get("type") in _READY_CONDITIONS else c
+            for c in status.get("conditions") or []]}
+    return result
+
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_PHASE_FIELDS = ("phase", "reason", "message")
+_READY_CONDITIONS = frozenset({"Ready", "ContainersReady"})
+
+
 def status_differs(api_status: dict[str, Any] | None, status: dict[str, Any], unknown: Iterable[FieldPath] = ()) -> bool:
     """Whether writing `status` would change the API's `api_status` (both compared in normal form)."""
     unknown = tuple(unknown)

@@ -25,13 +25,15 @@ from edgelet.kubeapi.errors import ApiError, Conflict, NotFound, ServerError, Un
 from edgelet.podmanager import PodManager
 from edgelet.podutil import Pod
 from edgelet.retry import Retrier
-from edgelet.status.apidiff import FieldPath, dropped_fields, normal_form, status_differs, status_patch
+from edgelet.status.apidiff import FieldPath, api_view, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.status.manager import StatusManager
 from edgelet.tasks import wait_set
 from edgelet.status.mirror import Key, MirrorPods, mirror_is_current, pod_key as _key, pod_path, report_refusal
 
 log = logging.getLogger(__name__)
 
+# The written hash of a status sent without all of it (a terminal phase held back): it matches no status.
+HELD = -1
 # Uids of deleted pods are kept to ignore late news about them; uids are never reused, so old ones can go.
 _GONE_REMEMBERED = 4096
 
@@ -56,10 +58,12 @@ class StatusSyncer:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
+        could_have_running_containers: Callable[[str], bool] = lambda uid: False,
     ):
         """`pod_manager` pairs static pods with their mirrors, which `mirrors` creates and deletes in each pass
         (a static pod's status goes to its mirror); `api_pod(uid)` is the API's copy of a pod as the pod source
-        last saw it (checked at resync for changes made by others)."""
+        last saw it (checked at resync for changes made by others); `could_have_running_containers(uid)` says
+        whether a pod's worker has not yet seen all its containers stop: until then its terminal phase waits."""
         self.client = client
         self.node_name = node_name
         self.status_manager = status_manager
@@ -71,6 +75,7 @@ class StatusSyncer:
         self.last_error: ApiError | None = None
         self._clock = clock
         self._api_pod = api_pod
+        self._could_run = could_have_running_containers
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._backoff_initial = backoff_initial
@@ -253,7 +258,10 @@ class StatusSyncer:
                     raise Conflict(409, "Conflict", f"pod was replaced (uid {podutil.uid(current)})", method="GET", path=path)
                 base = self._remember(current)
             unknown = self._unknown_fields
-            patch = status_patch(normal_form(base[1], unknown), normal_form(status, unknown))
+            sent = api_view(base[1], status, self._could_run(uid))
+            if sent.get("phase") != status.get("phase"):
+                status_hash = HELD  # what was held back is sent at a later pass, at the latest the next resync
+            patch = status_patch(normal_form(base[1], unknown), normal_form(sent, unknown))
             if patch:
                 result = await self.client.patch(f"{path}/status", {"metadata": {"uid": target_uid}, "status": patch})
                 self._count("status")

@@ -15,6 +15,7 @@ from edgelet import podutil
 from edgelet.kubetime import format_time
 from edgelet.kuberuntime.actions import has_any_regular_container_created, pod_sandbox_changed, should_restart
 from edgelet.kuberuntime.qos import qos_class
+from edgelet.kuberuntime.termmessage import trim_pod_messages
 from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
 PENDING = "Pending"
@@ -94,6 +95,7 @@ def generate_pod_status(
         {name: reason for name, reason in waiting_reasons.items() if runtime.latest_container(name) is None})
     for status in ephemeral_statuses:
         status["started"] = "running" in status["state"]
+    trim_pod_messages([*init_statuses, *app_statuses], len(init_specs) + len(app_specs))
 
     # A deleted pod whose containers all stopped is terminal: its containers will not run again.
     pod_is_terminal = podutil.deletion_requested(pod) and not any(
@@ -470,7 +472,7 @@ def _containers_ready(pod: podutil.Pod, init_statuses: list[dict[str, Any]], app
         return _condition(CONTAINERS_READY, False, REASON_POD_COMPLETED)
     if phase == FAILED:
         return _condition(CONTAINERS_READY, False, REASON_POD_FAILED)
-    ready = {s["name"]: s["ready"] for s in [*init_statuses, *app_statuses]}
+    ready = {s.get("name"): s.get("ready") for s in [*init_statuses, *app_statuses]}
     counted = [c for c in podutil.init_containers(pod) if podutil.is_sidecar(c)] + podutil.containers(pod)
     unready = [c.get("name", "") for c in counted if not ready.get(c.get("name", ""))]
     if unready:
@@ -494,6 +496,21 @@ def _ready(pod: podutil.Pod, conditions: list[dict[str, Any]], containers_ready:
     if problems:
         return _condition(POD_READY, False, REASON_READINESS_GATES_NOT_READY, ", ".join(problems))
     return _condition(POD_READY, True)
+
+
+def readiness_needs_reconcile(pod: podutil.Pod) -> bool:
+    """Whether the Ready condition in the pod's API status is not what its readiness gates and containers
+    make it: someone set a gate's condition (the kubelet's NeedToReconcilePodReadiness), so the pod is synced."""
+    if not podutil.spec(pod).get("readinessGates"):
+        return False
+    status = pod.get("status") or {}
+    current = next((c for c in status.get("conditions") or [] if c.get("type") == POD_READY), None)
+    if current is None:
+        return False
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]
+    wanted = _ready(pod, conditions, _containers_ready(
+        pod, status.get("initContainerStatuses") or [], status.get("containerStatuses") or [], status.get("phase")))
+    return (current.get("status"), current.get("message", "")) != (wanted["status"], wanted.get("message", ""))
 
 
 def _initialized(

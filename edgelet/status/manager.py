@@ -131,6 +131,14 @@ class StatusManager:
             listener(stored, version)
         return True
 
+    def force_update(self, uid: str) -> None:
+        """Tells the listeners about the pod's status again, changed or not: what held part of it back (its
+        containers still running) is over (the kubelet's forced status update after termination)."""
+        entry = self._entries.get(uid)
+        if entry is not None:
+            for listener in self._listeners:
+                listener(entry.pod, entry.version)
+
     def mark_deleted(self, uid: str, *, at: str, grace: int | None) -> None:
         """The pod is being deleted: until it is gone its stored copy carries the deletionTimestamp (Terminating)."""
         entry = self._entries.get(uid)

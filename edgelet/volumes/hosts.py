@@ -12,19 +12,17 @@ from ..podutil import Pod
 
 MANAGED_HEADER = "# Kubernetes-managed hosts file.\n"
 MANAGED_HEADER_HOST_NETWORK = "# Kubernetes-managed hosts file (host network).\n"
-_HOSTNAME_MAX = 63
 TEMP_SUFFIX = ".tmp"
 
 
 def pod_hostname_and_domain(pod: Pod, cluster_domain: str) -> tuple[str, str]:
-    """`spec.hostname` or the pod name (at most 63 characters), and `<subdomain>.<ns>.svc.<domain>`."""
+    """The pod's hostname (podutil.hostname), and `<subdomain>.<ns>.svc.<domain>`; a hostnameOverride has no
+    domain, as in the kubelet."""
     spec = podutil.spec(pod)
-    hostname = spec.get("hostname") or podutil.name(pod)
-    if len(hostname) > _HOSTNAME_MAX:
-        hostname = hostname[:_HOSTNAME_MAX].rstrip("-.")
     subdomain = spec.get("subdomain")
-    domain = f"{subdomain}.{podutil.namespace(pod)}.svc.{cluster_domain}" if subdomain else ""
-    return hostname, domain
+    if spec.get("hostnameOverride") or not subdomain:
+        return podutil.hostname(pod), ""
+    return podutil.hostname(pod), f"{subdomain}.{podutil.namespace(pod)}.svc.{cluster_domain}"
 
 
 def _alias_entries(aliases: list[dict[str, Any]] | None) -> str:

@@ -177,13 +177,15 @@ async def redirecting_server():
         path = request.split()[1]
         seen.append(request)
         port = writer.get_extra_info("sockname")[1]
+        body = ""
         if path.startswith("/loop/"):
             head = f"HTTP/1.1 302 Found\r\nLocation: /loop/{int(path[6:]) + 1}\r\n"
         elif path == "/away":
             head = f"HTTP/1.1 301 Moved\r\nLocation: http://localhost:{port}/\r\n"
+            body = f'<a href="http://localhost:{port}/">Moved Permanently</a>.\n'  # as Go's http.Redirect writes
         else:
             head = "HTTP/1.1 200 OK\r\n"
-        writer.write((head + "Content-Length: 0\r\nConnection: close\r\n\r\n").encode())
+        writer.write((head + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}").encode())
         await writer.drain()
         writer.close()
 
@@ -199,7 +201,8 @@ async def test_redirects(redirecting_server, http):
     headers = http_headers(None, "probe")
 
     away = await http_check(http, f"http://127.0.0.1:{port}/away", headers, 2)
-    assert away.result is Result.SUCCESS and "redirect" in away.output
+    assert away.result is Result.SUCCESS and away.warning
+    assert away.output == f'Probe terminated redirects, Response body: <a href="http://localhost:{port}/">Moved Permanently</a>.\n'
     assert len(seen) == 1  # the other host was not asked
 
     seen.clear()

@@ -13,6 +13,7 @@ from edgelet.kuberuntime.actions import (
     ContainerToKill,
     PodActions,
     compute_pod_actions,
+    kill_grace_seconds,
     pod_has_initialized,
     pod_sandbox_changed,
     should_restart,
@@ -361,7 +362,7 @@ def test_sidecar_probe_kill_messages():
     pod = sidecar_probes_pod()
     actions = actions_for(pod, runtime(ctr("s", id="s1")), startup_failed={"s1"})
     assert actions.containers_to_kill["s1"] == ContainerToKill("s1", "s", REASON_UNHEALTHY,
-                                                               "Init container s failed startup probe")
+                                                               "Init container s failed startup probe", "startupProbe")
 
 
 def test_last_sidecar_must_have_started_before_the_apps_run():
@@ -423,7 +424,8 @@ def test_probe_failure_kills_and_restarts_per_policy(policy, probe, expected):
     kill = actions.containers_to_kill["a1"]
     restarts = policy != "Never"
     assert kill == ContainerToKill("a1", "a", REASON_UNHEALTHY,
-                                   f"Container a failed {probe} probe" + (", will be restarted" if restarts else ""))
+                                   f"Container a failed {probe} probe" + (", will be restarted" if restarts else ""),
+                                   f"{probe}Probe")
 
 
 def test_probe_results_belong_to_one_container_instance():
@@ -495,3 +497,28 @@ def test_default_hasher_is_the_agent_container_hash():
     assert compute_pod_actions(pod, runtime(good)).no_change()
     stale = ctr("a", id="a1", hash=fake_hash("a", "img-a"))
     assert compute_pod_actions(pod, runtime(stale)).containers_to_kill["a1"].reason == REASON_CHANGED
+
+
+def _grace_pod(deletion_grace=None, **probes) -> dict:
+    container = {"name": "a", "image": "i", **{kind: {"exec": {"command": ["x"]}, **extra}
+                                                for kind, extra in probes.items()}}
+    pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {"terminationGracePeriodSeconds": 500,
+                                                           "containers": [container]}}
+    if deletion_grace is not None:
+        pod["metadata"]["deletionGracePeriodSeconds"] = deletion_grace
+    return pod
+
+
+@pytest.mark.parametrize("pod, probe, expected", [
+    # The failed probe's own grace period wins over the pod's (setTerminationGracePeriod).
+    (_grace_pod(livenessProbe={"terminationGracePeriodSeconds": 5}), "livenessProbe", 5),
+    (_grace_pod(startupProbe={"terminationGracePeriodSeconds": 7}), "startupProbe", 7),
+    # Only the probe that failed counts; without one of its own, the pod's.
+    (_grace_pod(livenessProbe={"terminationGracePeriodSeconds": 5}), "startupProbe", 500),
+    (_grace_pod(livenessProbe={}), "livenessProbe", 500),
+    (_grace_pod(livenessProbe={"terminationGracePeriodSeconds": 5}), "", 500),  # a changed definition, say
+    # A deletion's grace period comes first.
+    (_grace_pod(3, livenessProbe={"terminationGracePeriodSeconds": 5}), "livenessProbe", 3),
+])
+def test_kill_grace_seconds(pod, probe, expected):
+    assert kill_grace_seconds(pod, ContainerToKill("a1", "a", REASON_UNHEALTHY, "m", probe)) == expected

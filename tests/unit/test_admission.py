@@ -40,6 +40,12 @@ def pod_with(**spec_changes):
         (pod_with(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]), 0,
          "UnsupportedFeature", "spec.volumes[0] (data): persistentVolumeClaim"),
         (pod_with(volumes=[{"name": "cache", "emptyDir": {}}]), 0, "", ""),
+        # Another OS: refused first, before capacity (the kubelet's predicate order).
+        (pod_with(os={"name": "windows"}), 110, "PodOSNotSupported", "the OS field doesn't match node OS"),
+        (pod_with(os={"name": "linux"}), 0, "", ""),
+        ({**BASE, "metadata": {**BASE["metadata"], "labels": {"kubernetes.io/os": "windows"}}}, 0,
+         "PodOSSelectorNodeLabelDoesNotMatch", "`kubernetes.io/os` label doesn't match node label"),
+        ({**BASE, "metadata": {**BASE["metadata"], "labels": {"kubernetes.io/os": "linux"}}}, 0, "", ""),
     ],
 )
 def test_admit(pod, active, expected_reason, message_part):

@@ -15,7 +15,7 @@ import pytest
 
 from edgelet import core, podutil
 from edgelet.kubeapi.errors import AlreadyExists, Conflict, Forbidden, NotFound, ServerError
-from edgelet.status.apidiff import dropped_fields, normal_form, status_differs, status_patch
+from edgelet.status.apidiff import api_view, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.podmanager import PodManager
 from edgelet.status.apisync import StatusSyncer
 from edgelet.status.manager import PodStatusEntry
@@ -315,9 +315,11 @@ class World:
         clock = clock or (lambda: self.now)
         self.mirrors = MirrorPods(self.api, NODE, self.pods, clock=clock, static_pods=lambda: list(self.static),
                                   static_pods_ready=lambda: self.static_ready, node_uid=lambda: self.node_uid)
+        self.running: set[str] = set()  # uids whose containers may still run
         self.syncer = StatusSyncer(
             self.api, NODE, self.statuses, self.pods, self.mirrors, resync=10.0, clock=clock,
             api_pod=lambda uid: next((copy.deepcopy(p) for p in self.api.pods.values() if podutil.uid(p) == uid), None),
+            could_have_running_containers=self.running.__contains__,
         )
 
     def api_mirrors(self) -> list[dict]:
@@ -752,3 +754,46 @@ async def test_a_re_registered_node_retries_refused_mirror_pods_at_once(world):
     await world.sync()
     (mirror,) = world.api_mirrors()
     assert mirror["metadata"]["ownerReferences"][0]["uid"] == "node-uid-2"
+
+
+READY_TRUE = [{"type": "ContainersReady", "status": "True"}, {"type": "Ready", "status": "True"}]
+
+
+@pytest.mark.parametrize("api_status, status, could_run, expected", [
+    # Containers may run: the terminal phase, its reason and message wait; the API's phase stays.
+    ({"phase": "Running"}, {"phase": "Failed", "reason": "DeadlineExceeded", "message": "m", "startTime": "t"}, True,
+     {"phase": "Running", "startTime": "t"}),
+    ({"phase": "Running", "reason": "R"}, {"phase": "Succeeded"}, True, {"phase": "Running", "reason": "R"}),
+    # A DisruptionTarget the API has not got waits with it.
+    ({"phase": "Running"}, {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True"}]}, True,
+     {"phase": "Running", "conditions": []}),
+    # All stopped, or terminal in the API already: sent as it is.
+    ({"phase": "Running"}, {"phase": "Succeeded"}, False, {"phase": "Succeeded"}),
+    ({"phase": "Failed"}, {"phase": "Failed", "reason": "X"}, True, {"phase": "Failed", "reason": "X"}),
+    ({"phase": "Running"}, {"phase": "Running"}, True, {"phase": "Running"}),
+    # A terminal phase never goes out with Ready or ContainersReady True.
+    ({}, {"phase": "Failed", "conditions": READY_TRUE}, False,
+     {"phase": "Failed", "conditions": [{"type": "ContainersReady", "status": "False", "reason": "PodFailed"},
+                                        {"type": "Ready", "status": "False", "reason": "PodFailed"}]}),
+])
+def test_api_view(api_status, status, could_run, expected):
+    assert api_view(api_status, status, could_run) == expected
+
+
+async def test_a_terminal_phase_reaches_the_api_once_the_containers_stopped(world):
+    pod = world.api.add("job")
+    uid = podutil.uid(pod)
+    world.statuses.set(pod, STATUS)
+    await world.sync()
+    world.running.add(uid)
+    world.statuses.set(pod, {**STATUS, "phase": "Failed", "reason": "DeadlineExceeded"})
+    await world.sync()
+    assert world.api.pods[("default", "job")]["status"]["phase"] == "Running"
+    world.syncer.mark_resync()  # held back: looked at again at each resync
+    await world.sync()
+    assert world.api.pods[("default", "job")]["status"]["phase"] == "Running"
+    world.running.discard(uid)
+    world.syncer.mark_resync()
+    await world.sync()
+    stored = world.api.pods[("default", "job")]["status"]
+    assert (stored["phase"], stored["reason"]) == ("Failed", "DeadlineExceeded")

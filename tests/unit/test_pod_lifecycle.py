@@ -146,9 +146,13 @@ class Prober:
 class Statuses:
     def __init__(self):
         self.pods: dict[str, dict] = {}
+        self.forced: list[str] = []  # uids whose status was announced again once their containers stopped
 
     def get_status(self, uid):
         return self.pods.get(uid)
+
+    def force_update(self, uid):
+        self.forced.append(uid)
 
     def set_pod_status(self, pod, status):
         self.pods[pod["metadata"]["uid"]] = status
@@ -176,7 +180,7 @@ class Recorder:
 class Node:
     """The loop, the workers and the syncer wired as the agent wires them, over the fakes."""
 
-    def __init__(self, max_pods: int = 110):
+    def __init__(self, max_pods: int = 110, prober: Prober | None = None):
         self.clock = 1000.0
         self.runtime = Runtime()
         self.pleg = Pleg(self.runtime)
@@ -184,7 +188,8 @@ class Node:
         self.statuses = Statuses()
         self.recorder = Recorder()
         self.syncer = PodSyncer(pod_manager=self.pods, pleg=self.pleg, runtime_manager=RuntimeManager(self.runtime),
-                                prober=Prober(), status=self.statuses, volumes=Volumes(), node_ip="10.0.0.1",
+                                prober=prober or Prober(), status=self.statuses, volumes=Volumes(),
+                                node_ip="10.0.0.1",
                                 recorder=self.recorder)
         self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated,
                                   resync_interval=RESYNC, clock=lambda: self.clock, rng=random.Random(7))
@@ -308,6 +313,8 @@ async def test_a_pod_past_its_active_deadline_fails_and_is_killed():
     assert (status["phase"], status["reason"]) == ("Failed", DEADLINE_REASON)
     assert node.runtime.calls == [("start", "a"), ("kill", "a", 30)]
     assert node.recorder.events == [("a", DEADLINE_REASON)]
+    # Its containers stopped: the worker says so, and the status, terminal phase included, is announced again.
+    assert not node.workers.could_have_running_containers("a") and node.statuses.forced == ["a"]
     await node.hear(("UPDATE", pod("a", deadline=4)))
     assert starts(node, "a") == 1 and node.workers.state("a") is PodState.FINISHED
 
@@ -364,3 +371,43 @@ async def test_termination_is_retried_until_it_succeeds():
     await node.settle()
     assert node.runtime.calls == [("start", "a"), ("kill", "a", 30), ("kill", "a", 30), ("remove", "a")]
     assert not node.workers.known("a")
+
+
+class ReadinessProber(Prober):
+    def __init__(self):
+        self.ready = True
+
+    def readiness(self, uid):
+        return {"main": self.ready}
+
+
+async def test_a_readiness_change_of_a_pod_being_stopped_is_published():
+    prober = ReadinessProber()
+    node = Node(prober=prober)
+    ready_pod = pod("a")
+    ready_pod["spec"]["containers"][0]["readinessProbe"] = {"exec": {"command": ["true"]}}
+    await node.hear(("ADD", ready_pod))
+    assert {c["type"]: c["status"] for c in node.statuses.pods["a"]["conditions"]}["Ready"] == "True"
+    deleted = pod("a", deleted_grace=LONG_GRACE)
+    deleted["spec"] = ready_pod["spec"]
+    await node.hear(("DELETE", deleted))  # its container ignores SIGTERM: the kill lasts
+    assert node.workers.state("a") is PodState.TERMINATING
+    prober.ready = False  # its readiness probe fails while it stops
+    node.loop.probe_result_changed("a")
+    assert {c["type"]: c["status"] for c in node.statuses.pods["a"]["conditions"]}["Ready"] == "False"
+    assert starts(node, "a") == 1
+
+
+async def test_a_readiness_gate_set_by_someone_else_makes_the_pod_ready():
+    node = Node()
+    gated = pod("a")
+    gated["spec"]["readinessGates"] = [{"conditionType": "example.com/lb"}]
+    await node.hear(("ADD", gated))
+    status = node.statuses.pods["a"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "False"
+    # The load balancer's controller patches its condition: the source sends the pod back with that status.
+    patched = {**gated, "status": {**status, "conditions": [
+        *status["conditions"], {"type": "example.com/lb", "status": "True"}]}}
+    await node.hear(("RECONCILE", patched))
+    assert {c["type"]: c["status"] for c in node.statuses.pods["a"]["conditions"]}["Ready"] == "True"
+    assert starts(node, "a") == 1

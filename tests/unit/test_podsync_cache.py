@@ -79,6 +79,9 @@ class Status:
     def set_pod_status(self, pod, status):
         self.published.append(status)
 
+    def force_update(self, uid):
+        pass
+
     def remove(self, uid):
         pass
 

@@ -14,7 +14,7 @@ from edgelet.kuberuntime.types import (
     SandboxStatus,
 )
 from edgelet.kubetime import format_time
-from edgelet.status.generate import generate_pod_status, get_phase
+from edgelet.status.generate import generate_pod_status, get_phase, readiness_needs_reconcile
 
 RUNNING, EXITED, CREATED, UNKNOWN = (
     ContainerState.RUNNING, ContainerState.EXITED, ContainerState.CREATED, ContainerState.UNKNOWN)
@@ -638,3 +638,33 @@ def test_output_is_deterministic_and_inputs_untouched():
 
 def test_times_are_whole_seconds():
     assert (format_time(T0), format_time(T1 + 0.999)) == (T0_TEXT, T1_TEXT)
+
+
+def _gated_pod(ready: str, message: str = "", *gates: tuple[str, str], container_ready: bool = True) -> dict:
+    conditions = [{"type": kind, "status": value} for kind, value in gates]
+    conditions.append({"type": "Ready", "status": ready, **({"message": message} if message else {})})
+    return {"metadata": {"name": "p", "uid": "u"},
+            "spec": {"containers": [{"name": "main", "image": "i"}],
+                     "readinessGates": [{"conditionType": "g1"}, {"conditionType": "g2"}]},
+            "status": {"phase": "Running", "conditions": conditions,
+                       "containerStatuses": [{"name": "main", "ready": container_ready}]}}
+
+
+@pytest.mark.parametrize("pod, expected", [
+    # Both gates True now, Ready still False: worked out again.
+    (_gated_pod("False", "", ("g1", "True"), ("g2", "True")), True),
+    (_gated_pod("True", "", ("g1", "True"), ("g2", "True")), False),
+    # A gate turned False under a Ready pod.
+    (_gated_pod("True", "", ("g1", "False"), ("g2", "True")), True),
+    # Unready for the same reasons as before: nothing to do.
+    (_gated_pod("False", 'the status of pod readiness gate "g1" is not "True", but False', ("g1", "False"),
+                ("g2", "True")), False),
+    # Unready containers keep Ready False whatever the gates say.
+    (_gated_pod("False", "containers with unready status: [main]", ("g1", "True"), ("g2", "True"),
+                container_ready=False), False),
+    # No gates, or no Ready condition yet: the kubelet's own syncs take care of it.
+    ({**_gated_pod("False", "", ("g1", "True"), ("g2", "True")), "spec": {"containers": []}}, False),
+    ({"metadata": {}, "spec": {"readinessGates": [{"conditionType": "g1"}]}, "status": {}}, False),
+])
+def test_readiness_needs_reconcile(pod, expected):
+    assert readiness_needs_reconcile(pod) is expected

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from edgelet.kuberuntime.sandbox import make_sandbox_config
 from edgelet.volumes.hosts import pod_hostname_and_domain, pod_hosts_file, write_hosts_file
 
 LOCALHOST = (
@@ -59,3 +60,17 @@ def test_a_hosts_file_is_replaced_whole_without_fsync_and_a_damaged_one_is_rewri
     assert write_hosts_file(path, b"127.0.0.1 localhost\n") is True  # checked before every mount, so rewritten
     assert open(path, "rb").read() == b"127.0.0.1 localhost\n" and os.listdir(tmp_path) == ["etc-hosts"]
     assert fsyncs == []  # rewritten before any container mounts it again: no journal commits on the runtime's disk
+
+
+@pytest.mark.parametrize("spec, expected", [
+    # The upstream "Override hostname of Pod" cases: the override wins over hostname and subdomain, no domain.
+    ({"hostnameOverride": "override.example.host"}, ("override.example.host", "")),
+    ({"hostname": "custom-host", "hostnameOverride": "override-host"}, ("override-host", "")),
+    ({"subdomain": "t", "hostnameOverride": "override-host"}, ("override-host", "")),
+    ({"hostname": "custom-host", "subdomain": "t"}, ("custom-host", "t.ns.svc.cluster.local")),
+    ({}, ("p", "")),
+])
+def test_hostname_override(spec, expected):
+    pod = {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+    assert pod_hostname_and_domain(pod, "cluster.local") == expected
+    assert make_sandbox_config(pod, 0, logs_root="/logs").hostname == expected[0]
