@@ -42,6 +42,13 @@ SKIPPED_HERE = {
     # Debian 12's busybox, whose nc has no -u ("nc: invalid option -- 'u'", exit 1, before any packet is sent). The
     # kubelet 1.36 fails it the same way on this harness; the tcp and http node-pod specs pass.
     r"should function for node-pod communication: udp": "agnhost's busybox nc here has no UDP mode",
+    # The pod prints its environment with `sh -c env` and the spec looks for `data-1=value-1` and `p-data-1=...`
+    # (envFrom keys with dashes). The busybox image built here is Debian 12's busybox 1.35, whose shell drops variables
+    # whose names are not shell identifiers before running `env`: `env -i data-1=y GOOD=1 busybox sh -c env` prints
+    # GOOD=1 alone, while `busybox env` prints both. edgelet hands the variables to the process (tests/integration/
+    # test_cluster_env.py runs `env` directly); the kubelet 1.36 fails these two the same way on this harness.
+    r"\] (ConfigMap|Secrets) should be consumable via the environment \[":
+        "the busybox image's shell here drops variables with dashes",
 }
 SERVICE_CIDR = "10.96.0.0/24"
 
