@@ -80,12 +80,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         gc.enable()
     if isinstance(agent, int):
         return agent
-    import asyncio
+    import uvloop
 
     from .errors import EdgeletError
 
     try:
-        asyncio.run(agent.run())
+        uvloop.run(agent.run())
     except EdgeletError as exc:  # cannot start as configured: a port taken, a CPU state that does not fit
         logging.getLogger("edgelet").error("cannot run: %s", exc)
         return EXIT_FAILURE
@@ -102,12 +102,9 @@ def _build_agent(args: argparse.Namespace) -> Agent | int:
     # stream konnectivity-server refuses); edgelet says what a failure means once per streak. Read when grpc loads;
     # GRPC_VERBOSITY set in the environment wins.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-    import uvloop
-
     from .agent import Agent
     from .errors import ConfigError, EdgeletError
 
-    uvloop.install()
     try:
         return Agent(config)
     except ConfigError as exc:  # a file the config points at changed between the check and now

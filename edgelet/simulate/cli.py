@@ -114,10 +114,9 @@ def _run(options, kubeconfig) -> int:
         print(f"edgelet simulate: {options.nodes} hollow nodes against {kubeconfig.server}", file=sys.stderr, flush=True)
         await fleet.run(stop)
 
-    uvloop.install()
     with tempfile.TemporaryDirectory(prefix="edgelet-simulate-") as state_dir:
         try:
-            asyncio.run(simulate(state_dir))
+            uvloop.run(simulate(state_dir))
         except ConfigError as e:  # the kubeconfig's TLS material
             print(f"edgelet simulate: invalid kubeconfig: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
