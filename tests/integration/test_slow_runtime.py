@@ -8,6 +8,8 @@ healthy sandbox must never be replaced for a container's sake, and no container 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import time
 
 import pytest
@@ -15,12 +17,15 @@ import pytest
 from edgelet.cri import RuntimeTimeout
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
+from tests.integration.agent_harness import AgentProcess, busybox_pod, container_state, is_running, wait_for
 from tests.integration.cri_proxy import CRIProxy
+from tests.integration.test_agent import runtime_objects
 from tests.integration.test_cri_client import container_config, sandbox_config
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
-# The proxy hands a held reply over HELD seconds after the call.
+# The agent stops waiting after REQUEST_TIMEOUT; the proxy hands the reply over HELD seconds after the call.
+REQUEST_TIMEOUT = 2
 HELD = 3.5
 
 
@@ -28,6 +33,13 @@ HELD = 3.5
 def proxy(tmp_path, containerd):
     with CRIProxy(tmp_path / "cri-proxy.sock", containerd.endpoint) as running:
         yield running
+
+
+@pytest.fixture
+def agent(tmp_path, proxy):
+    process = AgentProcess(tmp_path / "agent", proxy.endpoint, request_timeout=f"{REQUEST_TIMEOUT}s")
+    yield process
+    process.close()
 
 
 async def test_a_call_past_the_timeout_runs_on_in_the_runtime(proxy, containerd):
@@ -46,3 +58,80 @@ async def test_a_call_past_the_timeout_runs_on_in_the_runtime(proxy, containerd)
                 break
             await asyncio.sleep(0.1)
         assert [c.state for c in containers] == [pb.CONTAINER_CREATED]
+
+
+def sandbox_ids(containerd, uid: str) -> list[str]:
+    return sorted(sandbox.id for sandbox in runtime_objects(containerd.endpoint, uid)[0])
+
+
+def test_slow_creates_and_starts_keep_the_sandbox_and_start_the_container_once(agent, proxy, containerd):
+    proxy.hold("CreateContainer", HELD)
+    proxy.hold("StartContainer", HELD)
+    agent.start()
+    agent.write_manifest("slow.yaml", busybox_pod("slow", "exec sleep 3600"))
+    pod = wait_for(lambda: (p := agent.pod("slow")) and is_running(p) and p, 60, what="slow Running")
+    uid = pod["metadata"]["uid"]
+    first = sandbox_ids(containerd, uid)
+
+    time.sleep(3 * HELD)  # what a confused agent would do next: replace, remove, create and start again
+    sandboxes, containers = runtime_objects(containerd.endpoint, uid)
+    assert sorted(s.id for s in sandboxes) == first and len(first) == 1
+    assert sandboxes[0].state == pb.SANDBOX_READY
+    assert [(c.metadata.name, c.metadata.attempt, c.state) for c in containers] == [("main", 0, pb.CONTAINER_RUNNING)]
+    assert (proxy.calls("RunPodSandbox"), proxy.calls("CreateContainer"), proxy.calls("StartContainer")) == (1, 1, 1)
+    status = container_state(agent.pod("slow"))
+    assert status["restartCount"] == 0 and "running" in status["state"], status
+    assert "still being created" in agent.log_text()
+
+
+@pytest.fixture
+def private_mount(tmp_path):
+    """A directory that is a mount point of its own with private propagation: containerd refuses to create a
+    container that wants host-to-container propagation from it ("not a shared or slave mount")."""
+    path = tmp_path / "private"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], check=True)
+    try:
+        subprocess.run(["mount", "--make-private", str(path)], check=True)
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def refused_pod(name: str, host_dir) -> str:
+    """A pod (as JSON, which is YAML) whose container wants host-to-container propagation from `host_dir`."""
+    container = {"name": "main", "image": "docker.io/library/busybox:local", "imagePullPolicy": "Never",
+                 "command": ["sleep", "3600"],
+                 "volumeMounts": [{"name": "private", "mountPath": "/private", "mountPropagation": "HostToContainer"}]}
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 1, "containers": [container],
+                 "volumes": [{"name": "private", "hostPath": {"path": str(host_dir)}}]},
+    })
+
+
+def test_a_container_the_runtime_refuses_to_create_keeps_its_sandbox_and_backs_off(agent, proxy, containerd,
+                                                                                     private_mount):
+    agent.start()
+    agent.write_manifest("refused.yaml", refused_pod("refused", private_mount))
+
+    def refused():
+        pod = agent.pod("refused")
+        waiting = (container_state(pod).get("state") or {}).get("waiting") or {} if pod else {}
+        return pod if waiting.get("reason") == "CreateContainerError" else None
+
+    pod = wait_for(refused, 60, what="refused shows CreateContainerError")
+    uid = pod["metadata"]["uid"]
+    message = container_state(pod)["state"]["waiting"]["message"]
+    assert "not a shared or slave mount" in message, message
+    first = sandbox_ids(containerd, uid)
+    creates = proxy.calls("CreateContainer")
+
+    time.sleep(8)  # four times the 2 s in which an agent replaced such a pod's sandbox
+    assert sandbox_ids(containerd, uid) == first and len(first) == 1
+    assert runtime_objects(containerd.endpoint, uid)[0][0].state == pb.SANDBOX_READY
+    # The kubelet's back-off: one try in 10 to 15 s, not one per sync.
+    assert proxy.calls("CreateContainer") - creates <= 1
+    pod = agent.pod("refused")
+    assert container_state(pod)["state"]["waiting"]["reason"] == "CreateContainerError"
+    assert pod["status"]["phase"] == "Pending"
