@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import time
 
@@ -135,3 +137,33 @@ def test_a_container_the_runtime_refuses_to_create_keeps_its_sandbox_and_backs_o
     pod = agent.pod("refused")
     assert container_state(pod)["state"]["waiting"]["reason"] == "CreateContainerError"
     assert pod["status"]["phase"] == "Pending"
+
+
+def sandbox_pid(containerd, sandbox_id: str) -> int:
+    async def fetch():
+        async with RuntimeClient(containerd.endpoint) as client:
+            return json.loads((await client.pod_sandbox_status(sandbox_id, verbose=True)).info["info"])["pid"]
+
+    return asyncio.run(fetch())
+
+
+def test_a_new_sandbox_counts_restarts_on_from_the_one_it_replaces(agent, proxy, containerd):
+    """The runtime names a container after its restart count: a new sandbox's container counting from 0 again
+    clashed with the old sandbox's ("name is reserved") and was taken for a create still under way."""
+    agent.start()
+    agent.write_manifest("phoenix.yaml", busybox_pod("phoenix", "exec sleep 3600"))
+    pod = wait_for(lambda: (p := agent.pod("phoenix")) and is_running(p) and p, 60, what="phoenix Running")
+    uid = pod["metadata"]["uid"]
+    (old,) = sandbox_ids(containerd, uid)
+    creates = proxy.calls("CreateContainer")
+    os.kill(sandbox_pid(containerd, old), signal.SIGKILL)  # the sandbox dies: the pod gets a new one
+
+    def running_in_new_sandbox():
+        sandboxes, containers = runtime_objects(containerd.endpoint, uid)
+        ready = [s.id for s in sandboxes if s.state == pb.SANDBOX_READY and s.id != old]
+        return [c for c in containers if ready and c.pod_sandbox_id == ready[0] and c.state == pb.CONTAINER_RUNNING]
+
+    (container,) = wait_for(running_in_new_sandbox, 60, what="phoenix running in a new sandbox")
+    assert container.metadata.attempt == 1
+    assert proxy.calls("CreateContainer") - creates == 1
+    assert "still being created" not in agent.log_text()
