@@ -10,8 +10,6 @@ import asyncio
 import functools
 import logging
 import os
-import random
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Mapping, Protocol
 
@@ -23,10 +21,11 @@ from ..cri.client import RuntimeClient
 from ..errors import EdgeletError
 from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from ..podutil import Pod
-from .actions import InFlight, PodActions, compute_pod_actions, in_flight_ended, next_restart_count
+from .actions import PodActions, compute_pod_actions, next_restart_count
 from .container import make_container_config
 from .sandbox import make_sandbox_config, pod_log_dir
 from .startgate import StartGate
+from .startlog import StartLog
 from .termination import TerminationOrdering
 from .types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
@@ -48,14 +47,6 @@ MAX_PARALLEL_STARTS = 8
 
 # How soon a sync looks again at a create or start under way in the runtime (this agent's or an earlier one's).
 IN_FLIGHT_RECHECK_SECONDS = 0.5
-# How long such a call may show nothing before it is tried again. Trying again is safe, the runtime refuses a
-# second create of a reserved name and a second start of a starting container; the wait spares it the calls.
-IN_FLIGHT_PATIENCE_SECONDS = 10.0
-
-# A container the runtime refused to create is tried again after the kubelet's pod worker back-off period (10 s,
-# stretched by up to half of it), whatever else syncs the pod meanwhile; its sandbox stays.
-CREATE_RETRY_SECONDS = 10.0
-CREATE_RETRY_JITTER = 0.5
 
 
 class ContainerConfigError(EdgeletError):
@@ -133,10 +124,7 @@ class RuntimeManager:
         self._service_env: dict[str, str] = {}
         self._start_gate = StartGate(MAX_PARALLEL_STARTS)
         self._failed_starts: set[str] = set()  # containers whose StartContainer failed in this agent
-        # pod uid -> container name -> its create or start under way in the runtime, not seen to end yet
-        self._in_flight: dict[str, dict[str, InFlight]] = {}
-        # (pod uid, container name) -> (monotonic time before which its refused create is not tried again, why)
-        self._create_refused: dict[tuple[str, str], tuple[float, str]] = {}
+        self._starts = StartLog()  # creates and starts under way in the runtime, and creates it refused
         if hasher is None:
             from ..core import container_hash as hasher
         self._hash = hasher
@@ -163,7 +151,7 @@ class RuntimeManager:
         result = SyncResult()
         actions = compute_pod_actions(
             pod, status, liveness_failed=liveness_failed, startup_failed=startup_failed,
-            startup_succeeded=startup_succeeded, hasher=self._hash, in_flight=self._pending(status),
+            startup_succeeded=startup_succeeded, hasher=self._hash, in_flight=self._starts.pending(status),
         )
         if actions.awaited:
             log.debug("pod %s: waiting for the runtime to finish creating or starting %s", podutil.full_name(pod),
@@ -220,7 +208,7 @@ class RuntimeManager:
         history = status  # every container the pod still has, whose restart counts a new one counts on from
         try:
             if create:
-                self._in_flight.pop(status.uid, None)  # what was under way belongs to the sandbox given up
+                self._starts.new_sandbox(status.uid)
                 sandbox_id, pod_ip, prepared = await self._run_sandbox(pod, actions, sandbox_config, volume_paths,
                                                                        result, history)
                 status = PodRuntimeStatus(uid=status.uid)  # a fresh sandbox starts from no containers
@@ -431,18 +419,19 @@ class RuntimeManager:
                     # under way): the sync that sees it created starts it; none creates a second one.
                     log.info("pod %s: container %s is still being created (%s); waiting for the runtime",
                              podutil.full_name(pod), name, exc)
-                    self._await(pod, result, InFlight(name, restart_count, since=time.monotonic()))
+                    self._await(pod, result, name, restart_count)
                     return True
-                self._refuse_create(pod, name, result, container_type, str(exc))
+                delay = self._starts.refused(podutil.uid(pod), name, str(exc))
+                self._failed(pod, name, result, container_type, "CreateContainerError", str(exc), delay)
                 return False
-            self._create_refused.pop((podutil.uid(pod), name), None)
+            self._starts.created(podutil.uid(pod), name)
             self._recorder.event(pod_ref(pod, name), NORMAL, "Created", f"Created container {name}")
             try:
                 await self._runtime.start_container(container_id)
             except RuntimeTimeout as exc:
                 log.info("pod %s: container %s (%s) is still being started (%s); waiting for the runtime",
                          podutil.full_name(pod), name, container_id[:13], exc)
-                self._await(pod, result, InFlight(name, restart_count, container_id, time.monotonic()))
+                self._await(pod, result, name, restart_count, container_id)
                 return True
             except EdgeletError as exc:
                 self._failed_starts.add(container_id)
@@ -493,7 +482,7 @@ class RuntimeManager:
                     # or starting another would start the container twice.
                     log.debug("pod %s: container %s (%s) is still being started", podutil.full_name(pod), name,
                               created.id[:13])
-                    self._await(pod, result, InFlight(name, created.restart_count, created.id, time.monotonic()))
+                    self._await(pod, result, name, created.restart_count, created.id)
                     return True
                 why = f"it cannot be started: {exc}"
             else:
@@ -534,41 +523,19 @@ class RuntimeManager:
         self._failed_starts.discard(never_run.id)
         return replacement
 
-    def _pending(self, status: PodRuntimeStatus) -> list[InFlight]:
-        """The pod's creates and starts still under way; those the runtime's state shows ended are forgotten, and
-        those that showed nothing for IN_FLIGHT_PATIENCE_SECONDS are tried again."""
-        under_way = self._in_flight.get(status.uid)
-        if not under_way:
-            return []
-        now = time.monotonic()
-        for name, op in list(under_way.items()):
-            if in_flight_ended(op, status, now, IN_FLIGHT_PATIENCE_SECONDS):
-                del under_way[name]
-        if not under_way:
-            del self._in_flight[status.uid]
-        return list(under_way.values())
-
-    def _await(self, pod: Pod, result: SyncResult, op: InFlight) -> None:
-        self._in_flight.setdefault(podutil.uid(pod), {})[op.name] = op
+    def _await(self, pod: Pod, result: SyncResult, name: str, attempt: int, container_id: str = "") -> None:
+        """A create (no `container_id`) or start whose end the agent did not see: the next syncs await it."""
+        self._starts.under_way(podutil.uid(pod), name, attempt, container_id)
         result.requeue(IN_FLIGHT_RECHECK_SECONDS)
         result.reinspect = True
 
-    def _refuse_create(self, pod: Pod, name: str, result: SyncResult, container_type: str, message: str) -> None:
-        """The runtime refused to create the container: CreateContainerError, tried again after the back-off."""
-        delay = CREATE_RETRY_SECONDS * (1.0 + CREATE_RETRY_JITTER * random.random())
-        self._create_refused[(podutil.uid(pod), name)] = (time.monotonic() + delay, message)
-        self._failed(pod, name, result, container_type, "CreateContainerError", message, delay)
-
     def _create_held_back(self, pod: Pod, name: str, result: SyncResult) -> bool:
         """Whether the container's last create was refused too recently to try again (its reason stays shown)."""
-        refused = self._create_refused.get((podutil.uid(pod), name))
-        if refused is None:
+        held = self._starts.held_back(podutil.uid(pod), name)
+        if held is None:
             return False
-        remaining = refused[0] - time.monotonic()
-        if remaining <= 0:
-            return False
-        result.waiting_reasons[name] = ("CreateContainerError", refused[1])
-        result.requeue(remaining)
+        result.waiting_reasons[name] = ("CreateContainerError", held[1])
+        result.requeue(held[0])
         return True
 
     def _failed(self, pod: Pod, name: str, result: SyncResult, container_type: str, reason: str, message: str,
@@ -707,9 +674,7 @@ class RuntimeManager:
 
     async def remove_pod(self, status: PodRuntimeStatus) -> None:
         """Removes the pod's sandboxes and with them its containers (after kill_pod)."""
-        self._in_flight.pop(status.uid, None)
-        for key in [key for key in self._create_refused if key[0] == status.uid]:
-            del self._create_refused[key]
+        self._starts.forget(status.uid)
         if self._resizer is not None:
             self._resizer.forget(status.uid, [c.id for c in status.containers])
         for container in status.containers:
