@@ -167,3 +167,17 @@ def test_a_new_sandbox_counts_restarts_on_from_the_one_it_replaces(agent, proxy,
     assert container.metadata.attempt == 1
     assert proxy.calls("CreateContainer") - creates == 1
     assert "still being created" not in agent.log_text()
+
+
+def test_a_sandbox_start_slower_than_the_request_timeout_is_waited_for(agent, proxy, containerd):
+    """RunPodSandbox is waited for twice the request timeout, as the kubelet does: a reply later than the timeout
+    but within that is no failure, and the pod gets one sandbox."""
+    proxy.hold("RunPodSandbox", 1.5 * REQUEST_TIMEOUT)
+    agent.start()
+    agent.write_manifest("late.yaml", busybox_pod("late", "exec sleep 3600"))
+    pod = wait_for(lambda: (p := agent.pod("late")) and is_running(p) and p, 60, what="late Running")
+    time.sleep(2)
+    sandboxes, containers = runtime_objects(containerd.endpoint, pod["metadata"]["uid"])
+    assert [s.state for s in sandboxes] == [pb.SANDBOX_READY]
+    assert [(c.metadata.attempt, c.state) for c in containers] == [(0, pb.CONTAINER_RUNNING)]
+    assert "DEADLINE_EXCEEDED" not in agent.log_text()
