@@ -89,8 +89,9 @@ class PodSyncer:
         # uid -> when the worker last acted on the pod (time.monotonic(), the cache's clock): the next sync
         # waits for a status observed after it, so that it never acts on a view older than its own actions.
         self._acted_at: dict[str, float] = {}
-        # Pods whose last sync failed half-way: what it did is in no relist yet, so the next sync asks the runtime.
-        self._failed_midway: set[str] = set()
+        # Pods whose last sync failed half-way, or left a create or start under way in the runtime: what it did is in
+        # no relist yet (nor in the container events a busy runtime sends late), so the next sync asks the runtime.
+        self._ask_runtime_first: set[str] = set()
 
     def seen(self, uid: str) -> None:
         self.first_seen.setdefault(uid, time.monotonic())
@@ -99,9 +100,9 @@ class PodSyncer:
         """One sync; the outcome says when to look again and whether the pod reached a terminal phase (the
         worker then stops it for good). A failed inspection of the pod fails the sync (it is retried)."""
         uid = podutil.uid(pod)
-        if uid in self._failed_midway:
+        if uid in self._ask_runtime_first:
             runtime_status = await self._pleg.inspect_now(uid)
-            self._failed_midway.discard(uid)
+            self._ask_runtime_first.discard(uid)
         else:
             runtime_status = await self._fresh_status(uid)
         old_status = self._status.get_status(uid) or {}
@@ -116,10 +117,12 @@ class PodSyncer:
                 startup_succeeded=self._prober.startup_succeeded(uid),
             )
         except BaseException:  # a sync that failed half-way may have acted too
-            self._failed_midway.add(uid)
+            self._ask_runtime_first.add(uid)
             raise
         finally:
             self._acted_at[uid] = time.monotonic()
+        if result.reinspect:
+            self._ask_runtime_first.add(uid)
         if (result.started or result.stopped or result.waiting_reasons != self.waiting.get(uid, {})
                 or not runtime_status.sandboxes):
             # What this sync just started or stopped is in no relist yet: one inspection now publishes the pod
@@ -238,7 +241,7 @@ class PodSyncer:
         self.waiting.pop(uid, None)
         self.first_seen.pop(uid, None)
         self._acted_at.pop(uid, None)
-        self._failed_midway.discard(uid)
+        self._ask_runtime_first.discard(uid)
         log.info("pod %s removed", podutil.full_name(pod))
         self._on_removed(pod)
         return True

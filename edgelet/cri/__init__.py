@@ -26,6 +26,15 @@ class RuntimeUnavailable(RuntimeCallError, TemporaryError):
         self.endpoint = endpoint
 
 
+class RuntimeTimeout(RuntimeUnavailable):
+    """No reply within the client's timeout to a call the runtime goes on carrying out (RunPodSandbox,
+    CreateContainer, StartContainer): whether it succeeds shows in the runtime's state later, not here."""
+
+    def __init__(self, endpoint: str, operation: str, seconds: float):
+        super().__init__(endpoint, operation, "DEADLINE_EXCEEDED",
+                         f"no reply within {seconds:g}s; the runtime may still be carrying the call out")
+
+
 class NotFound(RuntimeCallError, PermanentError):
     """The sandbox, container or image named in the call does not exist (any more)."""
 
@@ -58,5 +67,5 @@ def in_starting_state(error: Exception) -> bool:
     return isinstance(error, CRIError) and "in starting state" in error.details
 
 
-__all__ = ["CRIError", "NotFound", "RuntimeCallError", "RuntimeUnavailable", "create_in_flight", "in_starting_state",
-           "start_in_flight"]
+__all__ = ["CRIError", "NotFound", "RuntimeCallError", "RuntimeTimeout", "RuntimeUnavailable", "create_in_flight",
+           "in_starting_state", "start_in_flight"]

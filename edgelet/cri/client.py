@@ -16,7 +16,7 @@ import grpc
 from grpc import aio
 
 from edgelet import metrics
-from edgelet.cri import CRIError, NotFound, RuntimeCallError, RuntimeUnavailable
+from edgelet.cri import CRIError, NotFound, RuntimeCallError, RuntimeTimeout, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
 
 CRI_API_VERSION = "v1"
@@ -94,12 +94,19 @@ _CLIENT_TIMEOUT: Any = object()
 _RAW_RPCS = ("list_podsandbox", "list_containers")
 
 # Calls the runtime sees through to their end even when their caller is cancelled (a pod worker stopped, the
-# agent shutting down). A cancelled call cancels its request's context in the runtime, and containerd 2.x,
-# cancelled while it makes a task, can keep a task it has made but not started: the container is then reported
-# exited, cannot be stopped, and cannot be removed until containerd restarts ("cannot delete running task";
-# containerd issue 11037). Seen here with a crash-looping container whose restart an agent stop cut short.
-# The caller stops waiting at once; the call runs on, and close() lets it end before closing the channel.
-_RUN_TO_END = frozenset({"run_podsandbox", "start_container"})
+# agent shutting down) or stops waiting for the reply (the client's timeout). A cancelled call cancels its
+# request's context in the runtime, and containerd 2.x, cancelled while it makes a task, can keep a task it has
+# made but not started: the container is then reported exited, cannot be stopped, and cannot be removed until
+# containerd restarts ("cannot delete running task"; containerd issue 11037). Seen here with a crash-looping
+# container whose restart an agent stop cut short. A deadline that reached the runtime would cancel the same way
+# on a busy machine, half-way through a create or a start. So the caller stops waiting (RuntimeTimeout after the
+# client's timeout), the call runs on with a deadline of RUN_ON_FACTOR timeouts, and close() lets it end before
+# closing the channel; what it did shows in the next relist.
+_RUN_TO_END = frozenset({"run_podsandbox", "create_container", "start_container"})
+RUN_ON_FACTOR = 10
+
+# The kubelet gives RunPodSandbox twice the runtime request timeout (4 min by default).
+_DOUBLE_TIMEOUT = frozenset({"run_podsandbox"})
 
 # How long close() waits for such calls.
 CLOSE_GRACE = 10.0
@@ -203,14 +210,23 @@ class RuntimeClient:
         """The one place every call passes: deadline, duration histogram, error counter, error mapping."""
         if operation not in _RUN_TO_END:
             return await self._call(operation, request, timeout, raw)
-        call = asyncio.ensure_future(self._call(operation, request, timeout, raw))
+        wait = self.timeout if timeout is _CLIENT_TIMEOUT else timeout
+        if wait is not None and operation in _DOUBLE_TIMEOUT:
+            wait *= 2
+        call = asyncio.ensure_future(
+            self._call(operation, request, wait * RUN_ON_FACTOR if wait is not None else None, raw))
         self._running_to_end.add(call)
         call.add_done_callback(self._running_to_end.discard)
         try:
-            return await asyncio.shield(call)
+            async with asyncio.timeout(wait):
+                return await asyncio.shield(call)
         except asyncio.CancelledError:
             call.add_done_callback(_abandoned)
             raise
+        except TimeoutError:
+            call.add_done_callback(_abandoned)
+            self._count_error[operation]()
+            raise RuntimeTimeout(self.endpoint, operation, wait) from None
 
     async def _call(self, operation: str, request: Any, timeout: float | None, raw: bool) -> Any:
         if self._channel is None:

@@ -58,6 +58,8 @@ class PodActions:
     containers_to_start: list[int] = field(default_factory=list)  # indexes into spec.containers
     ephemeral_containers_to_start: list[int] = field(default_factory=list)  # indexes into spec.ephemeralContainers
     containers_to_kill: dict[str, ContainerToKill] = field(default_factory=dict)  # by container id
+    # Containers whose create or start is under way in the runtime (InFlight): neither started nor given up on.
+    awaited: list[str] = field(default_factory=list)
 
     def no_change(self) -> bool:
         return not (
@@ -68,6 +70,39 @@ class PodActions:
             or self.ephemeral_containers_to_start
             or self.containers_to_kill
         )
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A CreateContainer or StartContainer of one container that the agent saw no end of: its reply did not come
+    within the client's timeout (the runtime carries such a call on), or the runtime answered that the same
+    create (its name reserved) or start was still under way. Until the runtime's state shows how it ended, the
+    container is neither created nor started again, and its pod is not given up on for it."""
+
+    name: str
+    attempt: int  # the restart count the container was created with
+    container_id: str = ""  # a start's container; "" for a create
+    since: float = 0.0  # when it was last seen under way (the caller's monotonic clock)
+
+
+def in_flight_ended(op: InFlight, status: PodRuntimeStatus, now: float, patience: float) -> bool:
+    """Whether the runtime's state shows the create or start done (or failed): a created container of that
+    attempt, a started one out of the created state (or gone). One that shows nothing for `patience` seconds is
+    taken as failed and tried again (a create that failed in the runtime leaves nothing to see)."""
+    if now - op.since >= patience:
+        return True
+    if op.container_id:
+        container = next((c for c in status.containers if c.id == op.container_id), None)
+        return container is None or container.state != ContainerState.CREATED
+    return any(c.name == op.name and max(c.attempt, c.restart_count) >= op.attempt for c in status.containers)
+
+
+def next_restart_count(status: PodRuntimeStatus, name: str) -> int:
+    """The restart count of the container's next instance: one past every instance the runtime still has, in any
+    sandbox of the pod. The runtime names a container after its pod and restart count (containerd reserves
+    `k8s_<name>_<pod>_<namespace>_<uid>_<count>`), so a count still taken makes its create fail "name is
+    reserved"; the kubelet counts on from the pod's containers across sandboxes too."""
+    return max((max(c.attempt, c.restart_count) for c in status.containers if c.name == name), default=-1) + 1
 
 
 def default_hasher() -> Hasher:
@@ -252,11 +287,15 @@ def compute_pod_actions(
     startup_failed: Collection[str] = (),
     startup_succeeded: Collection[str] = (),
     hasher: Hasher | None = None,
+    in_flight: Collection[InFlight] = (),
 ) -> PodActions:
     """Decide this sync's actions. `liveness_failed`, `startup_failed` and `startup_succeeded` hold container
     ids by probe result (see ProbeResults); `hasher(name, image)` gives the expected
     `io.kubernetes.container.hash`. Restart backoff is left to the caller: `containers_to_start` and
-    `init_containers_to_start` list every container that should run again."""
+    `init_containers_to_start` list every container that should run again. `in_flight` holds the creates and
+    starts not seen to end yet (the caller drops those `in_flight_ended`): their containers are awaited, never
+    started a second time, and a pod whose containers are all awaited or running is kept. Nothing about a
+    container changes the decision on the sandbox, which follows the sandbox's own state alone."""
     create, attempt, sandbox_id = pod_sandbox_changed(pod, status)
     actions = PodActions(kill_pod=create, create_sandbox=create, sandbox_id=sandbox_id, attempt=attempt)
 
@@ -298,6 +337,13 @@ def compute_pod_actions(
     hash_of = hasher or default_hasher()
     probes = ProbeResults(liveness_failed, startup_failed, startup_succeeded)
     initialized = compute_init_container_actions(pod, status, actions, probes, hash_of)
+    awaited = {op.name for op in in_flight}
+    if awaited and actions.init_containers_to_start:
+        init_specs = podutil.init_containers(pod)
+        actions.awaited.extend(init_specs[i].get("name", "") for i in actions.init_containers_to_start
+                               if init_specs[i].get("name", "") in awaited)
+        actions.init_containers_to_start = [i for i in actions.init_containers_to_start
+                                            if init_specs[i].get("name", "") not in awaited]
     if actions.kill_pod or not initialized:
         return actions
 
@@ -305,6 +351,10 @@ def compute_pod_actions(
     for index, spec in enumerate(specs):
         name = spec.get("name", "")
         latest = status.latest_container(name)
+        if name in awaited and (latest is None or latest.state != ContainerState.RUNNING):
+            actions.awaited.append(name)  # its create or start is under way: it may be about to run
+            keep += 1
+            continue
         if latest is None or latest.state != ContainerState.RUNNING:
             if should_restart(pod, spec, latest):
                 actions.containers_to_start.append(index)

@@ -16,16 +16,17 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Mapping,
 from .. import metrics, podutil
 from ..backoff import Backoff
 from ..cri import runtime_v1_pb2 as pb
-from ..cri import CRIError, NotFound, create_in_flight, in_starting_state, start_in_flight
+from ..cri import CRIError, NotFound, RuntimeTimeout, create_in_flight, in_starting_state, start_in_flight
 from ..cri.client import RuntimeClient
 from ..errors import EdgeletError
 from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from ..podutil import Pod
-from .actions import PodActions, compute_pod_actions, kill_grace_seconds
+from .actions import PodActions, compute_pod_actions, kill_grace_seconds, next_restart_count
 from .container import make_container_config
 from .security import SecuritySettings, needs_image_user, run_as_non_root_error
 from .sandbox import make_sandbox_config, pod_log_dir
 from .startgate import StartGate
+from .startlog import StartLog
 from .termination import TerminationOrdering
 from .types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
@@ -45,7 +46,7 @@ MINIMUM_GRACE_SECONDS = 2
 # are not held by this gate. Containers of pods under way go before new sandboxes (startgate.py).
 MAX_PARALLEL_STARTS = 8
 
-# How soon a sync looks again at a create or start an earlier agent left in flight in the runtime.
+# How soon a sync looks again at a create or start under way in the runtime (this agent's or an earlier one's).
 IN_FLIGHT_RECHECK_SECONDS = 0.5
 
 
@@ -61,6 +62,8 @@ class SyncResult:
     requeue_after: float | None = None
     started: list[str] = field(default_factory=list)
     stopped: bool = False  # it stopped containers, or the whole pod
+    # A create or start is under way in the runtime: the next sync must see the runtime's state as it is now.
+    reinspect: bool = False
 
     def requeue(self, delay: float) -> None:
         self.requeue_after = delay if self.requeue_after is None else min(self.requeue_after, delay)
@@ -125,6 +128,7 @@ class RuntimeManager:
         self._fetch_missing: Callable[[Pod], Awaitable[None]] | None = None
         self._start_gate = StartGate(MAX_PARALLEL_STARTS)
         self._failed_starts: set[str] = set()  # containers whose StartContainer failed in this agent
+        self._starts = StartLog()  # creates and starts under way in the runtime, and creates it refused
         if hasher is None:
             from ..core import container_hash as hasher
         self._hash = hasher
@@ -157,10 +161,15 @@ class RuntimeManager:
         result = SyncResult()
         actions = compute_pod_actions(
             pod, status, liveness_failed=liveness_failed, startup_failed=startup_failed,
-            startup_succeeded=startup_succeeded, hasher=self._hash,
+            startup_succeeded=startup_succeeded, hasher=self._hash, in_flight=self._starts.pending(status),
         )
         if self._fetch_missing is not None:
             await self._fetch_missing(pod)
+        if actions.awaited:
+            log.debug("pod %s: waiting for the runtime to finish creating or starting %s", podutil.full_name(pod),
+                      ", ".join(actions.awaited))
+            result.requeue(IN_FLIGHT_RECHECK_SECONDS)
+            result.reinspect = True
         # Volumes first, on every sync: ConfigMap, Secret and downward API contents follow their
         # sources even when no container changes (the kubelet remounts on each sync too).
         volume_paths = await self._setup_volumes(pod, result)
@@ -208,16 +217,18 @@ class RuntimeManager:
             cluster_dns=self._cluster_dns, cluster_domain=self._cluster_domain, cgroup_parent=cgroup_parent,
         )
         prepared: dict[str, asyncio.Future[pb.ContainerConfig | None]] = {}
+        history = status  # every container the pod still has, whose restart counts a new one counts on from
         try:
             if create:
+                self._starts.new_sandbox(status.uid)
                 sandbox_id, pod_ip, prepared = await self._run_sandbox(pod, actions, sandbox_config, volume_paths,
-                                                                       result)
+                                                                       result, history)
                 status = PodRuntimeStatus(uid=status.uid)  # a fresh sandbox starts from no containers
             else:
                 pod_ip = await self._pod_ip(sandbox_id, pod)
             start = functools.partial(self._start_container, pod, status=status, sandbox_id=sandbox_id,
                                       sandbox_config=sandbox_config, volume_paths=volume_paths, pod_ip=pod_ip,
-                                      result=result, prepared=prepared)
+                                      result=result, prepared=prepared, history=history)
 
             # Step 3: ephemeral containers, before init containers so that a pod stuck initializing can be
             # debugged.
@@ -242,7 +253,7 @@ class RuntimeManager:
                 preparation.cancel()  # a sync cut short: what was made ready for it is not used
 
     async def _run_sandbox(self, pod: Pod, actions: PodActions, sandbox_config: pb.PodSandboxConfig,
-                           volume_paths: dict[str, str], result: SyncResult,
+                           volume_paths: dict[str, str], result: SyncResult, history: PodRuntimeStatus,
                            ) -> tuple[str, str, dict[str, asyncio.Future[pb.ContainerConfig | None]]]:
         """RunPodSandbox, while the containers that start first in it are made ready: their images ensured and
         their configs built (once the pod's IP is known: at once for a pod on the node's network). Returns the
@@ -258,7 +269,8 @@ class RuntimeManager:
                 # Started inside the slot, so that a burst prepares no more pods ahead than it starts sandboxes.
                 for spec in first:
                     prepared[spec["name"]] = asyncio.ensure_future(self._prepare_container(
-                        pod, spec, status=None, restart_count=0, volume_paths=volume_paths, pod_ip=pod_ip,
+                        pod, spec, status=None, restart_count=next_restart_count(history, spec["name"]),
+                        volume_paths=volume_paths, pod_ip=pod_ip,
                         log_directory=os.path.join(sandbox_config.log_directory, spec["name"]), result=result,
                         container_type="init" if actions.init_containers_to_start else "regular"))
                 try:
@@ -332,16 +344,20 @@ class RuntimeManager:
         result: SyncResult,
         container_type: str,
         prepared: Mapping[str, Awaitable[pb.ContainerConfig | None]] | None = None,
+        history: PodRuntimeStatus | None = None,
     ) -> bool:
         """Starts one container (init, regular or ephemeral); True when it runs now or its start is under way.
-        A container of a sandbox just made may have been made ready while the sandbox started (`prepared`)."""
+        A container of a sandbox just made may have been made ready while the sandbox started (`prepared`).
+        `history` is the pod's status before a new sandbox (default `status`): restart counts go on from it."""
         name = container["name"]
+        if self._create_held_back(pod, name, result):
+            return False
         if prepared and name in prepared:
             config = await prepared[name]
-            return config is not None and await self._create_and_start(pod, container, config, sandbox_id,
-                                                                       sandbox_config, result, container_type, 0)
+            return config is not None and await self._create_and_start(
+                pod, container, config, sandbox_id, sandbox_config, result, container_type, config.metadata.attempt)
         previous = status.latest_container(name)
-        restart_count = previous.restart_count + 1 if previous is not None else 0
+        restart_count = next_restart_count(history or status, name)
         if previous is not None and previous.state == ContainerState.CREATED:
             # Created but never started (the agent died in between): start that one rather than a second.
             if await self._adopt_created(pod, container, previous, sandbox_id, result, container_type):
@@ -410,18 +426,25 @@ class RuntimeManager:
             try:
                 container_id = await self._runtime.create_container(sandbox_id, config, sandbox_config)
             except EdgeletError as exc:
-                if create_in_flight(exc):
-                    # An earlier agent's CreateContainer for this very name is still running in the runtime:
-                    # the next sync finds its container and starts it (no second one, no bumped count).
-                    log.info("pod %s: container %s is still being created by an earlier request; looking again",
-                             podutil.full_name(pod), name)
-                    result.requeue(IN_FLIGHT_RECHECK_SECONDS)
+                if isinstance(exc, RuntimeTimeout) or create_in_flight(exc):
+                    # The runtime may still be creating it (ours timed out, or the name is reserved by a create
+                    # under way): the sync that sees it created starts it; none creates a second one.
+                    log.info("pod %s: container %s is still being created (%s); waiting for the runtime",
+                             podutil.full_name(pod), name, exc)
+                    self._await(pod, result, name, restart_count)
                     return True
-                self._failed(pod, name, result, container_type, "CreateContainerError", str(exc), 1.0)
+                delay = self._starts.refused(podutil.uid(pod), name, str(exc))
+                self._failed(pod, name, result, container_type, "CreateContainerError", str(exc), delay)
                 return False
+            self._starts.created(podutil.uid(pod), name)
             self._recorder.event(pod_ref(pod, name), NORMAL, "Created", f"Created container {name}")
             try:
                 await self._runtime.start_container(container_id)
+            except RuntimeTimeout as exc:
+                log.info("pod %s: container %s (%s) is still being started (%s); waiting for the runtime",
+                         podutil.full_name(pod), name, container_id[:13], exc)
+                self._await(pod, result, name, restart_count, container_id)
+                return True
             except EdgeletError as exc:
                 self._failed_starts.add(container_id)
                 self._failed(pod, name, result, container_type, "RunContainerError", str(exc), 1.0)
@@ -465,12 +488,13 @@ class RuntimeManager:
                 async with self._start_gate.slot(under_way=True):
                     await self._runtime.start_container(created.id)
             except EdgeletError as exc:
-                if start_in_flight(exc):
-                    # The dead agent's StartContainer still runs in the runtime; it ends RUNNING or EXITED
-                    # (never ran), and either is handled by the sync that sees it. Removing it is refused.
-                    log.debug("pod %s: container %s (%s) is still being started by an earlier request",
-                              podutil.full_name(pod), name, created.id[:13])
-                    result.requeue(IN_FLIGHT_RECHECK_SECONDS)
+                if isinstance(exc, RuntimeTimeout) or start_in_flight(exc):
+                    # A StartContainer (this one, timed out, or an earlier one) still runs in the runtime; it ends
+                    # RUNNING or EXITED (never ran), and either is handled by the sync that sees it. Removing it
+                    # or starting another would start the container twice.
+                    log.debug("pod %s: container %s (%s) is still being started", podutil.full_name(pod), name,
+                              created.id[:13])
+                    self._await(pod, result, name, created.restart_count, created.id)
                     return True
                 why = f"it cannot be started: {exc}"
             else:
@@ -510,6 +534,21 @@ class RuntimeManager:
                         "attempt %d", podutil.full_name(pod), name, never_run.id[:13], exc, replacement)
         self._failed_starts.discard(never_run.id)
         return replacement
+
+    def _await(self, pod: Pod, result: SyncResult, name: str, attempt: int, container_id: str = "") -> None:
+        """A create (no `container_id`) or start whose end the agent did not see: the next syncs await it."""
+        self._starts.under_way(podutil.uid(pod), name, attempt, container_id)
+        result.requeue(IN_FLIGHT_RECHECK_SECONDS)
+        result.reinspect = True
+
+    def _create_held_back(self, pod: Pod, name: str, result: SyncResult) -> bool:
+        """Whether the container's last create was refused too recently to try again (its reason stays shown)."""
+        held = self._starts.held_back(podutil.uid(pod), name)
+        if held is None:
+            return False
+        result.waiting_reasons[name] = ("CreateContainerError", held[1])
+        result.requeue(held[0])
+        return True
 
     def _failed(self, pod: Pod, name: str, result: SyncResult, container_type: str, reason: str, message: str,
                 retry_after: float, event_message: str | None = None) -> None:
@@ -665,6 +704,7 @@ class RuntimeManager:
 
     async def remove_pod(self, status: PodRuntimeStatus) -> None:
         """Removes the pod's sandboxes and with them its containers (after kill_pod)."""
+        self._starts.forget(status.uid)
         if self._resizer is not None:
             self._resizer.forget(status.uid, [c.id for c in status.containers])
         for container in status.containers:

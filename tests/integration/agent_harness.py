@@ -56,7 +56,7 @@ class AgentProcess:
     """One edgelet agent with its own root_dir and manifest directory."""
 
     def __init__(self, workdir: Path, endpoint: str, *, node_name: str = "testnode", extra_toml: str = "",
-                 server_address: str = ""):
+                 server_address: str = "", request_timeout: str = "2m"):
         self.workdir = workdir
         self.root_dir = workdir / "root"
         self.manifest_dir = workdir / "manifests"
@@ -71,6 +71,7 @@ class AgentProcess:
 
             [runtime]
             endpoint = "{endpoint}"
+            request_timeout = "{request_timeout}"
 
             [pods]
             manifest_dir = "{self.manifest_dir}"

@@ -11,9 +11,12 @@ from edgelet.kuberuntime.actions import (
     REASON_UNHEALTHY,
     REASON_UNKNOWN_STATE,
     ContainerToKill,
+    InFlight,
     PodActions,
     compute_pod_actions,
+    in_flight_ended,
     kill_grace_seconds,
+    next_restart_count,
     pod_has_initialized,
     pod_sandbox_changed,
     should_restart,
@@ -522,3 +525,79 @@ def _grace_pod(deletion_grace=None, **probes) -> dict:
 ])
 def test_kill_grace_seconds(pod, probe, expected):
     assert kill_grace_seconds(pod, ContainerToKill("a1", "a", REASON_UNHEALTHY, "m", probe)) == expected
+
+
+# --- creates and starts under way in the runtime (a slow runtime, or one that refused a create) ---------------
+
+def created(name, id, attempt=0, sandbox_id="sb1", state=CREATED):
+    container = ctr(name, state, id=id, sandbox_id=sandbox_id)
+    container.attempt = container.restart_count = attempt
+    return container
+
+
+CREATE = InFlight("app", 0)  # a create whose reply did not come, or whose name the runtime said was reserved
+START = InFlight("app", 0, "c1")  # a start of container c1 whose reply did not come
+
+# name, pod, status, what is under way, expected plan, containers awaited
+IN_FLIGHT_PLANS = [
+    ("a create under way: nothing started, the pod and its sandbox kept",
+     make_pod(), runtime(), [CREATE], plan(), ["app"]),
+    ("a start under way: not started again, not killed",
+     make_pod(), runtime(created("app", "c1")), [START], plan(), ["app"]),
+    ("a start under way beside a running sibling",
+     make_pod(("app", "side")), runtime(created("app", "c1"), ctr("side")), [START], plan(), ["app"]),
+    ("under way in a sandbox that died: the sandbox follows its own state alone",
+     make_pod(), runtime(created("app", "c1"), sandboxes=DEAD), [START],
+     plan(kill_pod=True, create_sandbox=True, sandbox_id="", attempt=2, start=[0]), []),
+    ("a container that runs needs no waiting",
+     make_pod(), runtime(ctr("app", id="c1")), [START], plan(), []),
+    ("an init container under way holds back what follows it",
+     make_pod(init=("setup", "next")), runtime(), [InFlight("setup", 0)], plan(), ["setup"]),
+    ("nothing under way: the created container is started",
+     make_pod(), runtime(created("app", "c1")), [], plan(start=[0]), []),
+    ("under way and the only app container: the pod is not taken for done",
+     make_pod(policy="Never"), runtime(), [CREATE], plan(), ["app"]),
+]
+
+
+@pytest.mark.parametrize(("name", "pod", "status", "in_flight", "expected", "awaited"), IN_FLIGHT_PLANS,
+                         ids=[p[0] for p in IN_FLIGHT_PLANS])
+def test_compute_pod_actions_with_calls_under_way(name, pod, status, in_flight, expected, awaited):
+    actions = actions_for(pod, status, in_flight=in_flight)
+    assert summary(actions, pod) == expected
+    assert actions.awaited == awaited
+
+
+# name, what is under way (since 0), containers the runtime shows, seconds since, ended
+IN_FLIGHT_ENDS = [
+    ("a create not showing yet", CREATE, [], 1.0, False),
+    ("a create showing its container", CREATE, [created("app", "c1")], 1.0, True),
+    ("a create showing only an older instance", InFlight("app", 2), [created("app", "c1", attempt=1)], 1.0, False),
+    ("a create showing nothing for a whole timeout", CREATE, [], 5.0, True),
+    ("a start still in the created state", START, [created("app", "c1")], 1.0, False),
+    ("a start that got the container running", START, [created("app", "c1", state=RUNNING)], 1.0, True),
+    ("a start that ended the container", START, [created("app", "c1", state=EXITED)], 1.0, True),
+    ("a start whose container is gone", START, [], 1.0, True),
+    ("a start still in the created state for a whole timeout", START, [created("app", "c1")], 5.0, True),
+]
+
+
+@pytest.mark.parametrize(("name", "op", "containers", "after", "ended"), IN_FLIGHT_ENDS,
+                         ids=[e[0] for e in IN_FLIGHT_ENDS])
+def test_in_flight_ended(name, op, containers, after, ended):
+    assert in_flight_ended(op, runtime(*containers), now=after, patience=5.0) is ended
+
+
+# name, containers the runtime shows, next restart count of "app"
+RESTART_COUNTS = [
+    ("never ran", [], 0),
+    ("one instance", [created("app", "c1", attempt=0, state=EXITED)], 1),
+    ("instances in an older sandbox count too",
+     [created("app", "c2", attempt=3, sandbox_id="sb0", state=EXITED), created("app", "c1", attempt=1)], 4),
+    ("other containers' counts do not", [created("side", "s1", attempt=7)], 0),
+]
+
+
+@pytest.mark.parametrize(("name", "containers", "expected"), RESTART_COUNTS, ids=[r[0] for r in RESTART_COUNTS])
+def test_next_restart_count(name, containers, expected):
+    assert next_restart_count(runtime(*containers), "app") == expected
