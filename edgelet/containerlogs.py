@@ -60,6 +60,17 @@ class LineJoiner:
             else:
                 yield stamp, text + b"\n"
 
+    def flush(self) -> Iterator[Entry]:
+        """What a log ends with that no F line finished (a process whose last write had no newline, say
+        `printf done`), as it is, without a newline: the kubelet prints a P line's text that way too."""
+        pending, self._pending = self._pending, {}
+        yield from pending.values()
+
+    def read_all(self, raws: Iterable[bytes]) -> Iterator[Entry]:
+        """Every message of a log read to its end: `feed`, then `flush`."""
+        yield from self.feed(raws)
+        yield from self.flush()
+
 
 def since_filter(entries: Iterable[Entry], since_ns: int | None) -> Iterator[Entry]:
     """Entries stamped at or after since_ns. The runtime writes in time order, so checking stops at
@@ -208,9 +219,11 @@ def print_logs(config, *, namespace: str | None, pod_name: str, container: str |
         rotated = itertools.chain.from_iterable(_read_file(path) for path in files[:-1])
         live = open(files[-1], "rb")
         joiner = LineJoiner()  # one per container: a message split across files, or across the read and -f
-        entries = joiner.feed(itertools.chain(rotated, live))
+        following = options.follow and not options.previous
+        read = joiner.feed if following else joiner.read_all
+        entries = read(itertools.chain(rotated, live))
         _write(out, select(entries, since_ns=options.since_ns, tail=tail), options.timestamps)
-        if options.follow and not options.previous:
+        if following:
             restart = int(os.path.basename(files[-1])[:-4])
             followers.append(_Follower(files[-1], live, name, restart, joiner=joiner))
         else:
@@ -299,7 +312,8 @@ def _follow(followers: list[_Follower], out: IO[str], options: LogOptions, watch
         time.sleep(FOLLOW_POLL)
         for follower in list(followers):
             if watch.ended(follower):
-                _write(out, follower.read(), options.timestamps)  # what it wrote before it ended
+                # What it wrote before it ended, its last unfinished line included.
+                _write(out, [*follower.read(), *follower.joiner.flush()], options.timestamps)
                 follower.handle.close()
                 followers.remove(follower)
             else:

@@ -55,7 +55,9 @@ async def read_logs(
                 if path == live:
                     raise
                 continue  # rotated away since it was listed: its lines are gone
-        entries = (entry for handle in handles for entry in joiner.feed(handle))
+        # Without follow, the log is read to its end: a last line no F line finished is sent as it is.
+        read = joiner.feed if options.follow else joiner.read_all
+        entries = read(line for handle in handles for line in handle)
         batch = bytearray()
         for entry in select(entries, since_ns=options.since_ns, tail=options.tail_lines):
             batch += limit.take(render(entry, options.timestamps))
@@ -108,6 +110,10 @@ async def _follow(path: str, handle: IO[bytes], joiner: LineJoiner, options: Log
                 drained = False
                 continue
             if not still_running():
+                out = b"".join(limit.take(render(entry, options.timestamps))
+                               for entry in since_filter(joiner.flush(), options.since_ns))
+                if out:
+                    yield out  # the container ended on a line it never finished
                 return
             await asyncio.sleep(_FOLLOW_POLL)
     finally:

@@ -91,3 +91,33 @@ def test_logs_previous_and_follow(tmp_path, containerd):
         assert missing.returncode != 0 and "nosuchpod" in missing.stderr
     finally:
         agent.close()
+
+
+def test_a_log_ending_without_a_newline_is_read_whole(tmp_path, containerd):
+    """`cat` of files without a final newline leaves the runtime a P line no F line finishes: it is read all the
+    same, as the kubelet reads it (the upstream projected-volume spec checks exactly such an output)."""
+    agent = AgentProcess(tmp_path, containerd.endpoint)
+    try:
+        agent.start()
+        agent.write_manifest("unfinished.yaml", """\
+            apiVersion: v1
+            kind: Pod
+            metadata:
+              name: unfinished
+            spec:
+              hostNetwork: true
+              restartPolicy: Never
+              containers:
+                - name: main
+                  image: docker.io/library/busybox:local
+                  imagePullPolicy: Never
+                  command: ["sh", "-c", "echo whole; printf first; printf -second"]
+            """)
+        wait_for(lambda: (p := agent.pod("unfinished")) and p["status"].get("phase") == "Succeeded", 40,
+                 what="pod Succeeded")
+        logs = agent.cli("logs", "unfinished")
+        assert logs.returncode == 0 and logs.stdout == "whole\nfirst-second"
+        followed = agent.cli("logs", "unfinished", "-f")
+        assert followed.returncode == 0 and followed.stdout == "whole\nfirst-second"
+    finally:
+        agent.close()

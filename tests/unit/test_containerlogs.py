@@ -46,6 +46,20 @@ def test_joiner_joins_per_stream_and_stamps_a_message_with_its_first_piece():
     assert out == [(b"t2", b"oops\n"), (b"t1", b"hello world\n"), (b"t5", b"next\n")]
 
 
+@pytest.mark.parametrize("lines, expected", [
+    # A process whose last write had no newline (`cat` of a file without one): its text, without a newline.
+    ([b"t1 stdout P done"], [(b"t1", b"done")]),
+    ([b"t1 stdout P a", b"t2 stdout P b"], [(b"t1", b"ab")]),
+    ([b"t1 stdout F whole\n", b"t2 stderr P half"], [(b"t1", b"whole\n"), (b"t2", b"half")]),
+    ([b"t1 stdout F whole\n"], [(b"t1", b"whole\n")]),
+    ([], []),
+])
+def test_a_log_read_to_its_end_keeps_the_line_no_f_line_finished(lines, expected):
+    joiner = LineJoiner()
+    assert list(joiner.read_all(lines)) == expected
+    assert list(joiner.flush()) == []  # flushed once
+
+
 def test_render():
     entry = (b"2026-01-01T00:00:00Z", b"hi\n")
     assert render(entry, False) == b"hi\n"
