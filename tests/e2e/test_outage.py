@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.e2e.conftest import (NODE_MONITOR_GRACE, TOLERATION_SECONDS, Kubectl, condition, container_status, pod_phase,
+from tests.e2e.conftest import (NODE_MONITOR_GRACE, TOLERATION_SECONDS, condition, container_status, pod_phase,
                                wait_pod)
 from tests.e2e.test_pods import pod_manifest
 from tests.integration.agent_harness import wait_for
@@ -105,8 +105,7 @@ class AnchorNode:
     def __enter__(self):
         self._since = _rfc3339()
         self.kubectl.apply(json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name}}), "")
-        # `patch --subresource` came with kubectl 1.24: the current client writes the status.
-        Kubectl(self.kubectl.kubeconfig, "1.36")(
+        self.kubectl(
             "patch", "node", self.name, "--subresource=status", "--type=merge", "-p", self._status_patch())
         self.kubectl.apply(json.dumps({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                                        "metadata": {"name": self.name, "namespace": "kube-node-lease"},
