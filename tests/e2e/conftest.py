@@ -1,13 +1,11 @@
 """Fixtures for end-to-end tests: the real agent on the private containerd, joined to a real control plane.
 
-`control_plane` starts kube-apiserver 1.20.2, etcd and kube-controller-manager on loopback once per session
-through hack/control-plane.sh (which builds the binaries from Debian's source package the first time and
-caches them). `kubectl` drives it as an operator would, with the client of the control plane's own release (1.20,
-Debian 12's `kubernetes-client`); `kubectl_current` is today's client (1.36, Debian unstable's `kubectl`), both
-taken from Debian's archive by hack/debian-archive.sh, never whatever `kubectl` is on PATH; `audit` counts
-requests from the apiserver's audit
-log; `cluster_agent` starts `edgelet run` joined to the cluster with the node's own client certificate and its
-kubelet API on a loopback port with a serving certificate of the cluster CA.
+`control_plane` starts kube-apiserver, kube-controller-manager and kube-scheduler 1.36 with etcd on loopback
+once per session through hack/control-plane.sh. `kubectl` drives it as an operator would, with the client of the
+same release (1.36, Debian unstable's `kubectl`, taken from Debian's archive by hack/debian-archive.sh, never
+whatever `kubectl` is on PATH); `audit` counts requests from the apiserver's audit log; `cluster_agent` starts
+`edgelet run` joined to the cluster with the node's own client certificate and its kubelet API on a loopback port
+with a serving certificate of the cluster CA.
 """
 
 from __future__ import annotations
@@ -31,8 +29,9 @@ from tests.runtime_cleanup import empty_runtime_at
 REPO = Path(__file__).resolve().parents[2]
 CONTROL_PLANE = REPO / "hack" / "control-plane.sh"
 DEBIAN_ARCHIVE = REPO / "hack" / "debian-archive.sh"
-# The kubectl releases the suite drives the cluster with: Debian package and suite of each (`make e2e-deps`).
-KUBECTL_PACKAGES = {"1.20": ("kubernetes-client", "bookworm"), "1.36": ("kubectl", "sid")}
+# The kubectl the suite drives the cluster with, of the control plane's release: Debian package and suite
+# (`make e2e-deps` fetches it).
+KUBECTL_PACKAGE = ("kubectl", "sid")
 # Shortened cluster timings so node-lifecycle behaviour is observable in seconds (kubelet ratios kept:
 # the Lease is renewed every quarter of its duration, the controller's grace covers several renewals).
 LEASE_DURATION_S = 8
@@ -114,7 +113,7 @@ def _cannot_run(reason: str) -> None:
 def running_control_plane(directory: Path, node: str, **env_knobs: str) -> Iterator[ControlPlane]:
     """hack/control-plane.sh start under `directory` with EDGELET_E2E_* knobs; stopped on exit."""
     if os.geteuid() != 0:
-        _cannot_run("needs root (the control plane's build installs Debian packages)")
+        _cannot_run("needs root (the control plane installs the Debian packages it runs with)")
     env = dict(os.environ, **env_knobs)
     started = subprocess.run(["bash", str(CONTROL_PLANE), "start", str(directory), node], env=env,
                              capture_output=True, text=True, timeout=1800)
@@ -140,25 +139,24 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 
 @functools.cache
-def kubectl_binary(release: str) -> Path:
-    """The kubectl of `release` (a key of KUBECTL_PACKAGES), extracted from Debian's archive once."""
-    package, suite = KUBECTL_PACKAGES[release]
+def kubectl_binary() -> Path:
+    """The suite's kubectl (KUBECTL_PACKAGE), extracted from Debian's archive once."""
+    package, suite = KUBECTL_PACKAGE
     fetched = subprocess.run(["bash", str(DEBIAN_ARCHIVE), "fetch", package, suite], capture_output=True, text=True,
                              timeout=600)
     binary = Path(fetched.stdout.strip() or "/nonexistent") / "usr" / "bin" / "kubectl"
     if fetched.returncode != 0 or not binary.is_file():
-        _cannot_run(f"kubectl {release} ({package}/{suite}) not available (make e2e-deps fetches it):\n"
+        _cannot_run(f"kubectl ({package}/{suite}) not available (make e2e-deps fetches it):\n"
                     f"{fetched.stderr[-2000:]}")
     return binary
 
 
 class Kubectl:
-    """A real kubectl (one release, one user) against the test cluster, as an operator runs it."""
+    """A real kubectl (one user) against the test cluster, as an operator runs it."""
 
-    def __init__(self, kubeconfig: Path, release: str = "1.20"):
+    def __init__(self, kubeconfig: Path):
         self.kubeconfig = kubeconfig
-        self.release = release
-        self.binary = kubectl_binary(release)
+        self.binary = kubectl_binary()
 
     def command(self, *args: str) -> list[str]:
         """The command line of `kubectl ARGS` as this user (for callers that run it themselves)."""
@@ -195,14 +193,8 @@ class Kubectl:
 
 @pytest.fixture(scope="session")
 def kubectl(control_plane: ControlPlane) -> Kubectl:
-    """The admin's kubectl of the control plane's release (1.20)."""
-    return Kubectl(control_plane.admin_kubeconfig, "1.20")
-
-
-@pytest.fixture(scope="session")
-def kubectl_current(control_plane: ControlPlane) -> Kubectl:
     """The admin's kubectl 1.36, which speaks WebSocket first for exec, attach, cp and port-forward."""
-    return Kubectl(control_plane.admin_kubeconfig, "1.36")
+    return Kubectl(control_plane.admin_kubeconfig)
 
 
 class AuditLog:

@@ -1,9 +1,10 @@
-"""The API double agrees with a real kube-apiserver 1.20.2: each test runs the same requests against both.
+"""The API double agrees with a real kube-apiserver 1.36: each test runs the same requests against both.
 
 Status PATCH merge keys (conditions by type, container statuses replaced whole, `$setElementOrder` on them
-breaking the request), null condition times, unknown status fields dropped, 401 vs 403 (NodeRestriction on
-mirror pods), 410 for a watch from before a restart, and 1.20's pods/ephemeralcontainers (an EphemeralContainers
-object; additions only, defaulted; not for nodes).
+breaking the request), null condition times, what a pod status keeps (current fields such as hostIPs and
+containers' user) and drops (unknown ones), 401 vs 403 (NodeRestriction on mirror pods, a node listing pods not
+bound to it), 410 for a watch from before a restart, and pods/ephemeralcontainers (a Pod; additions only,
+defaulted; not for nodes).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import pytest
 from edgelet.kubeapi import ApiClient, Forbidden, Gone, Invalid, NotFound, ServerError, Unauthorized
 from tests.integration.agent_harness import wait_for
 from tests.kubeapi_double import ApiServerDouble
-from tests.kubeapi_double.ephemeral import ALPHA_OBJECT
 
 pytestmark = pytest.mark.containerd
 
@@ -42,8 +42,7 @@ class ApiUnderTest:
 @pytest.fixture(params=["double", "real"])
 async def api(request: pytest.FixtureRequest) -> AsyncIterator[ApiUnderTest]:
     if request.param == "double":
-        with ApiServerDouble(token="node-token", node_name="edge-node", admin_token=ADMIN_TOKEN,
-                             ephemeral_containers=ALPHA_OBJECT) as double:
+        with ApiServerDouble(token="node-token", node_name="edge-node", admin_token=ADMIN_TOKEN) as double:
             under_test = ApiUnderTest("double", "edge-node", ApiClient(double.url, token="node-token"),
                                       ApiClient(double.url, token=ADMIN_TOKEN),
                                       ApiClient(double.url, token="nobody"), double.restart, lambda: len(double.panics))
@@ -147,15 +146,18 @@ async def test_an_element_order_for_container_statuses_fails_the_request(api: Ap
     assert stored["status"]["containerStatuses"][0]["ready"] is False  # nothing was written
 
 
-async def test_status_fields_unknown_to_1_20_are_dropped(api: ApiUnderTest) -> None:
+async def test_status_keeps_the_fields_of_its_release_and_drops_unknown_ones(api: ApiUnderTest) -> None:
     await api.admin.create(PODS, pod("unknown", api.node_name))
     patched = await api.node.patch(f"{PODS}/unknown/status", {"status": {
-        "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "message": "",
-        "containerStatuses": [{**container_status(True), "user": {"linux": {"uid": 0, "gid": 0}}}]}})
+        "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "message": "", "notAStatusField": "x",
+        "containerStatuses": [{**container_status(True), "user": {"linux": {"uid": 0, "gid": 0}},
+                               "notAContainerStatusField": 1}]}})
     status = patched["status"]
-    assert status["hostIP"] == "127.0.0.1"
-    assert "hostIPs" not in status and "message" not in status
-    assert "user" not in status["containerStatuses"][0]
+    assert (status["hostIP"], status["hostIPs"]) == ("127.0.0.1", [{"ip": "127.0.0.1"}])
+    assert "message" not in status and "notAStatusField" not in status
+    (container,) = status["containerStatuses"]
+    assert container["user"] == {"linux": {"uid": 0, "gid": 0}} and "notAContainerStatusField" not in container
+    assert (await api.admin.get("/version"))["minor"] == "36"
 
 
 async def test_401_refused_credentials_and_403_for_one_forbidden_mirror_pod(api: ApiUnderTest) -> None:
@@ -178,6 +180,20 @@ async def test_401_refused_credentials_and_403_for_one_forbidden_mirror_pod(api:
     assert created["metadata"]["ownerReferences"][0]["uid"] == node_uid
 
 
+async def test_a_node_lists_and_watches_only_its_own_pods(api: ApiUnderTest) -> None:
+    await api.admin.create(PODS, pod("mine", api.node_name))
+    await api.admin.create(PODS, pod("theirs", "another-node"))
+    own = await api.node.list("/api/v1/pods", {"fieldSelector": f"spec.nodeName={api.node_name}"})
+    assert [p["metadata"]["name"] for p in own["items"]] == ["mine"]
+    with pytest.raises(Forbidden, match="can only list/watch pods with spec.nodeName field selector"):
+        await api.node.list(PODS)
+    with pytest.raises(Forbidden, match='cannot list resource "pods" in API group "" at the cluster scope'):
+        await api.node.list("/api/v1/pods", {"fieldSelector": "spec.nodeName=another-node"})
+    with pytest.raises(Forbidden, match='cannot watch resource "pods"'):
+        async for _ in api.node.watch("/api/v1/pods", {"timeoutSeconds": "1"}):
+            pass
+
+
 async def test_a_watch_from_before_a_restart_gets_410_too_old(api: ApiUnderTest) -> None:
     created = await api.admin.create(PODS, pod("old", api.node_name))
     await api.admin.create(PODS, pod("newer", api.node_name))
@@ -191,7 +207,7 @@ async def test_a_watch_from_before_a_restart_gets_410_too_old(api: ApiUnderTest)
     async def answering() -> None:
         while True:
             try:
-                await api.node.list(PODS)
+                await api.node.list(PODS, {"fieldSelector": f"spec.nodeName={api.node_name}"})
                 return
             except ServerError:
                 await asyncio.sleep(0.2)
@@ -201,21 +217,26 @@ async def test_a_watch_from_before_a_restart_gets_410_too_old(api: ApiUnderTest)
         await asyncio.wait_for(watch_from(created["metadata"]["resourceVersion"]), 10)
 
 
-async def test_ephemeral_containers_subresource_of_1_20(api: ApiUnderTest) -> None:
+async def test_ephemeral_containers_subresource_takes_a_pod(api: ApiUnderTest) -> None:
     await api.admin.create(PODS, pod("debugged", api.node_name))
     path = f"{PODS}/debugged/ephemeralcontainers"
     current = await api.admin.get(path)
-    assert (current["kind"], current["metadata"]["name"]) == ("EphemeralContainers", "debugged")
-    assert not current.get("ephemeralContainers")
+    assert (current["kind"], current["metadata"]["name"]) == ("Pod", "debugged")
+    assert not current["spec"].get("ephemeralContainers")
     debugger = {"name": "debugger", "image": "busybox:1.36", "stdin": True, "targetContainerName": "c"}
+
+    def with_debugger(pod: dict, containers: list) -> dict:
+        return {**pod, "spec": {**pod["spec"], "ephemeralContainers": containers}}
+
     with pytest.raises(Forbidden):  # the node may not add them
-        await api.node.replace(path, {**current, "ephemeralContainers": [debugger]})
-    written = await api.admin.replace(path, {**current, "ephemeralContainers": [debugger]})
-    (stored,) = written["ephemeralContainers"]
+        await api.node.replace(path, with_debugger(current, [debugger]))
+    written = await api.admin.replace(path, with_debugger(current, [debugger]))
+    assert written["kind"] == "Pod"
+    (stored,) = written["spec"]["ephemeralContainers"]
     assert stored == {**debugger, "imagePullPolicy": "IfNotPresent", "terminationMessagePath": "/dev/termination-log",
                       "terminationMessagePolicy": "File", "resources": {}}
     assert (await api.admin.get(f"{PODS}/debugged"))["spec"]["ephemeralContainers"] == [stored]
     with pytest.raises(Invalid, match='existing ephemeral containers "debugger" may not be removed'):
-        await api.admin.replace(path, {**written, "ephemeralContainers": []})
+        await api.admin.replace(path, with_debugger(written, []))
     with pytest.raises(Invalid, match='existing ephemeral containers "debugger" may not be changed'):
-        await api.admin.replace(path, {**written, "ephemeralContainers": [{**stored, "image": "busybox:2"}]})
+        await api.admin.replace(path, with_debugger(written, [{**stored, "image": "busybox:2"}]))

@@ -1,10 +1,6 @@
-"""Ephemeral containers against the real kube-apiserver 1.20.2 (feature gate EphemeralContainers=true): one is
-added to a running pod through pods/ephemeralcontainers, runs in its target's PID namespace, is attached to with
-`kubectl attach`, and is reported in ephemeralContainerStatuses.
-
-`kubectl debug` of a current kubectl cannot drive 1.20's alpha API (its client no longer knows the
-EphemeralContainers kind 1.20 answers with), so the test writes that object as `kubectl debug` of 1.20 did,
-with `kubectl replace --raw`, and attaches with `kubectl attach`, which is what `kubectl debug -i` does next.
+"""Ephemeral containers against the real kube-apiserver 1.36: `kubectl debug -i` adds one to a running pod through
+the pods/ephemeralcontainers subresource (a Pod object), the agent runs it in its target's PID namespace, kubectl
+attaches to it, and it is reported in ephemeralContainerStatuses.
 """
 
 from __future__ import annotations
@@ -40,37 +36,32 @@ def ephemeral_status(pod: dict, name: str) -> dict:
     return next((s for s in statuses if s["name"] == name), {})
 
 
-def test_an_ephemeral_container_is_attached_to_with_kubectl(node_ready, control_plane, kubectl):
+def test_kubectl_debug_adds_an_ephemeral_container_and_attaches(node_ready, control_plane, kubectl):
     kubectl.apply(pod_manifest("target", control_plane.node, "exec sleep 3600"))
     wait_pod(kubectl, "target", lambda p: pod_phase(p) == "Running", 60)
-    path = "/api/v1/namespaces/default/pods/target/ephemeralcontainers"
-    current = json.loads(kubectl("get", "--raw", path))
-    assert current["kind"] == "EphemeralContainers"  # 1.20's alpha API
-    current["ephemeralContainers"] = (current.get("ephemeralContainers") or []) + [{
-        "name": "debugger", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh"], "stdin": True,
-        "targetContainerName": "main", "terminationMessagePolicy": "File"}]
-    kubectl("replace", "--raw", path, "-f", "-", input=json.dumps(current))
 
-    pod = wait_pod(kubectl, "target", lambda p: "running" in ephemeral_status(p, "debugger").get("state", {}), 60)
-    status = ephemeral_status(pod, "debugger")
-    assert status["containerID"].startswith("containerd://") and status["restartCount"] == 0
-
-    # What goes in through kubectl's stdin reaches the shell; what it prints comes back, while the session is
-    # open as with `kubectl debug -i`. Its PID 1 is the target's process: it shares the target's PID namespace.
-    attach = subprocess.Popen(kubectl.command("attach", "-i", "target", "-c", "debugger"), stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # What goes in through kubectl's stdin reaches the shell; what it prints comes back while the session is
+    # open. Its PID 1 is the target's process: it shares the target's PID namespace.
+    debug = subprocess.Popen(kubectl.command("debug", "-i", "target", f"--image={IMAGE}", "--image-pull-policy=Never",
+                                             "--target=main", "-c", "debugger", "--", "sh"),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        attach.stdin.write(b"echo from-debugger; tr '\\0' ' ' < /proc/1/cmdline; echo; echo done\n")
-        attach.stdin.flush()
-        output = read_until(attach, b"done\n")
+        pod = wait_pod(kubectl, "target", lambda p: "running" in ephemeral_status(p, "debugger").get("state", {}), 60)
+        status = ephemeral_status(pod, "debugger")
+        assert status["containerID"].startswith("containerd://") and status["restartCount"] == 0
+        (spec,) = pod["spec"]["ephemeralContainers"]
+        assert (spec["name"], spec["targetContainerName"], spec["stdin"]) == ("debugger", "main", True)
+        debug.stdin.write(b"echo from-debugger; tr '\\0' ' ' < /proc/1/cmdline; echo; echo done\n")
+        debug.stdin.flush()
+        output = read_until(debug, b"done\n")
         assert b"from-debugger\n" in output and b"sleep 3600" in output, output
-        attach.stdin.write(b"exit 4\n")
-        attach.stdin.close()
-        attach.wait(30)
+        debug.stdin.write(b"exit 4\n")
+        debug.stdin.close()
+        debug.wait(30)
     finally:
-        if attach.poll() is None:
-            attach.kill()
-            attach.wait()
+        if debug.poll() is None:
+            debug.kill()
+            debug.wait()
 
     pod = wait_pod(kubectl, "target", lambda p: "terminated" in ephemeral_status(p, "debugger").get("state", {}), 60)
     ended = ephemeral_status(pod, "debugger")
@@ -78,8 +69,10 @@ def test_an_ephemeral_container_is_attached_to_with_kubectl(node_ready, control_
     assert "from-debugger" in kubectl("logs", "target", "-c", "debugger")
     assert pod_phase(pod) == "Running" and container_status(pod)["restartCount"] == 0  # the pod goes on
 
-    # 1.20 refuses to change or remove an ephemeral container; the node is not asked.
+    # The subresource takes a Pod; the API refuses to change or remove an ephemeral container, the node is not asked.
+    path = "/api/v1/namespaces/default/pods/target/ephemeralcontainers"
     current = json.loads(kubectl("get", "--raw", path))
-    current["ephemeralContainers"] = []
+    assert current["kind"] == "Pod"
+    current["spec"]["ephemeralContainers"] = []
     refused = kubectl.run("replace", "--raw", path, "-f", "-", input=json.dumps(current), check=False)
     assert refused.returncode != 0 and "may not be removed" in refused.stderr, refused.stderr

@@ -1,5 +1,8 @@
 """kubectl logs, exec, attach, port-forward and node stats through the real kube-apiserver to the agent's
 kubelet API, and the kubelet API's own answers to callers who come straight to its port.
+
+kubectl 1.36 tries WebSocket first (v5.channel.k8s.io; port-forward as SPDY tunnelled over WebSocket); the 1.36
+apiserver answers that upgrade itself and speaks SPDY to the kubelet API, so the agent sees SPDY/3.1 upgrades.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import signal
 import socket
@@ -16,6 +20,7 @@ import struct
 import subprocess
 import termios
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -31,19 +36,6 @@ pytestmark = pytest.mark.containerd
 def node(node_ready, control_plane):
     """The Ready agent; the pods of a test run on it."""
     return node_ready
-
-
-@pytest.fixture(params=["1.20", "1.36"], ids=["kubectl-1.20", "kubectl-1.36"])
-def client(request):
-    """Each streaming test runs with both clients: 1.20 speaks SPDY/3.1; 1.36 tries WebSocket first
-    (v5.channel.k8s.io, for port-forward SPDY tunnelled over WebSocket) and falls back to SPDY, and the
-    1.20 apiserver passes whichever upgrade on to the kubelet API unchanged."""
-    return request.getfixturevalue("kubectl" if request.param == "1.20" else "kubectl_current")
-
-
-def named(kubectl, name: str) -> str:
-    """A pod name of its own per client, so one test's two runs never meet a pod still being deleted."""
-    return f"{name}-{kubectl.release.replace('.', '')}"
 
 
 def run_pod(kubectl, agent, name: str, command: str, **kwargs) -> None:
@@ -108,17 +100,17 @@ def test_kubectl_logs_with_its_options(node, kubectl, control_plane):
     assert missing.returncode != 0 and "previous" in missing.stderr
 
 
-def test_kubectl_logs_previous_and_follow(node, client):
-    pod = named(client, "restarter")
+def test_kubectl_logs_previous_and_follow(node, kubectl):
+    pod = "restarter"
     script = ("if [ -f /scratch/ran ]; then i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.3; done; fi; "
               "touch /scratch/ran; echo first run; exit 1")
-    client.apply(pod_manifest(pod, node.node_name, script, extra_spec={
+    kubectl.apply(pod_manifest(pod, node.node_name, script, extra_spec={
         "volumes": [{"name": "scratch", "emptyDir": {}}]},
         container={"volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}))
-    wait_for(lambda: "tick" in client.run("logs", pod, check=False).stdout, 60, interval=0.5,
+    wait_for(lambda: "tick" in kubectl.run("logs", pod, check=False).stdout, 60, interval=0.5,
              what="the second run's output")
-    assert logs(client, pod, "--previous") == "first run\n"
-    follow = Background(client, "logs", "-f", "--tail=1", pod)
+    assert logs(kubectl, pod, "--previous") == "first run\n"
+    follow = Background(kubectl, "logs", "-f", "--tail=1", pod)
     try:
         first = follow.read_until("\n")
         number = int(first.split()[-1])
@@ -152,39 +144,41 @@ def on_terminal(kubectl, *args: str, rows: int = 30, columns: int = 100) -> tupl
     finally:
         os.close(master)
 
-def test_kubectl_exec_with_stdin_tty_and_exit_codes(node, client, audit):
-    pod = named(client, "shell")
-    run_pod(client, node, pod, "exec sleep 3600")
-    since = time.time() - 1
-    result = client.run("exec", pod, "--", "sh", "-c", "echo out; echo err >&2; exit 3", check=False)
+def test_kubectl_exec_with_stdin_tty_and_exit_codes(node, kubectl, audit):
+    pod = "shell"
+    run_pod(kubectl, node, pod, "exec sleep 3600")
+    since, log_mark = time.time() - 1, len(node.log_text())
+    result = kubectl.run("exec", pod, "--", "sh", "-c", "echo out; echo err >&2; exit 3", check=False)
     assert (result.returncode, result.stdout) == (3, "out\n")
     assert "err" in result.stderr
-    # What reached the kubelet API: 1.20 POSTs an SPDY upgrade; 1.36 first GETs a WebSocket one offering only
-    # v5.channel.k8s.io, which the runtime refuses (it speaks v4 at most), then falls back to SPDY.
+    # kubectl 1.36 GETs a WebSocket upgrade (v5.channel.k8s.io) and the apiserver takes it: no SPDY fallback
+    # (a POST) reaches the apiserver, and the apiserver speaks SPDY/3.1 to the kubelet API in its place.
     def exec_verbs():
         verbs = [event["verb"] for event in audit.events(since=since)
                  if event.get("objectRef", {}).get("subresource") == "exec" and event["objectRef"].get("name") == pod]
-        return verbs if "create" in verbs else None  # the audit line of a session is written when it ends
+        return verbs or None  # the audit line of a session is written when it ends
 
     verbs = wait_for(exec_verbs, 10, interval=0.2, what="the exec in the audit log")
-    assert verbs == (["create"] if client.release == "1.20" else ["get", "create"])
-    assert client("exec", "-i", pod, "--", "sh", "-c", "cat; echo done", input="from stdin\n") == \
+    assert verbs == ["get"]
+    upgrades = re.findall(r"streaming (\w+) /exec: (\d+), upgrade (\S+)", node.log_text()[log_mark:])
+    assert upgrades == [("POST", "101", "SPDY/3.1")], upgrades
+    assert kubectl("exec", "-i", pod, "--", "sh", "-c", "cat; echo done", input="from stdin\n") == \
         "from stdin\ndone\n"
     # -t needs a terminal on kubectl's side too (else kubectl drops it): run it on a pseudo-terminal.
-    output, code = on_terminal(client, "exec", "-it", pod, "--", "sh", "-c", "test -t 1 && sleep 1 && stty size")
+    output, code = on_terminal(kubectl, "exec", "-it", pod, "--", "sh", "-c", "test -t 1 && sleep 1 && stty size")
     assert code == 0 and output.split()[-2:] == ["30", "100"], repr(output)
-    assert client.run("exec", pod, "-c", "nosuch", "--", "true", check=False).returncode != 0
+    assert kubectl.run("exec", pod, "-c", "nosuch", "--", "true", check=False).returncode != 0
 
 
-def test_kubectl_cp_both_ways(node, client, tmp_path):
+def test_kubectl_cp_both_ways(node, kubectl, tmp_path):
     """kubectl cp is tar over exec: stdin into the container, stdout out of it."""
-    pod = named(client, "files")
-    run_pod(client, node, pod, "mkdir -p /data && exec sleep 3600")
+    pod = "files"
+    run_pod(kubectl, node, pod, "mkdir -p /data && exec sleep 3600")
     payload = bytes(range(256)) * 4096 + b"end"  # 1 MiB of every byte value, binary-safe both ways
     (tmp_path / "up.bin").write_bytes(payload)
-    client("cp", str(tmp_path / "up.bin"), f"{pod}:/data/up.bin", timeout=120)
-    assert client("exec", pod, "--", "wc", "-c", "/data/up.bin").split()[0] == str(len(payload))
-    client("cp", f"{pod}:/data/up.bin", str(tmp_path / "down.bin"), timeout=120)
+    kubectl("cp", str(tmp_path / "up.bin"), f"{pod}:/data/up.bin", timeout=120)
+    assert kubectl("exec", pod, "--", "wc", "-c", "/data/up.bin").split()[0] == str(len(payload))
+    kubectl("cp", f"{pod}:/data/up.bin", str(tmp_path / "down.bin"), timeout=120)
     assert (tmp_path / "down.bin").read_bytes() == payload
 
 
@@ -203,10 +197,10 @@ def test_kubectl_exec_true_round_trip(node, kubectl, record_property):
     print(f"\nkubectl exec round trip: median {median_ms:.0f} ms over {len(times)}")
 
 
-def test_kubectl_attach(node, client):
-    pod = named(client, "chatty")
-    run_pod(client, node, pod, "i=0; while true; do i=$((i+1)); echo chat $i; sleep 0.3; done")
-    attach = Background(client, "attach", pod, "-c", "main")
+def test_kubectl_attach(node, kubectl):
+    pod = "chatty"
+    run_pod(kubectl, node, pod, "i=0; while true; do i=$((i+1)); echo chat $i; sleep 0.3; done")
+    attach = Background(kubectl, "attach", pod, "-c", "main")
     try:
         assert "chat" in attach.read_until("\n")
         assert "chat" in attach.read_until("\n")  # output goes on reaching the attached client
@@ -224,13 +218,13 @@ def _serve_http(name: str, port: int, host_network: bool) -> tuple[str, dict]:
 
 
 @pytest.mark.parametrize("host_network", [True, False], ids=["host-network", "cni-network"])
-def test_kubectl_port_forward_to_an_http_server(node, client, host_network):
-    name = named(client, "web-host" if host_network else "web-pod")
+def test_kubectl_port_forward_to_an_http_server(node, kubectl, host_network):
+    name = "web-host" if host_network else "web-pod"
     pod_port = free_port() if host_network else 8080
     command, spec = _serve_http(name, pod_port, host_network)
-    run_pod(client, node, name, command, extra_spec=spec)
+    run_pod(kubectl, node, name, command, extra_spec=spec)
     local = free_port()
-    forward = Background(client, "port-forward", f"pod/{name}", f"{local}:{pod_port}")
+    forward = Background(kubectl, "port-forward", f"pod/{name}", f"{local}:{pod_port}")
     try:
         forward.read_until("Forwarding from 127.0.0.1")
         body = wait_for(lambda: _get(f"http://127.0.0.1:{local}/"), 20, interval=0.5, what="an answer")
@@ -249,12 +243,36 @@ def _get(url: str) -> str | None:
 
 # -- stats -------------------------------------------------------------------------------------------
 
-def test_node_stats_summary_through_the_apiserver(node, kubectl, control_plane):
+METRICS_READER = """
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: metrics-reader, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: e2e:node-stats-reader}
+rules:
+- {apiGroups: [""], resources: [nodes/stats, nodes/metrics], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: e2e:node-stats-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e:node-stats-reader}
+subjects: [{kind: ServiceAccount, name: metrics-reader, namespace: default}]
+"""
+
+
+def test_node_stats_summary_with_a_service_account_token(node, kubectl, control_plane):
+    """What metrics-server does: a ServiceAccount token at the kubelet API's port, checked by TokenReview and
+    SubjectAccessReview (nodes/stats, nodes/metrics). The apiserver's node proxy (`nodes/N/proxy/...`) is no way
+    in here: a 1.36 apiserver refuses to proxy to a loopback node address."""
     run_pod(kubectl, node, "measured", "exec sleep 3600")
-    path = f"/api/v1/nodes/{control_plane.node}/proxy/stats/summary"
+    kubectl.run("apply", "-f", "-", input=METRICS_READER)
+    token = kubectl("create", "token", "metrics-reader", "-n", "default").strip()
+    pki = control_plane.dir / "pki"
 
     def summary_with_pod():
-        summary = json.loads(kubectl("get", "--raw", path))
+        summary = json.loads(_get_at(node.kubelet_api_port, pki, "/stats/summary", token))
         return summary if any(p["podRef"]["name"] == "measured" for p in summary["pods"]) else None
 
     summary = wait_for(summary_with_pod, 20, interval=0.5, what="the pod in the summary")
@@ -262,8 +280,19 @@ def test_node_stats_summary_through_the_apiserver(node, kubectl, control_plane):
     assert summary["node"]["memory"]["workingSetBytes"] > 0
     pod = next(p for p in summary["pods"] if p["podRef"]["name"] == "measured")
     assert pod["containers"][0]["name"] == "main" and pod["containers"][0]["memory"]["workingSetBytes"] > 0
-    metrics = kubectl("get", "--raw", f"/api/v1/nodes/{control_plane.node}/proxy/metrics/resource")
-    assert "node_cpu_usage_seconds_total" in metrics
+    assert "node_cpu_usage_seconds_total" in _get_at(node.kubelet_api_port, pki, "/metrics/resource", token)
+    # The same token has no right to the pods' logs or exec (nodes/proxy): refused.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _get_at(node.kubelet_api_port, pki, "/pods", token)
+    assert refused.value.code == 403
+
+
+def _get_at(port: int, pki, path: str, token: str) -> str:
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)) \
+            .open(request, timeout=10) as reply:
+        return reply.read().decode()
 
 
 # -- straight at the port ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""kubectl logs, exec, attach, port-forward and cp through konnectivity: kube-apiserver 1.20.2 sends its traffic
+"""kubectl logs, exec, attach, port-forward and cp through konnectivity: kube-apiserver 1.36 sends its traffic
 to nodes (egress `cluster`, GRPC over a unix socket) to konnectivity-server, built from Debian's source
 (hack/konnectivity.sh), and the agent's own Connect streams carry it to the kubelet API, which the apiserver
 cannot reach directly (it listens on 127.0.0.2, the node's name resolves to 127.0.0.1).
@@ -98,7 +98,7 @@ class KonnectivityServer:
         self.proc = None
 
 
-EGRESS = """apiVersion: apiserver.k8s.io/v1beta1
+EGRESS = """apiVersion: apiserver.k8s.io/v1beta1  # the only version 1.36 reads
 kind: EgressSelectorConfiguration
 egressSelections:
 - name: cluster

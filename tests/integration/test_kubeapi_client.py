@@ -143,12 +143,14 @@ async def test_an_element_order_for_container_statuses_drops_the_connection(clie
 async def test_status_fields_unknown_to_the_server_version_are_dropped(client: ApiClient) -> None:
     await client.create(PODS, pod("a"))
     patched = await client.patch(f"{PODS}/a/status", {"status": {
-        "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "message": "",
-        "containerStatuses": [{"name": "c", "ready": True, "restartCount": 0, "user": {"linux": {"uid": 0}}}]}})
-    assert patched["status"]["hostIP"] == "10.0.0.1"
-    assert "hostIPs" not in patched["status"] and "message" not in patched["status"]
-    assert patched["status"]["containerStatuses"] == [{"name": "c", "ready": True, "restartCount": 0}]
-    assert (await client.get("/version"))["minor"] == "20"
+        "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "message": "", "notAStatusField": "x",
+        "containerStatuses": [{"name": "c", "ready": True, "restartCount": 0, "user": {"linux": {"uid": 0}},
+                               "notAContainerStatusField": 1}]}})
+    assert (patched["status"]["hostIP"], patched["status"]["hostIPs"]) == ("10.0.0.1", [{"ip": "10.0.0.1"}])
+    assert "message" not in patched["status"] and "notAStatusField" not in patched["status"]
+    assert patched["status"]["containerStatuses"] == [{"name": "c", "ready": True, "restartCount": 0,
+                                                       "user": {"linux": {"uid": 0}}}]
+    assert (await client.get("/version"))["minor"] == "36"
 
 
 async def test_a_watch_from_before_a_restart_gets_410(client: ApiClient, api: ApiServerDouble) -> None:

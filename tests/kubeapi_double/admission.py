@@ -1,5 +1,6 @@
 """What the real API server refuses a node's credentials (user system:node:<name>): the NodeRestriction
-admission plugin and the write rules of the Node authorizer, as of v1.20. Every refusal is a 403."""
+admission plugin, the write rules of the Node authorizer, and (from 1.32) its rule that a node lists and watches
+only the pods bound to it. Every refusal is a 403."""
 
 from __future__ import annotations
 
@@ -13,6 +14,17 @@ LEASE_NAMESPACE = "kube-node-lease"
 
 def forbidden(resource: str, name: str, message: str) -> StatusError:
     return StatusError(403, "Forbidden", f'{resource} "{name}" is forbidden: {message}')
+
+
+def check_node_pod_list(node: str, verb: str, namespace: str | None, field_selector: str) -> None:
+    """Raise the 403 a 1.32+ server answers node `node` listing or watching pods without selecting its own."""
+    wanted = {f"spec.nodeName={node}", f"spec.nodeName=={node}"}
+    if wanted & {part.strip() for part in field_selector.split(",")}:
+        return
+    scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    raise StatusError(403, "Forbidden", f'pods is forbidden: User "system:node:{node}" cannot {verb} resource "pods" '
+                                        f'in API group "" {scope}: can only list/watch pods with spec.nodeName field '
+                                        "selector")
 
 
 def check_node_write(node: str, method: str, resource: str, namespace: str | None, name: str | None,

@@ -1,6 +1,5 @@
-"""The pods/ephemeralcontainers subresource of the API server double (pure): 1.20's alpha API (feature gate
-EphemeralContainers) reads and writes an `EphemeralContainers` object, a server from 1.22 on a `Pod`. Either
-way existing ephemeral containers may neither be removed nor changed, and new ones are defaulted."""
+"""The pods/ephemeralcontainers subresource of the API server double (pure): it reads and writes a `Pod` (as
+servers do since 1.22); existing ephemeral containers may neither be removed nor changed, new ones are defaulted."""
 
 from __future__ import annotations
 
@@ -9,35 +8,27 @@ from typing import Any
 
 from tests.kubeapi_double.store import StatusError
 
-ALPHA_OBJECT = "EphemeralContainers"  # what v1.20 serves
-POD_OBJECT = "Pod"  # what v1.22 and later serve
 # Fields an ephemeral container may not have (the server's ValidateEphemeralContainers).
 FORBIDDEN_FIELDS = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "resources")
 
 
-def view(pod: dict[str, Any], api: str) -> dict[str, Any]:
-    """What GET answers: the pod itself, or 1.20's EphemeralContainers object (the pod's metadata and list)."""
-    if api == POD_OBJECT:
-        return copy.deepcopy(pod)
-    return {"kind": ALPHA_OBJECT, "apiVersion": "v1", "metadata": copy.deepcopy(pod["metadata"]),
-            "ephemeralContainers": copy.deepcopy((pod.get("spec") or {}).get("ephemeralContainers") or [])}
+def view(pod: dict[str, Any]) -> dict[str, Any]:
+    """What GET answers: the pod itself."""
+    return copy.deepcopy(pod)
 
 
-def updated_pod(old: dict[str, Any], written: Any, api: str) -> dict[str, Any]:
+def updated_pod(old: dict[str, Any], written: Any) -> dict[str, Any]:
     """The pod after a write of `written` (the subresource's object) to it; StatusError for a refused one."""
     if not isinstance(written, dict):
         raise StatusError(400, "BadRequest", "the body must be a JSON object")
     kind = written.get("kind")
-    if kind is not None and kind != api:
-        raise StatusError(400, "BadRequest", f"the body is a {kind}, this server's ephemeralcontainers take a {api}")
-    if api == POD_OBJECT:
-        containers = (written.get("spec") or {}).get("ephemeralContainers") or []
-    else:
-        containers = written.get("ephemeralContainers") or []
+    if kind is not None and kind != "Pod":
+        raise StatusError(400, "BadRequest", f"the body is a {kind}, pods/ephemeralcontainers takes a Pod")
+    containers = (written.get("spec") or {}).get("ephemeralContainers") or []
     name = old["metadata"]["name"]
     problems = _problems(old, [_defaulted(c) for c in containers])
     if problems:
-        raise StatusError(422, "Invalid", f'{api} "{name}" is invalid: ' + ", ".join(problems))
+        raise StatusError(422, "Invalid", f'Pod "{name}" is invalid: ' + ", ".join(problems))
     new = copy.deepcopy(old)
     new.setdefault("spec", {})["ephemeralContainers"] = [_defaulted(c) for c in containers]
     written_rv = (written.get("metadata") or {}).get("resourceVersion")

@@ -22,10 +22,10 @@ import orjson
 import yaml
 
 from tests.kubeapi_double import ephemeral
-from tests.kubeapi_double.admission import check_node_write
+from tests.kubeapi_double.admission import check_node_pod_list, check_node_write
 from tests.kubeapi_double.patch import PatchError, StrategicMergePanic, json_merge, json_patch, strategic_merge
 from tests.kubeapi_double.routing import PATCH_TYPES, Route, decode_body, parse_route, reason_for, translate
-from tests.kubeapi_double.schema import SERVER_VERSION, SERVER_VERSION_135
+from tests.kubeapi_double.schema import CURRENT_MINOR, server_version
 from tests.kubeapi_double.store import RESOURCES, Change, StatusError, Store, parse_field_selector, parse_label_selector
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -74,19 +74,17 @@ class ApiServerDouble:
         gone_as_http: bool = False,
         node_name: str | None = None,
         admin_token: str | None = None,
-        ephemeral_containers: str = ephemeral.POD_OBJECT,
-        server_minor: int = 20,
+        server_minor: int = CURRENT_MINOR,
     ):
         """`node_name`: requests over HTTP come from that node (user system:node:<name>), so the
         NodeRestriction admission plugin and the Node authorizer's write rules answer 403 as they would;
-        requests bearing `admin_token` come from a cluster admin instead. `ephemeral_containers` is the object
-        pods/ephemeralcontainers serves: "Pod" as from 1.22, or 1.20's alpha "EphemeralContainers"."""
+        requests bearing `admin_token` come from a cluster admin instead. `server_minor`: the release it answers
+        as (1.36 by default; what a pod status keeps and whether pods/resize exists depend on it)."""
         self.token = token
         self.node_name = node_name
         self.admin_token = admin_token
         self.bookmark_interval = bookmark_interval
         self.gone_as_http = gone_as_http
-        self.ephemeral_containers = ephemeral_containers
         self.port = 0
         # Reviews the kubelet API asks for: token -> (user, groups); a SubjectAccessReview spec -> allowed.
         self.token_users: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -97,7 +95,7 @@ class ApiServerDouble:
         self.panics: list[str] = []  # requests that would have made kube-apiserver panic
         self._ssl = ssl_context
         self._store = Store(history_size=history_size, minor=server_minor)
-        self._version = SERVER_VERSION_135 if server_minor >= 35 else SERVER_VERSION
+        self._version = server_version(server_minor)
         self._rules: list[_FailureRule] = []
         self._requests: list[RequestRecord] = []
         self._writes: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -372,9 +370,15 @@ class ApiServerDouble:
             route = parse_route(path)
             if route is None:
                 raise StatusError(404, "NotFound", f"the server could not find the requested resource ({path})")
-            if method == "GET" and route.name is None and query.get("watch") in ("true", "1"):
+            as_node = None if admin else self.node_name
+            watch = query.get("watch") in ("true", "1")
+            if (as_node is not None and method == "GET" and route.name is None and route.resource.plural == "pods"
+                    and self._store.minor >= 32):
+                check_node_pod_list(as_node, "watch" if watch else "list", route.namespace,
+                                    query.get("fieldSelector", ""))
+            if method == "GET" and route.name is None and watch:
                 return await self._serve_watch(conn, reader, writer, route, query)
-            code, result = self._dispatch(method, route, query, headers, body, as_node=None if admin else self.node_name)
+            code, result = self._dispatch(method, route, query, headers, body, as_node=as_node)
             await self._send_json(conn, writer, code, result)
         except StatusError as e:
             await self._send_json(conn, writer, e.code, e.status())
@@ -446,10 +450,9 @@ class ApiServerDouble:
 
     def _ephemeral_containers(self, method: str, route: Route, headers: dict[str, str], body: bytes) -> dict[str, Any]:
         """pods/NAME/ephemeralcontainers: read, replace or patch the subresource's object (kubectl debug)."""
-        api = self.ephemeral_containers
         pod = self._store.get("pods", route.namespace, route.name)
         if method == "GET":
-            return ephemeral.view(pod, api)
+            return ephemeral.view(pod)
         if method == "PUT":
             written = decode_body(body)
         elif method == "PATCH":
@@ -458,13 +461,13 @@ class ApiServerDouble:
                 raise StatusError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {content_type}")
             apply = {"strategic": strategic_merge, "merge": json_merge, "json": json_patch}[PATCH_TYPES[content_type]]
             try:
-                written = apply(ephemeral.view(pod, api), decode_body(body))
+                written = apply(ephemeral.view(pod), decode_body(body))
             except PatchError as e:
                 raise StatusError(422, "Invalid", f"the patch cannot be applied: {e}") from None
         else:
             raise StatusError(405, "MethodNotAllowed", f"{method} is not supported here")
-        stored = self._store.replace("pods", route.namespace, route.name, ephemeral.updated_pod(pod, written, api))
-        return ephemeral.view(stored, api)
+        stored = self._store.replace("pods", route.namespace, route.name, ephemeral.updated_pod(pod, written))
+        return ephemeral.view(stored)
 
     async def _serve_watch(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            route: Route, query: dict[str, str]) -> bool:

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
 from tests.kubeapi_double.patch import PatchError, StrategicMergePanic, json_merge, json_patch, strategic_merge
-from tests.kubeapi_double.schema import stored_pod_status
+from tests.kubeapi_double.schema import CURRENT_MINOR, stored_pod_status
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +119,9 @@ def qos_of(pod: dict[str, Any]) -> str:
 class Store:
     """Objects of every resource, one global resourceVersion counter, a bounded change history."""
 
-    def __init__(self, *, history_size: int = 1000, clock: Callable[[], float] = time.time, minor: int = 20):
-        self.minor = minor  # the API server release it answers as (1.20 or 1.35)
+    def __init__(self, *, history_size: int = 1000, clock: Callable[[], float] = time.time,
+                 minor: int = CURRENT_MINOR):
+        self.minor = minor  # the API server release it answers as (1.36 unless told otherwise)
         self.rv = 1
         self.compacted_rv = 0  # a watch must start at or after this resourceVersion
         self.history: deque[Change] = deque()

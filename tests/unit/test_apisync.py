@@ -193,6 +193,11 @@ def _canonical(status: dict) -> dict:
 # -- the syncer against an in-memory API ----------------------------------------------------------------
 
 
+# The FakeApi stores statuses as a server older than the agent does (1.20 drops hostIPs): the syncer must cope
+# with a server that drops what it writes.
+OLD_SERVER_MINOR = 20
+
+
 class FakeApi:
     """Pods by (namespace, name) with the rules the syncer relies on: uid preconditions, strategic merge
     on /status (stored as a v1.20 server stores it: hostIPs dropped, null lastProbeTime), graceful vs
@@ -243,7 +248,8 @@ class FakeApi:
         if body["metadata"]["uid"] != pod["metadata"]["uid"]:
             raise Conflict(409, "Conflict", "Precondition failed: UID in precondition", method="PATCH", path=path)
         self.patches.append(copy.deepcopy(body["status"]))
-        pod["status"] = stored_pod_status(strategic_merge({"status": pod["status"]}, {"status": body["status"]})["status"])
+        pod["status"] = stored_pod_status(strategic_merge({"status": pod["status"]}, {"status": body["status"]})["status"],
+                                          OLD_SERVER_MINOR)
         self._rv += 1
         pod["metadata"]["resourceVersion"] = str(self._rv)
         return copy.deepcopy(pod)

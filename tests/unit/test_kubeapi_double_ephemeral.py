@@ -1,8 +1,8 @@
-"""The API double's pods/ephemeralcontainers rules: the object each API version serves, additions only, defaults."""
+"""The API double's pods/ephemeralcontainers rules: a Pod read and written, additions only, defaults."""
 
 import pytest
 
-from tests.kubeapi_double.ephemeral import ALPHA_OBJECT, POD_OBJECT, updated_pod, view
+from tests.kubeapi_double.ephemeral import updated_pod, view
 from tests.kubeapi_double.store import StatusError
 
 DEBUG = {"name": "debug", "image": "busybox:1.36", "stdin": True}
@@ -14,18 +14,19 @@ def stored_pod(ephemeral=()):
             "spec": {"containers": [{"name": "main", "image": "busybox"}], "ephemeralContainers": list(ephemeral)}}
 
 
-def test_views():
+def with_ephemeral(pod, containers):
+    return {**pod, "spec": {**pod["spec"], "ephemeralContainers": containers}}
+
+
+def test_the_view_is_the_pod():
     pod = stored_pod([DEBUG])
-    assert view(pod, POD_OBJECT) == pod
-    assert view(pod, ALPHA_OBJECT) == {"kind": "EphemeralContainers", "apiVersion": "v1",
-                                       "metadata": pod["metadata"], "ephemeralContainers": [DEBUG]}
+    assert view(pod) == pod
 
 
-@pytest.mark.parametrize("api", [POD_OBJECT, ALPHA_OBJECT])
-def test_an_addition_is_defaulted_and_stored(api):
-    written = view(stored_pod(), api)
-    (written["spec"] if api == POD_OBJECT else written).setdefault("ephemeralContainers", []).append(DEBUG)
-    new = updated_pod(stored_pod(), written, api)
+def test_an_addition_is_defaulted_and_stored():
+    written = view(stored_pod())
+    written["spec"]["ephemeralContainers"].append(DEBUG)
+    new = updated_pod(stored_pod(), written)
     assert new["spec"]["ephemeralContainers"] == [{**DEBUG, "imagePullPolicy": "IfNotPresent",
                                                    "terminationMessagePath": "/dev/termination-log",
                                                    "terminationMessagePolicy": "File", "resources": {}}]
@@ -41,14 +42,15 @@ def test_an_addition_is_defaulted_and_stored(api):
     ],
 )
 def test_refused_writes(containers, fragment):
-    old = updated_pod(stored_pod(), {"kind": "EphemeralContainers", "ephemeralContainers": [DEBUG]}, ALPHA_OBJECT)
+    old = updated_pod(stored_pod(), with_ephemeral(stored_pod(), [DEBUG]))
     keep = old["spec"]["ephemeralContainers"] if "removed" not in fragment and "changed" not in fragment else []
     with pytest.raises(StatusError) as caught:
-        updated_pod(old, {"kind": "EphemeralContainers", "ephemeralContainers": keep + containers}, ALPHA_OBJECT)
+        updated_pod(old, with_ephemeral(old, keep + containers))
     assert caught.value.code == 422 and fragment in caught.value.message
+    assert caught.value.message.startswith('Pod "web" is invalid: ')
 
 
 def test_the_wrong_object_is_a_bad_request():
     with pytest.raises(StatusError) as caught:
-        updated_pod(stored_pod(), stored_pod(), ALPHA_OBJECT)
+        updated_pod(stored_pod(), {"kind": "EphemeralContainers", "ephemeralContainers": [DEBUG]})
     assert caught.value.code == 400
