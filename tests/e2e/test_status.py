@@ -158,8 +158,8 @@ def test_idle_pods_cost_no_requests_and_the_start_figures(node_ready, control_pl
         ref = event.get("objectRef") or {}
         kind = f"{event.get('verb')} {ref.get('resource')}{'/' + ref['subresource'] if ref.get('subresource') else ''}"
         kinds[kind] = kinds.get(kind, 0) + 1
-    # Only the heartbeats and the long-running pod and Service watches remain, and the refresh of the ConfigMaps every pod's
-    # kube-api-access volume shares (the 1.36 ServiceAccount admission projects kube-root-ca.crt and
+    # Only the heartbeats and the long-running pod and Service watches remain, and the refresh of the ConfigMaps
+    # every pod's kube-api-access volume shares (the 1.36 ServiceAccount admission projects kube-root-ca.crt and
     # openshift-service-ca.crt, both published in every namespace by the controller-manager): each once a minute
     # for all the pods together, not once per pod.
     assert set(kinds) <= {"update leases", "get leases", "patch nodes/status", "get nodes", "watch pods", "list pods",
