@@ -38,7 +38,7 @@ from .kuberuntime.manager import Collaborators, RuntimeManager
 from .kuberuntime.resizer import Resizer
 from .kuberuntime.security import SECCOMP_DIR, SecuritySettings
 from .nodestatus.facts import MEMINFO, default_ipv4_address, read_meminfo
-from .objectstore import ObjectStore
+from .objectstore import ObjectStore, referenced_objects
 from .cm.cgroups import node_allocatable
 from .cm.podcgroups import PodCgroups
 from .pleg import GenericPLEG
@@ -239,6 +239,7 @@ class Agent:
             admit_checks=tuple(self.admit_checks),
             on_runtime_ready=self._on_runtime_ready, on_pods_changed=self.update_status_line,
         )
+        self.store.on_change = self._on_object_changed
         # The kubelet API (:10250, cluster mode only) and its certificate from the cluster, with
         # [kubelet_api] serving_cert = "csr".
         self.kubelet_api, self.serving_certificate = (
@@ -527,6 +528,14 @@ class Agent:
             lambda: set(self.pod_manager.uid_set()) | self.pleg.runtime_pod_uids()))
         self.notifier.ready()
         self.update_status_line()
+
+    def _on_object_changed(self, kind: str, namespace: str, name: str, obj: dict | None) -> None:
+        """A ConfigMap or Secret changed (a refresh from the API, a local manifest): the pods that read it sync now,
+        so their volumes follow it at once rather than at each pod's periodic resync."""
+        key = (kind, namespace, name)
+        for uid, pod in self.pod_manager.pods().items():
+            if key in referenced_objects(pod):
+                self.loop.sync_if_known(uid)
 
     def _on_pod_removed(self, pod: Pod) -> None:
         if self.cluster is not None:

@@ -11,6 +11,7 @@ import binascii
 import logging
 from typing import Any, Callable, Iterable
 
+from . import podutil
 from .errors import PermanentError, cut_long_values
 from .podconfig.limits import document_problem
 
@@ -29,6 +30,49 @@ class InvalidObjectError(PermanentError):
 
     def __init__(self, message: str):
         super().__init__(cut_long_values(message))
+
+
+def referenced_objects(pod: podutil.Pod) -> set[Key]:
+    """Every (kind, namespace, name) a pod reads: volumes (also projected), env, envFrom, imagePullSecrets."""
+    namespace = podutil.namespace(pod) or "default"
+    spec = podutil.spec(pod)
+    refs: set[Key] = set()
+
+    def add(kind: str, name: Any) -> None:
+        if isinstance(name, str) and name:
+            refs.add((kind, namespace, name))
+
+    for volume in _dicts(spec.get("volumes")):
+        add(CONFIGMAP, _get(volume, "configMap", "name"))
+        add(SECRET, _get(volume, "secret", "secretName"))
+        for source in _dicts(_get(volume, "projected", "sources")):
+            add(CONFIGMAP, _get(source, "configMap", "name"))
+            add(SECRET, _get(source, "secret", "name"))
+    for container in [*_dicts(spec.get("initContainers")), *_dicts(spec.get("containers")),
+                      *_dicts(spec.get("ephemeralContainers"))]:
+        for env in _dicts(container.get("env")):
+            add(CONFIGMAP, _get(env, "valueFrom", "configMapKeyRef", "name"))
+            add(SECRET, _get(env, "valueFrom", "secretKeyRef", "name"))
+        for env_from in _dicts(container.get("envFrom")):
+            add(CONFIGMAP, _get(env_from, "configMapRef", "name"))
+            add(SECRET, _get(env_from, "secretRef", "name"))
+    for pull_secret in _dicts(spec.get("imagePullSecrets")):
+        add(SECRET, pull_secret.get("name"))
+    return refs
+
+
+def references(pods: Iterable[podutil.Pod]) -> set[Key]:
+    return set().union(*(referenced_objects(pod) for pod in pods))
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
 
 
 def object_key(obj: Any) -> Key:

@@ -25,7 +25,16 @@ from edgelet import podutil
 from edgelet.checkpoint import CheckpointStore
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError, NotFound, ServerError
-from edgelet.objectstore import CONFIGMAP, SECRET, InvalidObjectError, Key, ObjectStore, validate_object
+from edgelet.objectstore import (
+    CONFIGMAP,
+    SECRET,
+    InvalidObjectError,
+    Key,
+    ObjectStore,
+    referenced_objects,
+    references,
+    validate_object,
+)
 from edgelet.podutil import Pod
 from edgelet.retry import Retrier
 from edgelet.tasks import wait_set
@@ -38,49 +47,6 @@ _PLURAL = {CONFIGMAP: "configmaps", SECRET: "secrets"}
 
 
 # -- pure parts ----------------------------------------------------------------------------------------
-
-
-def referenced_objects(pod: Pod) -> set[Key]:
-    """Every (kind, namespace, name) the pod reads: volumes (also projected), env, envFrom, imagePullSecrets."""
-    namespace = podutil.namespace(pod) or "default"
-    spec = podutil.spec(pod)
-    refs: set[Key] = set()
-
-    def add(kind: str, name: Any) -> None:
-        if isinstance(name, str) and name:
-            refs.add((kind, namespace, name))
-
-    for volume in _dicts(spec.get("volumes")):
-        add(CONFIGMAP, _get(volume, "configMap", "name"))
-        add(SECRET, _get(volume, "secret", "secretName"))
-        for source in _dicts(_get(volume, "projected", "sources")):
-            add(CONFIGMAP, _get(source, "configMap", "name"))
-            add(SECRET, _get(source, "secret", "name"))
-    for container in [*_dicts(spec.get("initContainers")), *_dicts(spec.get("containers")),
-                      *_dicts(spec.get("ephemeralContainers"))]:
-        for env in _dicts(container.get("env")):
-            add(CONFIGMAP, _get(env, "valueFrom", "configMapKeyRef", "name"))
-            add(SECRET, _get(env, "valueFrom", "secretKeyRef", "name"))
-        for env_from in _dicts(container.get("envFrom")):
-            add(CONFIGMAP, _get(env_from, "configMapRef", "name"))
-            add(SECRET, _get(env_from, "secretRef", "name"))
-    for pull_secret in _dicts(spec.get("imagePullSecrets")):
-        add(SECRET, pull_secret.get("name"))
-    return refs
-
-
-def references(pods: Iterable[Pod]) -> set[Key]:
-    return set().union(*(referenced_objects(pod) for pod in pods))
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
-def _get(obj: Any, *path: str) -> Any:
-    for part in path:
-        obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj
 
 
 def object_path(key: Key) -> str:

@@ -175,6 +175,28 @@ def test_local_configmap_and_secret_as_env_and_volumes(agent, containerd):
     assert exec_in(containerd, pod, ["cat", "/etc/app/settings.ini"]) == "mode=edge\n"
     assert exec_in(containerd, pod, ["cat", "/var/run/secret/token"]) == "s3cr3t"
 
+    # A changed ConfigMap manifest reaches the volume of a running pod in seconds, not at the pod's periodic resync
+    # (a minute here). The API's objects take the same way (tests/e2e/test_pods.py).
+    agent.write_manifest("config.yaml", """\
+        apiVersion: v1
+        kind: ConfigMap
+        metadata:
+          name: app-config
+        data:
+          greeting: hello
+          settings.ini: |
+            mode=cloud
+        ---
+        apiVersion: v1
+        kind: Secret
+        metadata:
+          name: app-secret
+        stringData:
+          token: s3cr3t
+        """)
+    wait_for(lambda: exec_in(containerd, pod, ["cat", "/etc/app/settings.ini"]) == "mode=cloud\n", 6, interval=0.2,
+             what="the changed ConfigMap in the volume")
+
 
 def test_bad_references_are_reported_on_the_pod(agent):
     agent.write_manifest("badref.yaml", f"""\
