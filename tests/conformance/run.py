@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,9 @@ import textwrap
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+
+from tests.e2e.conftest import loopback_node_name
+from tests.integration.agent_harness import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 HACK = REPO / "hack"
@@ -77,39 +79,12 @@ def run(*args: str, timeout: float = 600, **kwargs) -> subprocess.CompletedProce
     return result
 
 
-def node_name() -> str:
-    """A node name the apiserver resolves to loopback: it dials the Node's Hostname address for logs and exec."""
-    hostname = socket.gethostname().lower()
-    try:
-        if socket.gethostbyname(hostname).startswith("127."):
-            return hostname
-    except OSError:
-        pass
-    return "localhost"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise SystemExit(f"conformance: timed out after {timeout:.0f}s waiting for {what}")
-
-
 class Cluster:
     """Everything one run starts, stopped in reverse order by `close`."""
 
     def __init__(self, out: Path):
         self.out = out
-        self.node = node_name()
+        self.node = loopback_node_name()
         self.containerd_dir = out / "containerd"
         self.plane_dir = out / "control-plane"
         self.agent_dir = out / "agent"
@@ -228,7 +203,7 @@ class Cluster:
             """))
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.spawn("edgelet", [sys.executable, "-m", "edgelet", "run", "--config", str(config)], env=env)
-        wait_for(self.node_ready, 120, f"node {self.node} Ready")
+        wait_for(self.node_ready, 120, interval=0.5, what=f"node {self.node} Ready")
         log(f"edgelet is node {self.node}, Ready")
 
     def node_ready(self) -> bool:
