@@ -113,24 +113,27 @@ def test_init_containers_run_in_order_before_the_app(agent, containerd):
     assert exec_in(containerd, pod, ["cat", "/work/order"]) == "first\nsecond\nmain\n"
 
 
+APP_CONFIG = """\
+    apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: app-config
+    data:
+      greeting: hello
+      settings.ini: |
+        mode={mode}
+    ---
+    apiVersion: v1
+    kind: Secret
+    metadata:
+      name: app-secret
+    stringData:
+      token: s3cr3t
+    """
+
+
 def test_local_configmap_and_secret_as_env_and_volumes(agent, containerd):
-    agent.write_manifest("config.yaml", """\
-        apiVersion: v1
-        kind: ConfigMap
-        metadata:
-          name: app-config
-        data:
-          greeting: hello
-          settings.ini: |
-            mode=edge
-        ---
-        apiVersion: v1
-        kind: Secret
-        metadata:
-          name: app-secret
-        stringData:
-          token: s3cr3t
-        """)
+    agent.write_manifest("config.yaml", APP_CONFIG.format(mode="edge"))
     agent.write_manifest("app.yaml", f"""\
         apiVersion: v1
         kind: Pod
@@ -177,23 +180,7 @@ def test_local_configmap_and_secret_as_env_and_volumes(agent, containerd):
 
     # A changed ConfigMap manifest reaches the volume of a running pod in seconds, not at the pod's periodic resync
     # (a minute here). The API's objects take the same way (tests/e2e/test_pods.py).
-    agent.write_manifest("config.yaml", """\
-        apiVersion: v1
-        kind: ConfigMap
-        metadata:
-          name: app-config
-        data:
-          greeting: hello
-          settings.ini: |
-            mode=cloud
-        ---
-        apiVersion: v1
-        kind: Secret
-        metadata:
-          name: app-secret
-        stringData:
-          token: s3cr3t
-        """)
+    agent.write_manifest("config.yaml", APP_CONFIG.format(mode="cloud"))
     wait_for(lambda: exec_in(containerd, pod, ["cat", "/etc/app/settings.ini"]) == "mode=cloud\n", 6, interval=0.2,
              what="the changed ConfigMap in the volume")
 
