@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Mapping
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError
-from edgelet.kuberuntime.env import EnvError, MASTER_NAMESPACE, MASTER_SERVICES, pod_service_env
+from edgelet.api.env import EnvError, MASTER_NAMESPACE, MASTER_SERVICES, pod_service_env
 from edgelet.podconfig.apiserver import ApiServerSource
-from edgelet.podutil import Pod
+from edgelet.api.podutil import Pod
 
 SERVICES_PATH = "/api/v1/services"
 NOT_SYNCED = "services have not yet been read at least once, cannot construct envvars"

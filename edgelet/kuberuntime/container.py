@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from .. import podutil
+from edgelet.api import podutil
 from ..cri import runtime_v1_pb2 as pb
-from ..podutil import Pod
+from edgelet.api.podutil import Pod
 from . import labels, security
 from .security import SecuritySettings
 

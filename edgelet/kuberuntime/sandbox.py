@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from .. import podutil
+from edgelet.api import podutil
 from ..cri import runtime_v1_pb2 as pb
-from ..podutil import Pod
+from edgelet.api.podutil import Pod
 from . import labels, security
 
 NAMESPACE_POD = 0  # runtime.v1.NamespaceMode

@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import sys
 
-from edgelet.cli_base import RawDescriptionHelpFormatter, setup_logging
+from edgelet.cli.base import RawDescriptionHelpFormatter, setup_logging
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from edgelet.errors import ConfigError
+    from edgelet.util.errors import ConfigError
     from edgelet.kubeapi.kubeconfig import load_kubeconfig
     from edgelet.simulate.fleet import FleetOptions, options_problem
     from edgelet.simulate.node import Timings
@@ -102,7 +102,7 @@ def _run(options, kubeconfig) -> int:
 
     import uvloop
 
-    from edgelet.errors import ConfigError
+    from edgelet.util.errors import ConfigError
     from edgelet.simulate.fleet import Fleet
 
     async def simulate(state_dir: str) -> None:

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from edgelet.checkpoint import replace_file
+from edgelet.util.checkpoint import replace_file
 from edgelet.config import Config
-from edgelet.errors import ConfigError
+from edgelet.util.errors import ConfigError
 from edgelet.tunnel.agent import TlsMaterial, Tunnel
 from edgelet.tunnel.policy import Destinations, agent_identifiers
 
 if TYPE_CHECKING:
-    from edgelet.cluster import ClusterConnection
+    from edgelet.cluster.connection import ClusterConnection
 
 log = logging.getLogger(__name__)
 

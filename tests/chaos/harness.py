@@ -15,7 +15,7 @@ from pathlib import Path
 
 import grpc
 
-from edgelet import checkpoint
+from edgelet.util import checkpoint
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri import runtime_v1_pb2_grpc as pb_grpc
 from edgelet.kuberuntime import labels

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from edgelet.checkpoint import CORRUPT_DIR, key_to_filename
+from edgelet.util.checkpoint import CORRUPT_DIR, key_to_filename
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
 from edgelet.kuberuntime import labels

@@ -11,7 +11,7 @@ from edgelet.cm.cpumanager.policy import CPUState
 from edgelet.cm.cpumanager.state import decode_state, encode_state
 from edgelet.cm.cpuset import parse_cpuset
 from edgelet.cm.topology import build_topology
-from edgelet.kuberuntime.types import PodRuntimeStatus
+from edgelet.container.runtime import PodRuntimeStatus
 
 FOUR = build_topology(1, 4, 1)
 

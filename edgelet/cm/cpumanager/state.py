@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from edgelet.checkpoint import CheckpointStore
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.cm.cpumanager.policy import CPUState
 from edgelet.cm.cpuset import format_cpuset, parse_cpuset
 
