@@ -25,7 +25,7 @@ from pathlib import Path
 from bench import procstat
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 from edgelet.podconfig import inotify
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 import orjson
 
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 
 include "_core_xxh64.pxi"  # XXH64 over a pointer and a length
 include "_core_wire.pxi"   # protobuf wire reading, bounded by the buffer's end

@@ -13,7 +13,7 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 
 __all__ = [
     "HASH_VERSION",

@@ -1,7 +1,7 @@
 """What every `edgelet` subcommand shares: argparse's classes with the help width and kubectl's option placement
 (options anywhere on the line, before or after the subcommand and its arguments; `--` ends them), and logging.
 
-edgelet.cli.main and edgelet.simulate.cli both import this; neither imports the other at import time.
+edgelet.cli.main and edgelet.cli.simulate both import this; neither imports the other at import time.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ def _exec_url(config, pod_uid: str, container: str, cmd: list[str], *, stdin: bo
     from edgelet.cri import RuntimeCallError
     from edgelet.cri import runtime_v1_pb2 as pb
     from edgelet.cri.client import RuntimeClient
-    from edgelet.kuberuntime.labels import CONTAINER_NAME, POD_UID
+    from edgelet.container.labels import CONTAINER_NAME, POD_UID
 
     async def ask() -> str:
         async with RuntimeClient(config.runtime.endpoint, timeout=config.runtime.request_timeout) as client:

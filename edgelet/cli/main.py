@@ -325,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "the agent runs it as a child so cryptography never loads in it)")
     keygen.set_defaults(func=cmd_keygen)
 
-    from edgelet.simulate import cli as simulate_cli
+    from edgelet.cli import simulate as simulate_cli
 
     simulate_cli.register(sub)
     return parser

@@ -22,7 +22,7 @@ from edgelet.events import EventRecorder
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import Unauthorized
 from edgelet.kubeapi.objects import ObjectSyncer
-from edgelet.kubeapi.services import ServiceInformer
+from edgelet.cluster.services import ServiceInformer
 from edgelet.api.env import api_server_address, kubernetes_service
 from edgelet.nodestatus.facts import gather_node_info
 from edgelet.cm.cgroups import reserved_total
@@ -134,7 +134,7 @@ class ClusterConnection:
         if cluster.tunnel is not None:
             from edgelet.tunnel.wiring import build_tunnel
 
-            self.tunnel = build_tunnel(config, node_ip=node_ip, connection=self)
+            self.tunnel = build_tunnel(config, node_ip=node_ip, certificates=self.certificates)
             self.api.when_link_back(self.tunnel.reconnect_now)
 
     def start(self, tasks: TaskGroup) -> None:

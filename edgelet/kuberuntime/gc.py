@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from edgelet.util.errors import EdgeletError
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 from edgelet.container.runtime import ContainerState, SandboxState
 from edgelet.volumes.errors import VolumeError
 from edgelet.volumes.mountutil import remove_tree

@@ -8,7 +8,8 @@ import os
 from edgelet.api import podutil
 from ..cri import runtime_v1_pb2 as pb
 from edgelet.api.podutil import Pod
-from . import labels, security
+from . import security
+from edgelet.container import labels
 
 NAMESPACE_POD = 0  # runtime.v1.NamespaceMode
 NAMESPACE_CONTAINER = 1

@@ -23,7 +23,7 @@ from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
 from edgelet.util.errors import EdgeletError
 from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 from edgelet.container.cache import PodCache
 from edgelet.kuberuntime.termmessage import joined_message, termination_message
 from edgelet.pleg.evented import ContainerEventStream

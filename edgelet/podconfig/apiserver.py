@@ -88,7 +88,7 @@ class ApiServerSource:
     """Keeps the merger's "api" source equal to the pods the API server binds to `node_name`.
 
     The reflector itself serves other kinds too: a subclass names its `KIND`, `PATH`, `selector` and `problem`
-    (edgelet.kubeapi.services lists and watches Services this way).
+    (edgelet.cluster.services lists and watches Services this way).
     """
 
     KIND = "pod"

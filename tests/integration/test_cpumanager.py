@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from edgelet.cm.cpumanager import CPUManager, CPUStateStore
-from edgelet.cm.cpuset import format_cpuset, parse_cpuset
+from edgelet.util.cpuset import format_cpuset, parse_cpuset
 from edgelet.cm.topology import discover
 from edgelet.kuberuntime.container import make_container_config
 from edgelet.api.resources import linux_resources

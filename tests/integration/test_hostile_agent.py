@@ -17,7 +17,7 @@ from edgelet.util.backoff import Backoff
 from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageManager
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
 from edgelet.container.runtime import ContainerState
 from edgelet.pleg.generic import GenericPLEG

@@ -9,7 +9,7 @@ import pytest
 from edgelet.cm.cpumanager import CPUManager, CPUStateError, CPUStateStore
 from edgelet.cm.cpumanager.policy import CPUState
 from edgelet.cm.cpumanager.state import decode_state, encode_state
-from edgelet.cm.cpuset import parse_cpuset
+from edgelet.util.cpuset import parse_cpuset
 from edgelet.cm.topology import build_topology
 from edgelet.container.runtime import PodRuntimeStatus
 

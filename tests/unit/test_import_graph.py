@@ -1,6 +1,6 @@
 """The package's import graph: no circle among module-level imports (type-only ones included: a circle there
-is a design circle all the same), and the loop and the pod workers' code take their collaborators rather than
-the agent (the composition root); and what `edgelet run` loads on a standalone node."""
+is a design circle all the same) nor among edgelet's packages, and the loop and the pod workers' code take their
+collaborators rather than the agent (the composition root); and what `edgelet run` loads on a standalone node."""
 
 from __future__ import annotations
 
@@ -113,14 +113,54 @@ def test_find_cycle(graph, cycle):
 
 def test_the_graph_sees_relative_and_package_imports():
     graph = import_graph(top_level_only=True)
-    assert "edgelet.pod.workers" in graph["edgelet.kubelet.podsync"]  # from .podworkers import ...
-    assert "edgelet.metrics.registry" in graph["edgelet.kubelet.podsync"]  # from . import metrics
-    assert "edgelet.prober" in graph["edgelet.kubelet.agent"]  # from .prober import ...
+    assert "edgelet.kuberuntime.security" in graph["edgelet.kuberuntime.container"]  # from .security import ...
+    assert "edgelet.volumes.plugins" in graph["edgelet.volumes.manager"]  # from . import plugins
+    assert "edgelet.metrics.registry" in graph["edgelet.kubelet.podsync"]  # from edgelet.metrics import registry
+    assert "edgelet.prober" in graph["edgelet.kubelet.agent"]  # from edgelet.prober import ...
     assert "edgelet.cluster.connection" not in graph["edgelet.kubelet.agent"]  # imported inside a function: lazy
 
 
 def test_module_level_imports_have_no_circle():
     assert find_cycle(import_graph(top_level_only=True)) is None
+
+
+def package_of(module: str) -> str:
+    """The package of edgelet's top level a module belongs to (edgelet.cm.cpumanager.policy is in edgelet.cm); a
+    module at the top level (edgelet.config, edgelet.core) is a package of its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """package -> the other packages its modules import."""
+    packages: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        packages.setdefault(package_of(module), set()).update(package_of(name) for name in imported)
+    return {package: imported - {package} for package, imported in packages.items()}
+
+
+def test_package_graph_joins_modules_by_their_top_level_package():
+    graph = {"edgelet.cm.cpumanager.policy": {"edgelet.api.qos", "edgelet.cm.cgroups"}, "edgelet.cm.cgroups": set(),
+             "edgelet.config": {"edgelet.util.errors"}, "edgelet.api.qos": {"edgelet.api.podutil"}}
+    assert package_graph(graph) == {"edgelet.cm": {"edgelet.api"}, "edgelet.config": {"edgelet.util"},
+                                    "edgelet.api": set()}
+
+
+def test_packages_have_no_circle():
+    """A package's modules may take from packages below it, never from one that takes from it in turn."""
+    assert find_cycle(package_graph(import_graph(top_level_only=True))) is None
+
+
+# The config checks a few keys with the pure check of the package that owns what the key names, imported only
+# for that key: the token format (bootstrap.tokens) and the sysctl patterns (kuberuntime.security).
+_CONFIG_KEY_CHECKS = [("edgelet.config", "edgelet.bootstrap"), ("edgelet.config", "edgelet.kuberuntime")]
+
+
+def test_packages_have_no_circle_through_lazy_imports_either():
+    graph = package_graph(import_graph(top_level_only=False))
+    for package, imported in _CONFIG_KEY_CHECKS:
+        assert imported in graph[package]  # when one goes, take it off the list
+        graph[package].discard(imported)
+    assert find_cycle(graph) is None
 
 
 @pytest.mark.parametrize("module", ["edgelet.kubelet.syncloop", "edgelet.kubelet.podsync"])

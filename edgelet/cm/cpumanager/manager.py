@@ -27,7 +27,7 @@ from edgelet.cm.cpumanager.policy import (
     validate_state,
 )
 from edgelet.cm.cpumanager.state import CPUStateStore
-from edgelet.cm.cpuset import format_cpuset
+from edgelet.util.cpuset import format_cpuset
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.util.errors import EdgeletError
 from edgelet.container.runtime import PodRuntimeStatus

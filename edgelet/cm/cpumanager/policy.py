@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from edgelet.api import podutil
-from edgelet.cm.cpuset import format_cpuset
+from edgelet.util.cpuset import format_cpuset
 from edgelet.util.errors import PermanentError
 from edgelet.api import qos
 from edgelet.api.resources import ResourceError, container_quantity

@@ -11,7 +11,7 @@ import orjson
 
 from edgelet.util.checkpoint import CheckpointStore
 from edgelet.cm.cpumanager.policy import CPUState
-from edgelet.cm.cpuset import format_cpuset, parse_cpuset
+from edgelet.util.cpuset import format_cpuset, parse_cpuset
 
 CHECKPOINT_KIND = "cpu-manager"
 CHECKPOINT_KEY = "cpu_manager_state"
