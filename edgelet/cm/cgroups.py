@@ -13,7 +13,8 @@ from typing import Mapping
 
 from edgelet.api import podutil
 from edgelet.api import qos
-from edgelet.api.resources import QUOTA_PERIOD, MIN_SHARES, container_quantity, effective_request, milli_cpu_to_shares, milli_cpu_to_quota, pod_total
+from edgelet.api.resources import (QUOTA_PERIOD, MIN_SHARES, container_quantity, effective_request, milli_cpu_to_shares,
+                                   milli_cpu_to_quota, pod_total)
 from edgelet.api.quantity import parse_quantity, to_int_ceil, to_millis_ceil
 
 CGROUPFS = "cgroupfs"

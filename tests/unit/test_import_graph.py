@@ -183,7 +183,8 @@ def test_reachable_follows_imports_transitively():
     assert reachable({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}, "a") == {"a", "b", "c"}
 
 
-@pytest.mark.parametrize("module", ["edgelet.kubelet.agent", "edgelet.cluster.connection", "edgelet.cluster.clusterapi"])
+@pytest.mark.parametrize("module", ["edgelet.kubelet.agent", "edgelet.cluster.connection",
+                                    "edgelet.cluster.clusterapi"])
 def test_the_agent_never_loads_the_simulators_hollow_runtime(module):
     """The simulator shares the agent's cluster wiring; nothing of its fake runtime may reach back, lazily or not."""
     graph = import_graph(top_level_only=False)
@@ -235,7 +236,8 @@ _PROTOBUF_PURE_PYTHON = ["google.protobuf.descriptor_pool", "google.protobuf.int
 _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.cli.pods", "edgelet.cli.describe", "edgelet.api.labelselector", "resource",  # other subcommands
     "edgelet.logs.reader",  # `edgelet logs` and the kubelet API read logs; the agent only rotates them
-    "edgelet.cluster.connection", "edgelet.cluster.clusterapi", "edgelet.kubeapi", "edgelet.kubeletapi", "edgelet.events.apisink",
+    "edgelet.cluster", "edgelet.cluster.connection", "edgelet.cluster.clusterapi", "edgelet.kubeapi", "edgelet.kubeletapi",
+    "edgelet.events.apisink",
     "edgelet.bootstrap", "edgelet.bootstrap.tokens", "edgelet.nodestatus.setters",  # cluster mode
     "edgelet.cm.topology",  # the static CPU policy
     "edgelet.tunnel", "edgelet.tunnel.agent", "edgelet.tunnel.konnectivity_pb2",  # the konnectivity tunnel
@@ -258,7 +260,8 @@ def test_a_standalone_run_leaves_cluster_and_other_commands_modules_unloaded(tmp
     assert sorted(loaded & set(_NOT_FOR_A_STANDALONE_RUN)) == []
 
 
-# Libraries a cluster node never loads: keys are made by `edgelet keygen` in a child, HTTP goes through edgelet.util.http11.
+# Libraries a cluster node never loads: keys are made by `edgelet keygen` in a child, HTTP goes through
+# edgelet.util.http11.
 _NOT_FOR_A_CLUSTER_RUN = ["cryptography", "httpx", "httpcore", "anyio", "sniffio", "certifi", "edgelet.podconfig.http",
                           "edgelet.tunnel",  # the konnectivity tunnel: only with [cluster.tunnel]
                           # 0.5 MiB (docs/benchmarks.md): argparse's width, tempfile's mkdtemp and shutil's rmtree
