@@ -57,6 +57,15 @@ CONTAINER_RECORD_FIELDS = (
 )
 SANDBOX_RECORD_FIELDS = ("id", "pod_uid", "name", "namespace", "state", "created_at", "attempt")
 
+# The fields by name where the relist reads them, at the places both kinds share; and each kind's width.
+cdef enum:
+    R_ID = 0
+    R_POD_UID = 1
+    R_STATE = 4
+    R_CREATED_AT = 5
+    CONTAINER_WIDTH = 9
+    SANDBOX_WIDTH = 7
+
 # The kubelet's plegState of a runtime object.
 cdef enum PlegState:
     PLEG_RUNNING
