@@ -48,7 +48,7 @@ from edgelet.podconfig.config import PodConfig
 from edgelet.pod.manager import PodManager
 from edgelet.kubelet.podsync import PodSyncer
 from edgelet.api.podutil import Pod
-from edgelet.pod.workers import PodWorkers, WorkType
+from edgelet.pod.workers import PodWorkers
 from edgelet.prober import HookRunner, ProbeManager
 from edgelet.util.rootlock import RootLock
 from edgelet.kubelet.runtimestate import RuntimeState
@@ -201,8 +201,7 @@ class Agent:
             status=self.status, volumes=self.volumes, node_ip=self.node_ip, recorder=self.recorder,
             release_resources=self.cpu_manager.remove, on_removed=self._on_pod_removed,
         )
-        self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated,
-                                  resync_interval=config.sync.sync_frequency)
+        self.workers = PodWorkers(self.syncer, resync_interval=config.sync.sync_frequency)
 
         # Node pressure, node shutdown, the control plane.
         self.eviction = EvictionManager(
@@ -287,8 +286,7 @@ class Agent:
         from edgelet.lifecycle.shutdown import MESSAGE, REASON, ShutdownManager
 
         def stop_pod(pod: Pod, grace: int) -> None:
-            self.pod_manager.mark_evicted(podutil.uid(pod), REASON, MESSAGE)
-            self.workers.update(pod, WorkType.TERMINATE, grace)
+            self.workers.evict(pod, REASON, MESSAGE, grace)
 
         async def report_not_ready() -> None:
             if self.cluster is not None:
@@ -314,14 +312,12 @@ class Agent:
 
     def active_pods(self) -> list[Pod]:
         """Pods that hold resources: neither evicted nor terminating (the kubelet's GetActivePods)."""
-        return self.pod_manager.active_pods(self.workers.is_terminating)
+        return self.pod_manager.active_pods(self.workers.is_active)
 
     async def _evict_pod(self, pod: Pod, reason: str, message: str, grace: int) -> None:
-        uid = podutil.uid(pod)
         log.warning("evicting pod %s: %s", podutil.full_name(pod), message)
-        self.pod_manager.mark_evicted(uid, reason, message)
         self.recorder.event(pod_ref(pod), WARNING, reason, message)
-        self.workers.update(pod, WorkType.TERMINATE, grace)
+        self.workers.evict(pod, reason, message, grace)
 
     def _pod_address(self, uid: str) -> str:
         """Where probes and hooks reach a pod: the node for host-network pods, else the sandbox IP."""

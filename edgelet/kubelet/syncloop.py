@@ -250,7 +250,6 @@ class SyncLoop:
                 self._pods.set(pod)  # the newest copy, for its status; it never runs again
                 return
             self._pods.set(pod)
-            self._syncer.seen(uid)
             self._workers.update(pod)
             self._prober.update_pod(pod)
         elif op is Op.DELETE:
@@ -291,8 +290,9 @@ class SyncLoop:
         """A probe result changed: a pod that runs is synced (a failed liveness probe restarts a container); a
         pod being stopped only has its status published again, so that its readiness shows while it stops
         (the kubelet's prober sets container readiness in the status manager, whatever the pod worker does)."""
-        if self._workers.state(uid) is PodState.TERMINATING:
-            self._syncer.republish(uid)
+        record = self._workers.record(uid)
+        if record is not None and record.state is PodState.TERMINATING:
+            self._syncer.republish(record)
         else:
             self.sync_if_known(uid)
 

@@ -1,6 +1,6 @@
-"""The pod manager (the kubelet's pod/pod_manager.go): the one owner of the desired pods by uid, of the mirror
-pods standing for static pods in the API, and of why the node stopped a pod for good (evicted, stopped at node
-shutdown, past its deadline) for its final status. Where a pod is in its life is the pod workers'.
+"""The pod manager (the kubelet's pod/pod_manager.go): the one owner of the desired pods by uid and of the mirror
+pods standing for static pods in the API. Where a pod is in its life, and why the node stopped it for good, is the
+pod workers' record of it.
 
 Everyone else asks it; nothing else keeps its own list of desired pods or mirror pods. A mirror pod is never a
 desired pod: it is paired with the static pod of the same full name (`name_namespace`), as the kubelet pairs them.
@@ -16,8 +16,6 @@ from edgelet.api.podutil import Pod, full_name, uid as pod_uid
 class PodManager:
     def __init__(self) -> None:
         self._pods: dict[str, Pod] = {}
-        # uid -> (reason, message) of the final status of a pod the node stopped for good, until it is gone.
-        self._evicted: dict[str, tuple[str, str]] = {}
         self._mirrors: dict[str, Pod] = {}  # full name -> the mirror pod in the API
 
     # -- desired pods -----------------------------------------------------------------------------
@@ -36,13 +34,8 @@ class PodManager:
             self._pods[uid] = pod
 
     def remove(self, uid: str) -> None:
-        """The pod is no longer desired (its source removed it); its eviction record stays until it is gone."""
+        """The pod is no longer desired (its source removed it, or it is gone from the node)."""
         self._pods.pop(uid, None)
-
-    def forget(self, uid: str) -> None:
-        """The pod is gone from the node: nothing about it is kept."""
-        self._pods.pop(uid, None)
-        self._evicted.pop(uid, None)
 
     def uids(self) -> list[str]:
         return list(self._pods)
@@ -63,9 +56,10 @@ class PodManager:
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._pods))
 
-    def active_pods(self, is_terminating: Callable[[str], bool]) -> list[Pod]:
-        """Pods that hold resources: neither evicted nor terminating (the kubelet's GetActivePods)."""
-        return [pod for uid, pod in self._pods.items() if uid not in self._evicted and not is_terminating(uid)]
+    def active_pods(self, is_active: Callable[[str], bool]) -> list[Pod]:
+        """The desired pods that hold resources, as `is_active(uid)` (the pod workers') tells (the kubelet's
+        GetActivePods)."""
+        return [pod for uid, pod in self._pods.items() if is_active(uid)]
 
     # -- mirror pods (the kubelet's GetMirrorPodByPod, GetPodByMirrorPod, TranslatePodUID) ---------------
 
@@ -105,16 +99,3 @@ class PodManager:
         mirror = next((mirror for mirror in self._mirrors.values() if pod_uid(mirror) == uid), None) if uid else None
         pod = self.pod_by_mirror_pod(mirror) if mirror is not None else None
         return pod_uid(pod) if pod is not None else uid
-
-    # -- stopped for good ---------------------------------------------------------------------------
-
-    def mark_evicted(self, uid: str, reason: str, message: str) -> None:
-        """The node stopped the pod for good: it never runs again and its final status says why."""
-        self._evicted[uid] = (reason, message)
-
-    def eviction(self, uid: str) -> tuple[str, str] | None:
-        """(reason, message) when the pod was evicted, else None."""
-        return self._evicted.get(uid)
-
-    def is_evicted(self, uid: str) -> bool:
-        return uid in self._evicted

@@ -1,8 +1,12 @@
-"""Per-pod workers and the one record of where each pod is in its life (the kubelet's pod_workers.go).
+"""Per-pod workers and the one record of each pod on the node (the kubelet's pod_workers.go).
 
 A pod moves one way only: syncing -> terminating -> terminated -> finished. Once termination was asked for
 (deleted, removed, evicted, stopped for a node shutdown, terminal by its restart policy or refused at
 admission) no update, resync or runtime event starts it again; only a new uid runs.
+
+The record (`PodSyncStatus`) is created by the first update of a pod and deleted when the pod is gone from the node:
+everything the node keeps about a pod's life lives in it (the pod syncer reads and writes its fields through the
+record it is handed), so forgetting a pod is that one deletion.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ import enum
 import logging
 import random
 import time
-from dataclasses import dataclass
-from typing import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Protocol
 
 from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
@@ -56,7 +60,8 @@ class SyncOutcome:
 
 @dataclass(slots=True, eq=False)
 class PodSyncStatus:
-    """One pod's place in its life, and the work its worker has yet to do."""
+    """One pod's record: its place in its life, the work its worker has yet to do, and what its syncs keep
+    between calls (the kubelet's podSyncStatus with the worker loop's lastSyncTime)."""
 
     pod: Pod
     state: PodState = PodState.SYNCING
@@ -66,12 +71,30 @@ class PodSyncStatus:
     action: asyncio.Task | None = None  # the sync or kill under way (cancelled when termination shortens it)
     action_grace: int | None = None  # the grace period the kill under way was given
     retry: Retrier | None = None  # while its work keeps failing
+    # Why the node stopped the pod for good (evicted, stopped at node shutdown, past its deadline): the
+    # (reason, message) of its final status.
+    eviction: tuple[str, str] | None = None
+    # When the worker last acted on the pod (time.monotonic(), the pod cache's clock): the next sync waits for a
+    # status observed after it, so that it never acts on a view older than its own actions.
+    acted_at: float = 0.0
+    # Its last sync failed half-way, or left a create or start under way in the runtime: what it did is in no
+    # relist yet (nor in the container events a busy runtime sends late), so the next sync asks the runtime.
+    ask_runtime_first: bool = False
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)  # each container's failure reason, last sync
+    first_seen: float | None = None  # time.monotonic() it was first asked to run, until it ran: the pod start SLI
 
 
-SyncFn = Callable[[Pod], Awaitable[SyncOutcome]]
-TerminateFn = Callable[[Pod, int | None], Awaitable[None]]
-# Called once a pod's containers stopped; returns True when the pod is gone from the node (its record goes too).
-TerminatedFn = Callable[[Pod], Awaitable[bool | None]]
+class PodLifecycle(Protocol):
+    """What a pod worker does for its pod (edgelet.kubelet.podsync.PodSyncer), handed the pod's record."""
+
+    async def sync_pod(self, record: PodSyncStatus) -> SyncOutcome:
+        """Syncs the pod; the outcome says when to look again and whether it reached a terminal phase."""
+
+    async def terminate_pod(self, record: PodSyncStatus, grace: int | None) -> None:
+        """Stops every container of the pod within `grace` seconds (None: the pod's own)."""
+
+    async def on_terminated(self, record: PodSyncStatus) -> bool:
+        """Once the pod's containers stopped; True when the pod is gone from the node (its record goes too)."""
 
 
 def shorter_grace(current: int | None, asked: int | None) -> int | None:
@@ -86,17 +109,13 @@ def shorter_grace(current: int | None, asked: int | None) -> int | None:
 class PodWorkers:
     def __init__(
         self,
-        sync_pod: SyncFn,
-        terminate_pod: TerminateFn,
-        on_terminated: TerminatedFn,
+        lifecycle: PodLifecycle,
         *,
         resync_interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ):
-        self._sync_pod = sync_pod
-        self._terminate_pod = terminate_pod
-        self._on_terminated = on_terminated
+        self._lifecycle = lifecycle
         self._resync_interval = resync_interval
         self._clock = clock
         self._rng = rng or random.Random()
@@ -114,9 +133,11 @@ class PodWorkers:
         status = self._pods.get(uid)
         if status is None:
             status = self._pods[uid] = PodSyncStatus(pod)
-            if kind is WorkType.SYNC and _terminal_phase(pod):
-                # Terminal in its source (an API pod that finished elsewhere or earlier): never started here.
-                kind = WorkType.TERMINATE
+            if kind is WorkType.SYNC:
+                status.first_seen = time.monotonic()
+                if _terminal_phase(pod):
+                    # Terminal in its source (an API pod that finished elsewhere or earlier): never started here.
+                    kind = WorkType.TERMINATE
         if kind is WorkType.SYNC:
             if status.state is not PodState.SYNCING:
                 return
@@ -140,6 +161,11 @@ class PodWorkers:
             status.state = PodState.TERMINATED  # deleted or removed: clean up again, now removing it
         self._wake(uid, status)
 
+    def evict(self, pod: Pod, reason: str, message: str, grace: int | None) -> None:
+        """The node stops the pod for good (eviction, node shutdown) within `grace`: its final status says why."""
+        self.update(pod, WorkType.TERMINATE, grace)
+        self._pods[podutil.uid(pod)].eviction = (reason, message)
+
     def reject(self, pod: Pod) -> None:
         """Admission refused the pod: it never runs, and is kept (finished) while its source lists it."""
         self._pods[podutil.uid(pod)] = PodSyncStatus(pod, PodState.FINISHED, pending=False)
@@ -147,6 +173,20 @@ class PodWorkers:
     def state(self, uid: str) -> PodState | None:
         status = self._pods.get(uid)
         return status.state if status is not None else None
+
+    def record(self, uid: str) -> PodSyncStatus | None:
+        """The pod's record, while the node knows the pod."""
+        return self._pods.get(uid)
+
+    def eviction(self, uid: str) -> tuple[str, str] | None:
+        """Why the node stopped the pod for good, (reason, message), until it is gone; None if it did not."""
+        status = self._pods.get(uid)
+        return status.eviction if status is not None else None
+
+    def is_active(self, uid: str) -> bool:
+        """Whether the pod holds resources: neither evicted nor asked to terminate (the kubelet's GetActivePods)."""
+        status = self._pods.get(uid)
+        return status is None or (status.state is PodState.SYNCING and status.eviction is None)
 
     def is_terminating(self, uid: str) -> bool:
         """Termination was asked for (the kubelet's IsPodTerminationRequested): the pod holds no resources."""
@@ -242,7 +282,7 @@ class PodWorkers:
             status.action = None
 
     async def _sync(self, status: PodSyncStatus) -> None:
-        outcome = await self._run(status, self._sync_pod(status.pod))
+        outcome = await self._run(status, self._lifecycle.sync_pod(status))
         if status.state is not PodState.SYNCING:
             return  # termination was asked for meanwhile: the worker goes on with it
         if outcome.terminal:
@@ -258,12 +298,12 @@ class PodWorkers:
 
     async def _terminate(self, status: PodSyncStatus) -> None:
         grace = status.grace_seconds
-        await self._run(status, self._terminate_pod(status.pod, grace), grace)
+        await self._run(status, self._lifecycle.terminate_pod(status, grace), grace)
         status.state = PodState.TERMINATED
         status.pending = True
 
     async def _clean_up(self, uid: str, status: PodSyncStatus) -> None:
-        if await self._on_terminated(status.pod):
+        if await self._lifecycle.on_terminated(status):
             del self._pods[uid]  # gone from the node: a new uid of the same name starts afresh
         elif status.state is PodState.TERMINATED:
             status.state = PodState.FINISHED

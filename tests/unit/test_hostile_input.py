@@ -333,24 +333,28 @@ async def test_a_crashed_task_fails_health_and_calls_back():
 
 
 async def test_a_pod_failing_the_same_way_is_logged_once(caplog):
-    calls = 0
+    class Failing:
+        calls = 0
 
-    async def sync(pod):
-        nonlocal calls
-        calls += 1
-        raise TypeError("Integer exceeds 64-bit range")
+        async def sync_pod(self, record):
+            self.calls += 1
+            raise TypeError("Integer exceeds 64-bit range")
 
-    async def nothing(*args):
-        return None
+        async def terminate_pod(self, record, grace):
+            return None
+
+        async def on_terminated(self, record):
+            return False
 
     clock = [0.0]
-    workers = PodWorkers(sync, nothing, nothing, clock=lambda: clock[0])
+    lifecycle = Failing()
+    workers = PodWorkers(lifecycle, clock=lambda: clock[0])
     pod = {"metadata": {"uid": "u", "name": "p", "namespace": "d"}}
     with caplog.at_level(logging.ERROR):
         for _ in range(4):
             workers.update(pod)
             await workers.wait_idle()
-    assert calls == 4
+    assert lifecycle.calls == 4
     assert len([r for r in caplog.records if "error syncing pod" in r.getMessage()]) == 1
 
 

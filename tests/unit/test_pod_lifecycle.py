@@ -23,7 +23,7 @@ from edgelet.pleg.generic import PodLifecycleEvent
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate
 from edgelet.pod.manager import PodManager
 from edgelet.kubelet.podsync import DEADLINE_REASON, PodSyncer
-from edgelet.pod.workers import RESYNC_JITTER, PodState, PodWorkers, WorkType
+from edgelet.pod.workers import RESYNC_JITTER, PodState, PodWorkers
 from edgelet.kubelet.syncloop import SyncLoop
 
 RESYNC = 60.0
@@ -191,8 +191,7 @@ class Node:
                                 prober=prober or Prober(), status=self.statuses, volumes=Volumes(),
                                 node_ip="10.0.0.1",
                                 recorder=self.recorder)
-        self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated,
-                                  resync_interval=RESYNC, clock=lambda: self.clock, rng=random.Random(7))
+        self.workers = PodWorkers(self.syncer, resync_interval=RESYNC, clock=lambda: self.clock, rng=random.Random(7))
         self.loop = SyncLoop(SyncConfig(), max_pods=max_pods, pod_manager=self.pods, pod_config=PodConfig(),
                              pleg=self.pleg, workers=self.workers, syncer=self.syncer, prober=Prober(),
                              probe_results=asyncio.Queue(), status=self.statuses, runtime_state=None, volumes=None,
@@ -206,8 +205,7 @@ class Node:
             self.loop._handle_pleg(PodLifecycleEvent(args[0], core.CONTAINER_DIED, "c"))
         elif what == "EVICT":  # as the agent's eviction and node shutdown stop a pod
             uid, grace = args
-            self.pods.mark_evicted(uid, "Evicted", "The node was low on resource: memory.")
-            self.workers.update(self.pods.get(uid), WorkType.TERMINATE, grace)
+            self.workers.evict(self.pods.get(uid), "Evicted", "The node was low on resource: memory.", grace)
         elif what == "RESYNC":  # the whole resync period (and its jitter) passes
             self.clock += RESYNC * (1 + RESYNC_JITTER) + 1
             self.workers.sync_due()
@@ -411,3 +409,23 @@ async def test_a_readiness_gate_set_by_someone_else_makes_the_pod_ready():
     await node.hear(("RECONCILE", patched))
     assert {c["type"]: c["status"] for c in node.statuses.pods["a"]["conditions"]}["Ready"] == "True"
     assert starts(node, "a") == 1
+
+
+async def test_the_record_keeps_what_the_node_knows_of_a_pod_until_it_is_gone():
+    node = Node()
+    await node.hear(("ADD", pod("a")))
+    record = node.workers.record("a")
+    assert record.acted_at > 0 and record.first_seen is None  # it ran: the start SLI was observed once
+    assert [p["metadata"]["uid"] for p in node.pods.active_pods(node.workers.is_active)] == ["a"]
+    # Evicted: it holds no resources from that moment on, before its worker even ran.
+    node.workers.evict(node.pods.get("a"), "Evicted", "The node was low on resource: memory.", 0)
+    assert not node.workers.is_active("a") and node.pods.active_pods(node.workers.is_active) == []
+    await node.settle()
+    # Stopped and still listed by its source: kept, finished, its final status saying why it stopped.
+    assert node.workers.state("a") is PodState.FINISHED and node.statuses.pods["a"]["reason"] == "Evicted"
+    assert node.workers.eviction("a") == ("Evicted", "The node was low on resource: memory.")
+    await node.hear(("REMOVE", pod("a")))
+    # Gone: the one deletion of its record forgot everything, and a new pod of that uid starts afresh.
+    assert node.workers.record("a") is None and node.workers.eviction("a") is None and "a" not in node.pods
+    await node.hear(("ADD", pod("a")))
+    assert node.workers.record("a") is not record and node.statuses.pods["a"]["phase"] == "Running"

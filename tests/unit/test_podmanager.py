@@ -1,4 +1,4 @@
-"""The pod manager: desired pods by uid, evicted pods until they are gone, refusals reported once."""
+"""The pod manager: desired pods by uid, and the mirror pods paired with static pods."""
 
 from __future__ import annotations
 
@@ -24,24 +24,12 @@ def test_desired_pods_by_uid():
     assert "b" in snapshot and pods.get("b") is None  # a reader's copy does not change under it
 
 
-def test_active_pods_leave_out_evicted_and_terminating():
+def test_active_pods_are_those_the_pod_workers_call_active():
     pods = PodManager()
     for uid in "abc":
         pods.set(pod(uid))
-    pods.mark_evicted("a", "Evicted", "The node was low on resource: memory.")
-    active = pods.active_pods(is_terminating=lambda uid: uid == "b")
+    active = pods.active_pods(is_active=lambda uid: uid == "c")
     assert [p["metadata"]["uid"] for p in active] == ["c"]
-    assert pods.eviction("a") == ("Evicted", "The node was low on resource: memory.") and pods.is_evicted("a")
-
-
-def test_eviction_outlives_removal_until_the_pod_is_gone():
-    pods = PodManager()
-    pods.set(pod("a"))
-    pods.mark_evicted("a", "Evicted", "low memory")
-    pods.remove("a")  # the source dropped it: its final status still says why it stopped
-    assert pods.is_evicted("a")
-    pods.forget("a")
-    assert not pods.is_evicted("a") and pods.eviction("a") is None
 
 
 # -- mirror pods ------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from edgelet.kuberuntime.manager import SyncResult
 from edgelet.container.runtime import PodRuntimeStatus, SandboxState, SandboxStatus
 from edgelet.pod.manager import PodManager
 from edgelet.kubelet.podsync import PodSyncer
+from edgelet.pod.workers import PodSyncStatus
 
 POD = {"metadata": {"uid": "u", "name": "web", "namespace": "default", "deletionTimestamp": "2024-01-01T00:00:00Z"},
        "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
@@ -100,10 +101,11 @@ def make_syncer():
 
 async def test_terminating_a_pod_inspects_it_once():
     syncer, pleg, runtime_manager, pods = make_syncer()
+    record = PodSyncStatus(POD)
     pods.set(POD)
     pleg.cache.set(relisted("relist"))
-    await syncer.terminate_pod(POD, None)
-    assert await syncer.on_terminated(POD) is True
+    await syncer.terminate_pod(record, None)
+    assert await syncer.on_terminated(record) is True
     assert pleg.inspections == 1
     # The kill used the relist's view; the removal what the inspection after the kill saw.
     assert runtime_manager.seen == [("kill", "relist"), ("remove", "inspection 1")]
@@ -112,13 +114,14 @@ async def test_terminating_a_pod_inspects_it_once():
 
 async def test_the_next_sync_waits_for_a_status_newer_than_the_last_action():
     syncer, pleg, runtime_manager, pods = make_syncer()
+    record = PodSyncStatus(POD)
     pods.set(POD)
     pleg.cache.set(relisted("relist 1"))
     runtime_manager.results.append(SyncResult(started=["main"]))
-    await syncer.sync_pod(POD)  # it started a container: it inspects after acting, to publish at once
-    await asyncio.wait_for(syncer.sync_pod(POD), 1)  # that inspection is newer than the action: no wait
+    await syncer.sync_pod(record)  # it started a container: it inspects after acting, to publish at once
+    await asyncio.wait_for(syncer.sync_pod(record), 1)  # that inspection is newer than the action: no wait
     assert runtime_manager.seen == [("sync", "relist 1"), ("sync", "inspection 1")] and pleg.inspections == 1
-    third = asyncio.ensure_future(syncer.sync_pod(POD))
+    third = asyncio.ensure_future(syncer.sync_pod(record))
     await asyncio.sleep(0.01)
     assert not third.done()  # nothing in the cache was observed after the second sync acted
     pleg.cache.set(relisted("relist 2"))
@@ -128,14 +131,15 @@ async def test_the_next_sync_waits_for_a_status_newer_than_the_last_action():
 
 async def test_the_sync_after_one_that_failed_half_way_asks_the_runtime():
     syncer, pleg, runtime_manager, pods = make_syncer()
+    record = PodSyncStatus(POD)
     pods.set(POD)
     pleg.cache.set(relisted("relist"))
     pleg.cache.update_time(time.monotonic() + 3600)  # the cache vouched for as if the PLEG had seen it all
     runtime_manager.results.append(EdgeletError("StartContainer failed"))
     with pytest.raises(EdgeletError):
-        await syncer.sync_pod(POD)  # it may have created a container before it failed: no view in the cache has it
-    await asyncio.wait_for(syncer.sync_pod(POD), 1)
-    await asyncio.wait_for(syncer.sync_pod(POD), 1)
+        await syncer.sync_pod(record)  # it may have created a container before it failed: no view in the cache has it
+    await asyncio.wait_for(syncer.sync_pod(record), 1)
+    await asyncio.wait_for(syncer.sync_pod(record), 1)
     assert runtime_manager.seen == [("sync", "relist"), ("sync", "inspection 1"), ("sync", "inspection 1")]
 
 
@@ -151,12 +155,13 @@ WAITING = {"main": ("ImagePullBackOff", "Back-off pulling image")}
 ])
 async def test_the_first_sync_inspects_only_when_it_changed_something(result, sandboxes, inspections):
     syncer, pleg, runtime_manager, pods = make_syncer()
+    record = PodSyncStatus(POD)
     pods.set(POD)
     status = relisted("relist")
     if not sandboxes:
         status.sandboxes.clear()
     pleg.cache.set(status)
     runtime_manager.results.append(result)
-    await syncer.sync_pod(POD)
+    await syncer.sync_pod(record)
     assert pleg.inspections == inspections
     assert len(syncer._status.published) == 1
