@@ -9,8 +9,7 @@ build a `ClusterApi`, so a hollow node runs exactly the agent's control-plane wi
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Protocol
 
 from edgelet.api import podutil
 from edgelet.config import ClusterConfig
@@ -18,9 +17,7 @@ from edgelet.events import NO_EVENTS, EventRecorder
 from edgelet.events.apisink import ApiEventSink
 from edgelet.kubeapi.client import ApiClient
 from edgelet.nodestatus.lease import LeaseController
-from edgelet.nodestatus.manager import NodeStatusManager
-from edgelet.container.runtime import RuntimeFeatures
-from edgelet.nodestatus.setters import NodeInfo, PressureThresholds, Reserved
+from edgelet.nodestatus.manager import NodeReport, NodeStatusManager
 from edgelet.podconfig.apiserver import ApiServerSource
 from edgelet.pod.manager import PodManager
 from edgelet.api.podutil import Pod
@@ -36,23 +33,6 @@ from edgelet.util.tasks import TaskGroup
 RELIST_SPREAD_ALONE = 2.0
 RELIST_SPREAD_CROWD = 3.0
 CROWDED_RENEWAL = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class NodeReport:
-    """What the node says of itself in its status, from whatever runs its pods."""
-
-    facts: Callable[[], NodeInfo | Awaitable[NodeInfo]]
-    health: Callable[[], Mapping[str, tuple[bool, str]]]
-    runtime_version: Callable[[], str | Awaitable[str]]
-    pressure: Callable[[], Mapping[str, bool]] | None = None
-    thresholds: PressureThresholds = PressureThresholds()
-    reserved: Reserved = Reserved()
-    max_pods: int = 110
-    daemon_port: int = 0  # the kubelet API's port (0: none)
-    runtime_features: Callable[[], RuntimeFeatures | None] = lambda: None  # runtimeHandlers, features
-    # Whether `health` tells the runtime's verdict yet (its first Status call done); the first status waits for it.
-    health_settled: Callable[[], bool] = lambda: True
 
 
 class PodHandle(Protocol):
@@ -119,20 +99,10 @@ class ClusterApi:
         if recorder is not None:
             recorder.add_sink(self.events)
         self.node_status = NodeStatusManager(
-            client, node_name,
-            facts_provider=report.facts,
-            health_provider=report.health,
-            health_settled=report.health_settled,
-            runtime_version_provider=report.runtime_version,
-            runtime_features_provider=report.runtime_features,
-            pressure_provider=report.pressure,
+            client, node_name, report,
             node_labels=cluster.node_labels,
             update_frequency=cluster.node_status_update_frequency,
             report_frequency=cluster.node_status_report_frequency,
-            max_pods=report.max_pods,
-            daemon_port=report.daemon_port,
-            thresholds=report.thresholds,
-            reserved=report.reserved,
             rng=rng,
             recorder=recorder or NO_EVENTS,
         )

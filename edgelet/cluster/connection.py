@@ -16,7 +16,7 @@ import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from edgelet.api import podutil
-from edgelet.cluster.clusterapi import ClusterApi, NodeReport
+from edgelet.cluster.clusterapi import ClusterApi
 from edgelet.config import Config, EvictionConfig
 from edgelet.events import EventRecorder
 from edgelet.kubeapi.client import ApiClient
@@ -25,6 +25,8 @@ from edgelet.kubeapi.objects import ObjectSyncer
 from edgelet.cluster.services import ServiceInformer
 from edgelet.api.env import api_server_address, kubernetes_service
 from edgelet.nodestatus.facts import gather_node_info
+from edgelet.nodestatus.health import NodeHealth
+from edgelet.nodestatus.manager import NodeReport
 from edgelet.cm.cgroups import reserved_total
 from edgelet.container.runtime import RuntimeFeatures
 from edgelet.nodestatus.setters import PressureThresholds, Reserved
@@ -75,8 +77,7 @@ class ClusterConnection:
         pod_manager: PodManager,
         status_manager: StatusManager,
         object_store: ObjectStore,
-        health_provider: Callable[[], Mapping[str, tuple[bool, str]]],
-        health_settled: Callable[[], bool] = lambda: True,
+        node_health: NodeHealth,
         runtime_version_provider: Callable[[], str | Awaitable[str]],
         node_ip: str,
         runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
@@ -113,8 +114,7 @@ class ClusterConnection:
         root_dir = config.root_dir
         report = NodeReport(
             facts=lambda: asyncio.to_thread(gather_node_info, root_dir, hostname=node_name, node_ip=node_ip),
-            health=health_provider,
-            health_settled=health_settled,
+            node_health=node_health,
             runtime_version=runtime_version_provider,
             runtime_features=runtime_features_provider,
             pressure=pressure_provider,

@@ -39,6 +39,7 @@ from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
 from edgelet.kuberuntime.resizer import Resizer
 from edgelet.kuberuntime.security import SECCOMP_DIR, SecuritySettings
 from edgelet.nodestatus.facts import MEMINFO, default_ipv4_address, read_meminfo
+from edgelet.nodestatus.health import NodeHealth
 from edgelet.api.objectstore import ObjectStore, referenced_objects
 from edgelet.cm.cgroups import node_allocatable
 from edgelet.cm.podcgroups import PodCgroups
@@ -216,8 +217,8 @@ class Agent:
             pressure_transition_period=config.eviction.pressure_transition_period,
         )
         # What the node's Ready condition reports: runtime and PLEG, and a node shutdown in progress.
-        self.node_health: dict[str, Callable[[], tuple[bool, str]]] = {
-            "runtime": self.runtime_state.health, "pleg": self.pleg.healthy}
+        self.node_health = NodeHealth({"runtime": self.runtime_state.health, "pleg": self.pleg.healthy},
+                                      settled=lambda: self.runtime_state.checked)
         self.cluster = self._make_cluster() if config.cluster is not None else None
         if self.cluster is not None:
             self._serve_cluster_identity()
@@ -252,7 +253,7 @@ class Agent:
         return ClusterConnection(
             self.config, pod_config=self.pod_config, pod_manager=self.pod_manager, status_manager=self.status,
             object_store=self.store,
-            health_provider=self._node_health, health_settled=lambda: self.runtime_state.checked,
+            node_health=self.node_health,
             pressure_provider=self.eviction.pressure,
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
             runtime_features_provider=lambda: self.runtime_state.features,
@@ -274,10 +275,6 @@ class Agent:
     def _admit_supplemental_groups(self, pod: Pod) -> Verdict:
         features = self.runtime_state.features  # None: the runtime has not said, so it cannot be relied on
         return supplemental_groups_check(pod, features is not None and features.supplemental_groups_policy)
-
-    def _node_health(self) -> dict[str, tuple[bool, str]]:
-        """What the node's Ready condition reports, by check (`node_health`)."""
-        return {name: check() for name, check in self.node_health.items()}
 
     def _make_shutdown(self):
         """Graceful node shutdown (imported only when configured: it brings the D-Bus client); after the
@@ -302,7 +299,7 @@ class Agent:
             pod_stopped=self._pod_stopped,
             report_not_ready=report_not_ready, flush_statuses=flush_statuses,
         )
-        self.node_health["shutdown"] = manager.health
+        self.node_health.add("shutdown", manager.health)
         return manager
 
     async def _node_runtime_version(self) -> str:

@@ -12,14 +12,15 @@ import inspect
 import logging
 import random
 import time
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from edgelet.events import NO_EVENTS, Recorder, node_ref
 from edgelet.events.node import condition_events, condition_statuses
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, NotFound
+from edgelet.nodestatus.health import NodeHealth
 from edgelet.nodestatus.setters import (
-    Health,
     NodeInfo,
     PressureThresholds,
     Reserved,
@@ -43,25 +44,31 @@ async def _resolve(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """What the node says of itself in its status, from whatever runs its pods (the agent, a hollow node)."""
+
+    facts: Callable[[], NodeInfo | Awaitable[NodeInfo]]
+    node_health: NodeHealth
+    runtime_version: Callable[[], str | Awaitable[str]]
+    pressure: Callable[[], Mapping[str, bool]] | None = None
+    thresholds: PressureThresholds = PressureThresholds()
+    reserved: Reserved = Reserved()
+    max_pods: int = 110
+    daemon_port: int = 0  # the kubelet API's port (0: none)
+    runtime_features: Callable[[], RuntimeFeatures | None] = lambda: None  # runtimeHandlers, features
+
+
 class NodeStatusManager:
     def __init__(
         self,
         client: ApiClient,
         node_name: str,
+        report: NodeReport,
         *,
-        facts_provider: Callable[[], NodeInfo | Awaitable[NodeInfo]],
-        health_provider: Callable[[], Health],
-        health_settled: Callable[[], bool] = lambda: True,
-        runtime_version_provider: Callable[[], str | Awaitable[str]] = lambda: "",
-        runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
-        pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
         node_labels: Mapping[str, str] | None = None,
         update_frequency: float = 10.0,
         report_frequency: float = 300.0,
-        max_pods: int = 110,
-        daemon_port: int = 0,
-        thresholds: PressureThresholds = PressureThresholds(),
-        reserved: Reserved = Reserved(),
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -77,17 +84,8 @@ class NodeStatusManager:
         self.node_uid = ""
         self.status_writes = 0
         self.last_write = 0.0  # clock() of the last successful status write
-        self._facts_provider = facts_provider
-        self._health_provider = health_provider
-        self._health_settled = health_settled
-        self._runtime_version_provider = runtime_version_provider
-        self._runtime_features_provider = runtime_features_provider
-        self._pressure_provider = pressure_provider
+        self._report = report
         self._node_labels = dict(node_labels or {})
-        self._max_pods = max_pods
-        self._daemon_port = daemon_port
-        self._thresholds = thresholds
-        self._reserved = reserved
         self._clock = clock
         self._rng = rng or random.Random()
         self._sleep = sleep
@@ -129,7 +127,7 @@ class NodeStatusManager:
         moment before its first Status call, and the node lifecycle controller taints a NotReady node. The
         Lease keeps the node alive meanwhile; a runtime still silent after the wait is reported as it is."""
         deadline = self._clock() + self.update_frequency
-        while not self._health_settled() and self._clock() < deadline:
+        while not self._report.node_health.settled() and self._clock() < deadline:
             await self._sleep(SETTLE_POLL)
 
     async def register(self) -> None:
@@ -206,14 +204,15 @@ class NodeStatusManager:
         self._evented_conditions = current
 
     async def _inputs(self) -> StatusInputs:
+        report = self._report
         try:
-            facts = await _resolve(self._facts_provider())
-            health = dict(self._health_provider())
-            pressure = dict(self._pressure_provider()) if self._pressure_provider else None
+            facts = await _resolve(report.facts())
+            health = report.node_health.report()
+            pressure = dict(report.pressure()) if report.pressure else None
         except Exception as e:  # a provider's failure must cost one update, never the loop
             raise _InputsUnavailable(f"cannot gather node facts: {e}") from e
         try:
-            self._runtime_version = await _resolve(self._runtime_version_provider()) or self._runtime_version
+            self._runtime_version = await _resolve(report.runtime_version()) or self._runtime_version
         except Exception as e:  # runtime down: keep reporting the last version it told us
             log.debug("runtime version unavailable: %s", e)
         return StatusInputs(
@@ -222,12 +221,12 @@ class NodeStatusManager:
             health=health,
             runtime_version=self._runtime_version,
             node_labels=self._node_labels,
-            max_pods=self._max_pods,
-            thresholds=self._thresholds,
-            reserved=self._reserved,
+            max_pods=report.max_pods,
+            thresholds=report.thresholds,
+            reserved=report.reserved,
             pressure=pressure,
-            daemon_port=self._daemon_port,
-            runtime_features=self._runtime_features_provider(),
+            daemon_port=report.daemon_port,
+            runtime_features=report.runtime_features(),
         )
 
 

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgelet import __version__
-from edgelet.cluster.clusterapi import ClusterApi, NodeReport
+from edgelet.cluster.clusterapi import ClusterApi
 from edgelet.config import ClusterConfig
 from edgelet.events import NORMAL, EventRecorder, node_ref
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Forbidden, Invalid, NotFound, Unauthorized
+from edgelet.nodestatus.health import NodeHealth
+from edgelet.nodestatus.manager import NodeReport
 from edgelet.nodestatus.setters import NodeInfo
 from edgelet.podconfig.config import PodConfig
 from edgelet.pod.manager import PodManager
@@ -34,7 +36,13 @@ from edgelet.util.tasks import TaskGroup
 log = logging.getLogger(__name__)
 
 GiB = 1024 ** 3
-HEALTHY = {"runtime": (True, "ok"), "pleg": (True, "ok")}
+
+
+def _ok() -> tuple[bool, str]:
+    return True, "ok"
+
+
+HEALTHY = NodeHealth({"runtime": _ok, "pleg": _ok})  # every hollow node's, shared
 RUNTIME_VERSION = f"hollow://{__version__}"
 HOLLOW_LABEL = "edgelet.io/hollow"
 
@@ -104,7 +112,7 @@ class HollowNode:
         # The local status store is never flushed to disk: only its API half matters to the control plane.
         self.status = StatusManager(os.path.join(state_dir, name))
         facts = hollow_facts(name)
-        report = NodeReport(facts=lambda: facts, health=lambda: HEALTHY, runtime_version=lambda: RUNTIME_VERSION)
+        report = NodeReport(facts=lambda: facts, node_health=HEALTHY, runtime_version=lambda: RUNTIME_VERSION)
         # A hollow node has no static pods, so no mirror pods of its own; its pod manager only pairs them.
         self.api = ClusterApi(client, name, timings.cluster_config(), report=report,
                               api_pods=self.pod_config.source("api"), pod_manager=PodManager(),

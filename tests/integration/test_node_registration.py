@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import re
 from dataclasses import replace
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import pytest
 
 from edgelet.kubeapi import ApiClient
 from edgelet.nodestatus.lease import LeaseController
-from edgelet.nodestatus.manager import NodeStatusManager
+from edgelet.nodestatus.health import NodeHealth
+from edgelet.nodestatus.manager import NodeReport, NodeStatusManager
 from edgelet.nodestatus.setters import KUBELET_VERSION, NodeInfo
 from edgelet.simulate.node import HollowNode, Timings
 from edgelet.util.tasks import TaskGroup
@@ -50,8 +52,10 @@ class Machine:
         self.polls += 1
         return self.facts
 
-    def get_health(self) -> dict[str, tuple[bool, str]]:
-        return dict(self.health)
+    def node_health(self, settled: Callable[[], bool] = lambda: True) -> NodeHealth:
+        """The checks read what the test sets in `health` at the moment the manager asks."""
+        return NodeHealth({name: functools.partial(self.health.__getitem__, name) for name in self.health},
+                          settled=settled)
 
 
 @pytest.fixture
@@ -76,13 +80,15 @@ async def tasks() -> AsyncIterator[list[asyncio.Task]]:
             await task
 
 
-def manager(client: ApiClient, machine: Machine, clock: Clock, **options: Any) -> NodeStatusManager:
+def manager(client: ApiClient, machine: Machine, clock: Clock, *, health_settled: Callable[[], bool] = lambda: True,
+            **options: Any) -> NodeStatusManager:
     async def runtime_version() -> str:
         return "containerd://1.6.20"
 
     options = {"update_frequency": 0.01, "report_frequency": 300.0, "backoff_initial": 0.01, **options}
-    return NodeStatusManager(client, NODE, facts_provider=machine.get_facts, health_provider=machine.get_health,
-                             runtime_version_provider=runtime_version, node_labels={"site": "plant-7"}, clock=clock,
+    report = NodeReport(facts=machine.get_facts, node_health=machine.node_health(health_settled),
+                        runtime_version=runtime_version)
+    return NodeStatusManager(client, NODE, report, node_labels={"site": "plant-7"}, clock=clock,
                              rng=random.Random(0), **options)
 
 

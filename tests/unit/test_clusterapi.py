@@ -6,8 +6,10 @@ from __future__ import annotations
 import random
 
 from edgelet.api import podutil
-from edgelet.cluster.clusterapi import ClusterApi, MirrorSplitter, NodeReport
+from edgelet.cluster.clusterapi import ClusterApi, MirrorSplitter
 from edgelet.config import ClusterConfig
+from edgelet.nodestatus.health import NodeHealth
+from edgelet.nodestatus.manager import NodeReport
 from edgelet.pod.manager import PodManager
 from edgelet.simulate.node import HollowNode, Timings
 from edgelet.status.manager import StatusManager
@@ -31,7 +33,7 @@ def api_pod(name: str, uid: str, *, mirror: bool = False) -> dict:
 
 
 def cluster_api(tmp_path, downstream: Downstream, pod_manager: PodManager, **cluster) -> ClusterApi:
-    report = NodeReport(facts=lambda: None, health=lambda: {}, runtime_version=lambda: "")
+    report = NodeReport(facts=lambda: None, node_health=NodeHealth({}), runtime_version=lambda: "")
     return ClusterApi(object(), "node-a", ClusterConfig(**cluster), report=report, api_pods=downstream,
                       pod_manager=pod_manager, status_manager=StatusManager(str(tmp_path)))
 
