@@ -57,7 +57,7 @@ from edgelet.util.sdnotify import Notifier
 from edgelet.server.http import Listener, OpsServer, bind_all
 from edgelet.status.manager import StatusManager, pod_list, status_dir
 from edgelet.status.view import Heartbeat, present_pods
-from edgelet.kubelet.syncloop import SyncLoop
+from edgelet.kubelet.syncloop import Collaborators as LoopCollaborators, SyncLoop
 from edgelet.util.tasks import TaskGroup
 from edgelet.volumes import VolumeManager
 
@@ -233,11 +233,12 @@ class Agent:
             self.admit_checks.append(self.shutdown.admit)
 
         self.loop = SyncLoop(
-            config.sync, max_pods=config.max_pods, pod_manager=self.pod_manager, pod_config=self.pod_config,
-            pleg=self.pleg, workers=self.workers, syncer=self.syncer, prober=self.prober,
-            probe_results=self.probe_results, status=self.status, runtime_state=self.runtime_state,
-            volumes=self.volumes, log_rotator=self.log_rotator, recorder=self.recorder,
-            admit_checks=tuple(self.admit_checks),
+            config.sync,
+            LoopCollaborators(pod_config=self.pod_config, pod_manager=self.pod_manager, pleg=self.pleg,
+                              workers=self.workers, syncer=self.syncer, prober=self.prober,
+                              probe_results=self.probe_results, status=self.status, runtime_state=self.runtime_state,
+                              volumes=self.volumes, log_rotator=self.log_rotator, recorder=self.recorder),
+            max_pods=config.max_pods, admit_checks=tuple(self.admit_checks),
             on_runtime_ready=self._on_runtime_ready, on_pods_changed=self.update_status_line,
         )
         self.store.on_change = self._on_object_changed

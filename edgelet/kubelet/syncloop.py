@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
 
 from edgelet.metrics import registry as metrics
@@ -54,48 +55,55 @@ EVENTED_RUNTIME_CHECK_INTERVAL = 30.0
 STARTUP_SOURCES_WAIT = 10.0
 
 
+@dataclass(frozen=True, slots=True)
+class Collaborators:
+    """What the sync loop reads and tells: the pods' sources and owners, their workers, and the node's managers."""
+
+    pod_config: PodConfig
+    pod_manager: PodManager
+    pleg: GenericPLEG
+    workers: PodWorkers
+    syncer: PodSyncer
+    prober: ProbeManager
+    probe_results: asyncio.Queue[str]  # the uids of pods whose probe results changed (the kubelet's channel)
+    status: StatusManager
+    runtime_state: RuntimeState
+    volumes: VolumeManager
+    log_rotator: LogRotator
+    recorder: EventRecorder
+
+
 class SyncLoop:
     def __init__(
         self,
         settings: SyncConfig,
+        collaborators: Collaborators,
         *,
         max_pods: int,
-        pod_manager: PodManager,
-        pod_config: PodConfig,
-        pleg: GenericPLEG,
-        workers: PodWorkers,
-        syncer: PodSyncer,
-        prober: ProbeManager,
-        probe_results: asyncio.Queue[str],
-        status: StatusManager,
-        runtime_state: RuntimeState,
-        volumes: VolumeManager,
-        log_rotator: LogRotator,
-        recorder: EventRecorder,
         admit_checks: Sequence[Check] = (),
         on_runtime_ready: Callable[[], Awaitable[None]],
         on_pods_changed: Callable[[], None] = lambda: None,
         heap_trimmer: HeapTrimmer | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        """`probe_results` carries the uids of pods whose probe results changed (the kubelet's probe result
-        channel); `on_runtime_ready` runs once, after the first relist and before the first pod sync (the
-        managers that need the runtime start there); `on_pods_changed` after each config update; `heap_trimmer`
-        gives freed C heap back from the housekeeping pass (glibc's malloc_trim by default)."""
+        """`on_runtime_ready` runs once, after the first relist and before the first pod sync (the managers that
+        need the runtime start there); `on_pods_changed` after each config update; `heap_trimmer` gives freed C
+        heap back from the housekeeping pass (glibc's malloc_trim by default)."""
         self._settings = settings
         self._max_pods = max_pods
-        self._pods = pod_manager
-        self._pod_config = pod_config
-        self._pleg = pleg
-        self._workers = workers
-        self._syncer = syncer
-        self._prober = prober
-        self._probe_results = probe_results
-        self._status = status
-        self._runtime_state = runtime_state
-        self._volumes = volumes
-        self._log_rotator = log_rotator
-        self._recorder = recorder
+        # Each collaborator in an attribute of its own: the loop's paths read them without one more lookup.
+        self._pods = collaborators.pod_manager
+        self._pod_config = collaborators.pod_config
+        self._pleg = collaborators.pleg
+        self._workers = collaborators.workers
+        self._syncer = collaborators.syncer
+        self._prober = collaborators.prober
+        self._probe_results = collaborators.probe_results
+        self._status = collaborators.status
+        self._runtime_state = collaborators.runtime_state
+        self._volumes = collaborators.volumes
+        self._log_rotator = collaborators.log_rotator
+        self._recorder = collaborators.recorder
         self._admit_checks = tuple(admit_checks)
         self._on_runtime_ready = on_runtime_ready
         self._on_pods_changed = on_pods_changed

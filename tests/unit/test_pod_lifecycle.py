@@ -24,7 +24,7 @@ from edgelet.podconfig.config import Op, PodConfig, PodUpdate
 from edgelet.pod.manager import PodManager
 from edgelet.kubelet.podsync import DEADLINE_REASON, PodSyncer
 from edgelet.pod.workers import RESYNC_JITTER, PodState, PodWorkers
-from edgelet.kubelet.syncloop import SyncLoop
+from edgelet.kubelet.syncloop import Collaborators, SyncLoop
 
 RESYNC = 60.0
 LONG_GRACE = 60  # a kill given this much grace or more does not end by itself in these tests
@@ -192,10 +192,11 @@ class Node:
                                 node_ip="10.0.0.1",
                                 recorder=self.recorder)
         self.workers = PodWorkers(self.syncer, resync_interval=RESYNC, clock=lambda: self.clock, rng=random.Random(7))
-        self.loop = SyncLoop(SyncConfig(), max_pods=max_pods, pod_manager=self.pods, pod_config=PodConfig(),
-                             pleg=self.pleg, workers=self.workers, syncer=self.syncer, prober=Prober(),
-                             probe_results=asyncio.Queue(), status=self.statuses, runtime_state=None, volumes=None,
-                             log_rotator=None, recorder=self.recorder, on_runtime_ready=None)
+        collaborators = Collaborators(pod_config=PodConfig(), pod_manager=self.pods, pleg=self.pleg,
+                                      workers=self.workers, syncer=self.syncer, prober=Prober(),
+                                      probe_results=asyncio.Queue(), status=self.statuses, runtime_state=None,
+                                      volumes=None, log_rotator=None, recorder=self.recorder)
+        self.loop = SyncLoop(SyncConfig(), collaborators, max_pods=max_pods, on_runtime_ready=None)
 
     async def hear(self, step: tuple) -> None:
         what, *args = step

@@ -5,7 +5,7 @@ check back at once)."""
 from __future__ import annotations
 
 from edgelet.config import SyncConfig
-from edgelet.kubelet.syncloop import EVENTED_RUNTIME_CHECK_INTERVAL, RUNTIME_CHECK_INTERVAL, SyncLoop
+from edgelet.kubelet.syncloop import EVENTED_RUNTIME_CHECK_INTERVAL, RUNTIME_CHECK_INTERVAL, Collaborators, SyncLoop
 
 
 class Pleg:
@@ -43,9 +43,10 @@ async def housekeep(steps: list[tuple[float, str]], ready: tuple[bool, ...] = ()
     """Housekeeping at each (time, PLEG mode), the runtime answering `ready` (then ready); the times it was asked."""
     now = [0.0]
     pleg, state = Pleg(), RuntimeState(lambda: now[0], list(ready))
-    loop = SyncLoop(SyncConfig(), max_pods=110, pod_manager=None, pod_config=Sources(), pleg=pleg, workers=None,
-                    syncer=None, prober=None, probe_results=None, status=None, runtime_state=state, volumes=None,
-                    log_rotator=None, recorder=None, on_runtime_ready=None, heap_trimmer=Trimmer(),
+    collaborators = Collaborators(pod_config=Sources(), pod_manager=None, pleg=pleg, workers=None, syncer=None,
+                                  prober=None, probe_results=None, status=None, runtime_state=state, volumes=None,
+                                  log_rotator=None, recorder=None)
+    loop = SyncLoop(SyncConfig(), collaborators, max_pods=110, on_runtime_ready=None, heap_trimmer=Trimmer(),
                     clock=lambda: now[0])
     for at, mode in steps:
         now[0], pleg.mode = at, mode
