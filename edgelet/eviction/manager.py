@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edgelet.metrics import registry as metrics
@@ -49,24 +50,29 @@ class Usage(Protocol):
 EvictFn = Callable[[Pod, str, str, int], Awaitable[None]]
 
 
+@dataclass(frozen=True, slots=True)
+class Collaborators:
+    """What the eviction manager observes, asks and tells (the kubelet's eviction manager takes the same)."""
+
+    signals: Signals  # a NodeSignals
+    usage: Usage  # a PodUsageReader
+    active_pods: Callable[[], Sequence[Pod]]  # the admitted pods not yet terminating
+    evict: EvictFn  # evict(pod, reason, message, grace_seconds): kills the pod, its final status Failed/Evicted
+    pod_cleaned_up: Callable[[str], bool] | None = None  # whether an evicted pod's containers are gone
+    reclaim_images: Callable[[int], Awaitable[int]] | None = None  # bytes asked -> bytes freed (image GC)
+    reclaim_containers: Callable[[], Awaitable[Any]] | None = None  # dead containers removed (container GC)
+
+
 class EvictionManager:
-    """`signals` is a `NodeSignals`, `usage` a `PodUsageReader`; `active_pods()` the admitted pods not yet
-    terminating; `evict(pod, reason, message, grace_seconds)` kills a pod and marks it Failed/Evicted;
-    `reclaim_images(bytes) -> freed bytes` removes unused images, `reclaim_containers()` dead containers;
-    `pod_cleaned_up(uid)` tells when an evicted pod's containers are gone; `is_critical(pod)` which pods are
-    never evicted and always admitted (the kubelet's rule: static, mirror and system-critical pods)."""
+    """Observes the node's signals against `thresholds` and reclaims or evicts through its `collaborators`;
+    `is_critical(pod)` tells which pods are never evicted and always admitted (the kubelet's rule: static,
+    mirror and system-critical pods)."""
 
     def __init__(
         self,
         thresholds: Mapping[str, Threshold],
+        collaborators: Collaborators,
         *,
-        signals: Signals,
-        usage: Usage,
-        active_pods: Callable[[], Sequence[Pod]],
-        evict: EvictFn,
-        reclaim_images: Callable[[int], Awaitable[int]] | None = None,
-        reclaim_containers: Callable[[], Awaitable[Any]] | None = None,
-        pod_cleaned_up: Callable[[str], bool] | None = None,
         pressure_transition_period: float = 300.0,
         monitoring_interval: float = MONITORING_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
@@ -74,13 +80,13 @@ class EvictionManager:
         is_critical: Callable[[Pod], bool] = policy.is_critical,
     ):
         self.thresholds = dict(thresholds)
-        self._signals = signals
-        self._usage = usage
-        self._active_pods = active_pods
-        self._evict = evict
-        self._reclaim_images = reclaim_images
-        self._reclaim_containers = reclaim_containers
-        self._pod_cleaned_up = pod_cleaned_up
+        self._signals = collaborators.signals
+        self._usage = collaborators.usage
+        self._active_pods = collaborators.active_pods
+        self._evict = collaborators.evict
+        self._reclaim_images = collaborators.reclaim_images
+        self._reclaim_containers = collaborators.reclaim_containers
+        self._pod_cleaned_up = collaborators.pod_cleaned_up
         self.pressure_transition_period = pressure_transition_period
         self.monitoring_interval = monitoring_interval
         self._clock = clock

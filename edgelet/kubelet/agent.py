@@ -31,6 +31,7 @@ from edgelet.events import WARNING, EventRecorder, node_ref, pod_ref
 from edgelet.events.locallog import EventLog, event_log_dir
 from edgelet.events.node import start_events
 from edgelet.eviction import EvictionManager, NodeSignals, PodUsageReader, image_fs_mountpoint
+from edgelet.eviction.manager import Collaborators as EvictionCollaborators
 from edgelet.images.airgap import AirgapImages
 from edgelet.images.gc import ImageGC
 from edgelet.images.manager import ImageManager
@@ -207,13 +208,13 @@ class Agent:
         # Node pressure, node shutdown, the control plane.
         self.eviction = EvictionManager(
             config.eviction.thresholds(),
-            signals=NodeSignals(config.root_dir,
-                                image_fs_mountpoint=functools.partial(image_fs_mountpoint, self.runtime)),
-            usage=PodUsageReader(runtime_status=self.pleg.get_status, pods_dir=config.pods_dir,
-                                 logs_dir=config.logs_dir),
-            active_pods=self.active_pods, evict=self._evict_pod,
-            reclaim_images=self.image_gc.free_space, reclaim_containers=self.container_gc.collect,
-            pod_cleaned_up=self._pod_stopped,
+            EvictionCollaborators(
+                signals=NodeSignals(config.root_dir,
+                                    image_fs_mountpoint=functools.partial(image_fs_mountpoint, self.runtime)),
+                usage=PodUsageReader(runtime_status=self.pleg.get_status, pods_dir=config.pods_dir,
+                                     logs_dir=config.logs_dir),
+                active_pods=self.active_pods, evict=self._evict_pod, pod_cleaned_up=self._pod_stopped,
+                reclaim_images=self.image_gc.free_space, reclaim_containers=self.container_gc.collect),
             pressure_transition_period=config.eviction.pressure_transition_period,
         )
         # What the node's Ready condition reports: runtime and PLEG, and a node shutdown in progress.

@@ -16,6 +16,7 @@ import pytest
 from edgelet.api import podutil
 from edgelet.config import Threshold
 from edgelet.eviction import EvictionManager, NodeSignals, PodUsageReader, image_fs_mountpoint
+from edgelet.eviction.manager import Collaborators
 from edgelet.kuberuntime.container import make_container_config
 from edgelet.kuberuntime.sandbox import make_sandbox_config
 from edgelet.container.runtime import ContainerState
@@ -76,9 +77,9 @@ def make_manager(node, cri, tmp_path, thresholds, **kwargs) -> tuple[EvictionMan
     usage = PodUsageReader(runtime_status=node.pleg.get_status, pods_dir=str(tmp_path / "pods"),
                            logs_dir=str(tmp_path / "logs"))
     signals = NodeSignals(str(tmp_path), image_fs_mountpoint=lambda: image_fs_mountpoint(cri))
-    manager = EvictionManager({k: Threshold.parse(v) for k, v in thresholds.items()}, signals=signals,
-                              usage=usage, active_pods=node.active, evict=node.evict,
-                              pressure_transition_period=0, **kwargs)
+    collaborators = Collaborators(signals=signals, usage=usage, active_pods=node.active, evict=node.evict, **kwargs)
+    manager = EvictionManager({k: Threshold.parse(v) for k, v in thresholds.items()}, collaborators,
+                              pressure_transition_period=0)
     return manager, usage
 
 

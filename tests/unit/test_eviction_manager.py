@@ -8,7 +8,7 @@ import pytest
 
 from edgelet.metrics import registry as metrics
 from edgelet.config import Threshold
-from edgelet.eviction.manager import EvictionManager
+from edgelet.eviction.manager import Collaborators, EvictionManager
 from edgelet.eviction.signals import Observation
 from edgelet.eviction.usage import ContainerUsage, PodUsage
 
@@ -65,10 +65,12 @@ def make_manager(signals, pods, usage=None, **kwargs):
     async def evict(pod, reason, message, grace):
         evicted.append((pod["metadata"]["name"], reason, message, grace))
 
-    manager = EvictionManager(
-        kwargs.pop("thresholds", THRESHOLDS), signals=signals, usage=StaticUsage(usage or {}),
-        active_pods=lambda: [p for p in pods if p["metadata"]["name"] not in {e[0] for e in evicted}],
-        evict=evict, **kwargs)
+    collaborators = Collaborators(
+        signals=signals, usage=StaticUsage(usage or {}),
+        active_pods=lambda: [p for p in pods if p["metadata"]["name"] not in {e[0] for e in evicted}], evict=evict,
+        **{name: kwargs.pop(name) for name in ("pod_cleaned_up", "reclaim_images", "reclaim_containers")
+           if name in kwargs})
+    manager = EvictionManager(kwargs.pop("thresholds", THRESHOLDS), collaborators, **kwargs)
     return manager, evicted
 
 
