@@ -50,7 +50,7 @@ from edgelet.podconfig.config import PodConfig
 from edgelet.pod.manager import PodManager
 from edgelet.kubelet.podsync import PodSyncer
 from edgelet.api.podutil import Pod
-from edgelet.pod.workers import PodWorkers
+from edgelet.pod.workers import PodRecords, PodWorkers
 from edgelet.prober import HookRunner, ProbeManager
 from edgelet.util.rootlock import RootLock
 from edgelet.kubelet.runtimestate import RuntimeState
@@ -129,6 +129,7 @@ class Agent:
         )
         self.pod_config = PodConfig()
         self.pod_manager = PodManager()
+        self.pod_records = PodRecords()  # where each pod is in its life: the pod workers write it
         self.status = StatusManager(status_dir(config))
         self.store = ObjectStore()
 
@@ -201,9 +202,10 @@ class Agent:
         self.syncer = PodSyncer(
             pod_manager=self.pod_manager, pleg=self.pleg, runtime_manager=self.runtime_manager, prober=self.prober,
             status=self.status, volumes=self.volumes, node_ip=self.node_ip, recorder=self.recorder,
-            release_resources=self.cpu_manager.remove, on_removed=self._on_pod_removed,
+            release_resources=self.cpu_manager.remove,
         )
-        self.workers = PodWorkers(self.syncer, resync_interval=config.sync.sync_frequency)
+        self.syncer.when_removed(lambda pod: self.update_status_line())
+        self.workers = PodWorkers(self.pod_records, self.syncer, resync_interval=config.sync.sync_frequency)
 
         # Node pressure, node shutdown, the control plane.
         self.eviction = EvictionManager(
@@ -223,6 +225,7 @@ class Agent:
         self.cluster = self._make_cluster() if config.cluster is not None else None
         if self.cluster is not None:
             self._serve_cluster_identity()
+            self.syncer.when_removed(self.cluster.pod_terminated)  # an API pod's final delete
         self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
@@ -236,7 +239,7 @@ class Agent:
         self.loop = SyncLoop(
             config.sync,
             LoopCollaborators(pod_config=self.pod_config, pod_manager=self.pod_manager, pleg=self.pleg,
-                              workers=self.workers, syncer=self.syncer, prober=self.prober,
+                              records=self.pod_records, workers=self.workers, syncer=self.syncer, prober=self.prober,
                               probe_results=self.probe_results, status=self.status, runtime_state=self.runtime_state,
                               volumes=self.volumes, log_rotator=self.log_rotator, recorder=self.recorder),
             max_pods=config.max_pods, admit_checks=tuple(self.admit_checks),
@@ -259,7 +262,7 @@ class Agent:
             pressure_provider=self.eviction.pressure,
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
             runtime_features_provider=lambda: self.runtime_state.features,
-            could_have_running_containers=self.workers.could_have_running_containers,
+            could_have_running_containers=self.pod_records.could_have_running_containers,
         )
 
     def _serve_cluster_identity(self) -> None:
@@ -311,7 +314,7 @@ class Agent:
 
     def active_pods(self) -> list[Pod]:
         """Pods that hold resources: neither evicted nor terminating (the kubelet's GetActivePods)."""
-        return self.pod_manager.active_pods(self.workers.is_active)
+        return self.pod_manager.active_pods(self.pod_records.is_active)
 
     async def _evict_pod(self, pod: Pod, reason: str, message: str, grace: int) -> None:
         log.warning("evicting pod %s: %s", podutil.full_name(pod), message)
@@ -532,11 +535,6 @@ class Agent:
         for uid, pod in self.pod_manager.pods().items():
             if key in referenced_objects(pod):
                 self.loop.sync_if_known(uid)
-
-    def _on_pod_removed(self, pod: Pod) -> None:
-        if self.cluster is not None:
-            self.cluster.pod_terminated(pod)
-        self.update_status_line()
 
     def update_status_line(self) -> None:
         self.notifier.status(f"running {len(self.pod_manager)} pods")

@@ -73,10 +73,8 @@ class PodSyncer:
         node_ip: str,
         recorder: Recorder = NO_EVENTS,
         release_resources: Callable[[str], None] = lambda uid: None,
-        on_removed: Callable[[Pod], None] = lambda pod: None,
     ):
-        """`release_resources(uid)` frees what the pod held (its CPUs) once it stopped; `on_removed(pod)`
-        runs once the pod is gone from the node (the API is told, the status line updated)."""
+        """`release_resources(uid)` frees what the pod held (its CPUs) once it stopped."""
         self._pods = pod_manager
         self._pleg = pleg
         self._runtime_manager = runtime_manager
@@ -86,7 +84,11 @@ class PodSyncer:
         self._node_ip = node_ip
         self._recorder = recorder
         self._release_resources = release_resources
-        self._on_removed = on_removed
+        self._removed_listeners: list[Callable[[Pod], None]] = []
+
+    def when_removed(self, listener: Callable[[Pod], None]) -> None:
+        """Calls `listener(pod)` each time a pod is gone from the node (the API is told, the status line updated)."""
+        self._removed_listeners.append(listener)
 
     async def sync_pod(self, record: PodSyncStatus) -> SyncOutcome:
         """One sync; the outcome says when to look again and whether the pod reached a terminal phase (the
@@ -241,5 +243,6 @@ class PodSyncer:
         self._status.remove(uid)
         self._prober.remove_pod(uid)
         log.info("pod %s removed", podutil.full_name(pod))
-        self._on_removed(pod)
+        for listener in self._removed_listeners:
+            listener(pod)
         return True

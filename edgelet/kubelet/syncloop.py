@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the collaborators, for their types only
     from edgelet.podconfig.config import PodConfig
     from edgelet.pod.manager import PodManager
     from edgelet.kubelet.podsync import PodSyncer
-    from edgelet.pod.workers import PodWorkers
+    from edgelet.pod.workers import PodRecords, PodWorkers
     from edgelet.prober import ProbeManager
     from edgelet.kubelet.runtimestate import RuntimeState
     from edgelet.status.manager import StatusManager
@@ -62,6 +62,7 @@ class Collaborators:
     pod_config: PodConfig
     pod_manager: PodManager
     pleg: GenericPLEG
+    records: PodRecords  # where each pod is in its life (read only)
     workers: PodWorkers
     syncer: PodSyncer
     prober: ProbeManager
@@ -95,6 +96,7 @@ class SyncLoop:
         self._pods = collaborators.pod_manager
         self._pod_config = collaborators.pod_config
         self._pleg = collaborators.pleg
+        self._records = collaborators.records
         self._workers = collaborators.workers
         self._syncer = collaborators.syncer
         self._prober = collaborators.prober
@@ -252,9 +254,9 @@ class SyncLoop:
             self._prober.update_pod(pod)
         elif op in (Op.ADD, Op.UPDATE):
             # Admission decides every pod the workers do not know yet, whichever op brings it first.
-            if not self._workers.known(uid) and not self._admit(pod):
+            if uid not in self._records and not self._admit(pod):
                 return
-            if self._workers.is_terminating(uid):
+            if self._records.is_terminating(uid):
                 self._pods.set(pod)  # the newest copy, for its status; it never runs again
                 return
             self._pods.set(pod)
@@ -277,7 +279,7 @@ class SyncLoop:
 
     def _admit(self, pod: Pod) -> bool:
         """The kubelet's admission: a rejected pod gets phase Failed with the reason and never runs."""
-        active = sum(1 for uid in self._pods if not self._workers.is_terminating(uid))
+        active = sum(1 for uid in self._pods if not self._records.is_terminating(uid))
         verdict = admit(pod, active_pods=active, max_pods=self._max_pods, extra=self._admit_checks)
         if verdict.admit:
             return True
@@ -298,7 +300,7 @@ class SyncLoop:
         """A probe result changed: a pod that runs is synced (a failed liveness probe restarts a container); a
         pod being stopped only has its status published again, so that its readiness shows while it stops
         (the kubelet's prober sets container readiness in the status manager, whatever the pod worker does)."""
-        record = self._workers.record(uid)
+        record = self._records.get(uid)
         if record is not None and record.state is PodState.TERMINATING:
             self._syncer.republish(record)
         else:
@@ -338,7 +340,7 @@ class SyncLoop:
         if not self._pod_config.all_sources_ready():
             return
         for uid in self._pleg.runtime_pod_uids() - set(self._pods):
-            if self._workers.is_terminating(uid) or self._workers.known(uid):
+            if self._records.is_terminating(uid) or uid in self._records:
                 continue
             self._terminate_orphan(uid, "housekeeping: no source knows it")
         await self._remove_orphaned_volumes()
@@ -362,7 +364,7 @@ class SyncLoop:
         """Volume directories of pods that are gone (say, removed while the agent was down)."""
         active = set(self._pods) | self._pleg.runtime_pod_uids()
         for uid in self._volumes.pods_on_disk():
-            if uid in active or self._workers.known(uid):
+            if uid in active or uid in self._records:
                 continue
             try:
                 await self._volumes.teardown_pod(uid)

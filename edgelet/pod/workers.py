@@ -6,7 +6,8 @@ admission) no update, resync or runtime event starts it again; only a new uid ru
 
 The record (`PodSyncStatus`) is created by the first update of a pod and deleted when the pod is gone from the node:
 everything the node keeps about a pod's life lives in it (the pod syncer reads and writes its fields through the
-record it is handed), so forgetting a pod is that one deletion.
+record it is handed), so forgetting a pod is that one deletion. The records are kept in `PodRecords`, which the
+pod workers alone write and everyone else reads; it is built before anything that asks which pods are active.
 """
 
 from __future__ import annotations
@@ -106,9 +107,52 @@ def shorter_grace(current: int | None, asked: int | None) -> int | None:
     return min(current, asked)
 
 
+class PodRecords:
+    """The record of every pod the node knows, by uid: written by the pod workers only, read by everyone."""
+
+    __slots__ = ("by_uid",)
+
+    def __init__(self) -> None:
+        self.by_uid: dict[str, PodSyncStatus] = {}  # the pod workers' to change
+
+    def get(self, uid: str) -> PodSyncStatus | None:
+        """The pod's record, while the node knows the pod."""
+        return self.by_uid.get(uid)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self.by_uid
+
+    def state(self, uid: str) -> PodState | None:
+        status = self.by_uid.get(uid)
+        return status.state if status is not None else None
+
+    def eviction(self, uid: str) -> tuple[str, str] | None:
+        """Why the node stopped the pod for good, (reason, message), until it is gone; None if it did not."""
+        status = self.by_uid.get(uid)
+        return status.eviction if status is not None else None
+
+    def is_active(self, uid: str) -> bool:
+        """Whether a desired pod holds resources: neither evicted nor asked to terminate (the kubelet's
+        GetActivePods); a pod its worker has not heard of yet does."""
+        status = self.by_uid.get(uid)
+        return status is None or (status.state is PodState.SYNCING and status.eviction is None)
+
+    def is_terminating(self, uid: str) -> bool:
+        """Termination was asked for (the kubelet's IsPodTerminationRequested): the pod holds no resources."""
+        status = self.by_uid.get(uid)
+        return status is not None and status.state is not PodState.SYNCING
+
+    def could_have_running_containers(self, uid: str) -> bool:
+        """Whether the pod's containers may still run: its worker has not seen them all stopped (the kubelet's
+        CouldHaveRunningContainers). A terminal phase reaches the API only once this is False."""
+        status = self.by_uid.get(uid)
+        return status is not None and status.state in (PodState.SYNCING, PodState.TERMINATING)
+
+
 class PodWorkers:
     def __init__(
         self,
+        records: PodRecords,
         lifecycle: PodLifecycle,
         *,
         resync_interval: float = 60.0,
@@ -119,7 +163,7 @@ class PodWorkers:
         self._resync_interval = resync_interval
         self._clock = clock
         self._rng = rng or random.Random()
-        self._pods: dict[str, PodSyncStatus] = {}
+        self._pods = records.by_uid
         self._tasks: dict[str, asyncio.Task] = {}
         self._idle = asyncio.Event()
         self._idle.set()
@@ -169,38 +213,6 @@ class PodWorkers:
     def reject(self, pod: Pod) -> None:
         """Admission refused the pod: it never runs, and is kept (finished) while its source lists it."""
         self._pods[podutil.uid(pod)] = PodSyncStatus(pod, PodState.FINISHED, pending=False)
-
-    def state(self, uid: str) -> PodState | None:
-        status = self._pods.get(uid)
-        return status.state if status is not None else None
-
-    def record(self, uid: str) -> PodSyncStatus | None:
-        """The pod's record, while the node knows the pod."""
-        return self._pods.get(uid)
-
-    def eviction(self, uid: str) -> tuple[str, str] | None:
-        """Why the node stopped the pod for good, (reason, message), until it is gone; None if it did not."""
-        status = self._pods.get(uid)
-        return status.eviction if status is not None else None
-
-    def is_active(self, uid: str) -> bool:
-        """Whether the pod holds resources: neither evicted nor asked to terminate (the kubelet's GetActivePods)."""
-        status = self._pods.get(uid)
-        return status is None or (status.state is PodState.SYNCING and status.eviction is None)
-
-    def is_terminating(self, uid: str) -> bool:
-        """Termination was asked for (the kubelet's IsPodTerminationRequested): the pod holds no resources."""
-        status = self._pods.get(uid)
-        return status is not None and status.state is not PodState.SYNCING
-
-    def could_have_running_containers(self, uid: str) -> bool:
-        """Whether the pod's containers may still run: its worker has not seen them all stopped (the kubelet's
-        CouldHaveRunningContainers). A terminal phase reaches the API only once this is False."""
-        status = self._pods.get(uid)
-        return status is not None and status.state in (PodState.SYNCING, PodState.TERMINATING)
-
-    def known(self, uid: str) -> bool:
-        return uid in self._pods
 
     def sync_due(self) -> int:
         """Wakes the pods whose next look has come (resync, requeue, retry after a failure); how many."""

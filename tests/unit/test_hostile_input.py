@@ -25,7 +25,7 @@ from edgelet.podconfig.file import ManifestScanner
 from edgelet.api.limits import MAX_DEPTH, _first_problem, document_problem
 from edgelet.podconfig.manifest import _check_yaml_events, _may_alias_or_nest_deep, parse_manifest
 from edgelet.podconfig.validation import validate_pod
-from edgelet.pod.workers import PodWorkers
+from edgelet.pod.workers import PodRecords, PodWorkers
 from edgelet.status.manager import StatusManager, read_pod_list
 from edgelet.util.tasks import TaskGroup
 
@@ -348,7 +348,7 @@ async def test_a_pod_failing_the_same_way_is_logged_once(caplog):
 
     clock = [0.0]
     lifecycle = Failing()
-    workers = PodWorkers(lifecycle, clock=lambda: clock[0])
+    workers = PodWorkers(PodRecords(), lifecycle, clock=lambda: clock[0])
     pod = {"metadata": {"uid": "u", "name": "p", "namespace": "d"}}
     with caplog.at_level(logging.ERROR):
         for _ in range(4):

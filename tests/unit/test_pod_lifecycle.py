@@ -23,7 +23,7 @@ from edgelet.pleg.generic import PodLifecycleEvent
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate
 from edgelet.pod.manager import PodManager
 from edgelet.kubelet.podsync import DEADLINE_REASON, PodSyncer
-from edgelet.pod.workers import RESYNC_JITTER, PodState, PodWorkers
+from edgelet.pod.workers import RESYNC_JITTER, PodRecords, PodState, PodWorkers
 from edgelet.kubelet.syncloop import Collaborators, SyncLoop
 
 RESYNC = 60.0
@@ -191,9 +191,11 @@ class Node:
                                 prober=prober or Prober(), status=self.statuses, volumes=Volumes(),
                                 node_ip="10.0.0.1",
                                 recorder=self.recorder)
-        self.workers = PodWorkers(self.syncer, resync_interval=RESYNC, clock=lambda: self.clock, rng=random.Random(7))
+        self.records = PodRecords()
+        self.workers = PodWorkers(self.records, self.syncer, resync_interval=RESYNC, clock=lambda: self.clock,
+                                  rng=random.Random(7))
         collaborators = Collaborators(pod_config=PodConfig(), pod_manager=self.pods, pleg=self.pleg,
-                                      workers=self.workers, syncer=self.syncer, prober=Prober(),
+                                      records=self.records, workers=self.workers, syncer=self.syncer, prober=Prober(),
                                       probe_results=asyncio.Queue(), status=self.statuses, runtime_state=None,
                                       volumes=None, log_rotator=None, recorder=self.recorder)
         self.loop = SyncLoop(SyncConfig(), collaborators, max_pods=max_pods, on_runtime_ready=None)
@@ -273,7 +275,7 @@ async def test_a_pod_stopped_for_good_never_starts_again(steps, calls, state):
     for step in steps:
         await node.hear(step)
     assert node.runtime.calls == calls
-    assert node.workers.state("a") is state
+    assert node.records.state("a") is state
 
 
 async def test_admission_decides_every_pod_not_yet_admitted_whatever_the_op():
@@ -284,7 +286,7 @@ async def test_admission_decides_every_pod_not_yet_admitted_whatever_the_op():
     # The refused pod is kept, finished: a label change, a status-only change, a resync do not start it.
     for step in [("UPDATE", pod("b")), ("RECONCILE", pod("b")), ("PLEG", "b"), ("RESYNC",)]:
         await node.hear(step)
-    assert starts(node, "b") == 0 and node.workers.state("b") is PodState.FINISHED
+    assert starts(node, "b") == 0 and node.records.state("b") is PodState.FINISHED
     assert node.recorder.events == [("b", "OutOfpods")]  # reported once
     # A pod first heard of through an UPDATE is admitted too.
     await node.hear(("UPDATE", pod("c")))
@@ -292,7 +294,7 @@ async def test_admission_decides_every_pod_not_yet_admitted_whatever_the_op():
     # Removed, it is gone; a new uid is admitted afresh once there is room.
     await node.hear(("REMOVE", pod("a")))
     await node.hear(("REMOVE", pod("b")))
-    assert not node.workers.known("b") and "b" not in node.pods
+    assert "b" not in node.records and "b" not in node.pods
     await node.hear(("ADD", pod("d")))
     assert starts(node, "d") == 1
 
@@ -302,7 +304,7 @@ async def test_a_pod_past_its_active_deadline_fails_and_is_killed():
     await node.hear(("ADD", pod("a", deadline=4)))
     assert node.statuses.pods["a"]["phase"] == "Running"
     # The sync asked to be woken when the deadline passes (4 s after startTime, not at the next resync).
-    next_attempt = node.workers._pods["a"].next_attempt
+    next_attempt = node.records.by_uid["a"].next_attempt
     assert next_attempt is not None and next_attempt - node.clock <= 4
     node.statuses.pods["a"]["startTime"] = format_time(time.time() - 5)
     node.clock += 5
@@ -313,9 +315,9 @@ async def test_a_pod_past_its_active_deadline_fails_and_is_killed():
     assert node.runtime.calls == [("start", "a"), ("kill", "a", 30)]
     assert node.recorder.events == [("a", DEADLINE_REASON)]
     # Its containers stopped: the worker says so, and the status, terminal phase included, is announced again.
-    assert not node.workers.could_have_running_containers("a") and node.statuses.forced == ["a"]
+    assert not node.records.could_have_running_containers("a") and node.statuses.forced == ["a"]
     await node.hear(("UPDATE", pod("a", deadline=4)))
-    assert starts(node, "a") == 1 and node.workers.state("a") is PodState.FINISHED
+    assert starts(node, "a") == 1 and node.records.state("a") is PodState.FINISHED
 
 
 async def test_a_failed_inspection_fails_the_sync_with_a_growing_jittered_backoff():
@@ -330,7 +332,7 @@ async def test_a_failed_inspection_fails_the_sync_with_a_growing_jittered_backof
             node.loop.sync_if_known(uid)
         await node.settle()
         for uid in "ab":
-            delays[uid].append(node.workers._pods[uid].next_attempt - node.clock)
+            delays[uid].append(node.records.by_uid[uid].next_attempt - node.clock)
     for uid in "ab":
         # Each wait between the doubling step (1, 2, 4, 8 s) and twice it.
         assert [step <= delay <= 2 * step for step, delay in zip([1, 2, 4, 8], delays[uid])] == [True] * 4
@@ -339,14 +341,14 @@ async def test_a_failed_inspection_fails_the_sync_with_a_growing_jittered_backof
     node.clock += 20
     node.workers.sync_due()
     await node.settle()
-    assert node.workers._pods["a"].retry is None  # synced again: the streak is over
+    assert node.records.by_uid["a"].retry is None  # synced again: the streak is over
 
 
 async def test_resyncs_are_spread_across_the_period():
     node = Node()
     for i in range(20):
         await node.hear(("ADD", pod(f"p{i}")))
-    due = [node.workers._pods[f"p{i}"].next_attempt - node.clock for i in range(20)]
+    due = [node.records.by_uid[f"p{i}"].next_attempt - node.clock for i in range(20)]
     assert all(RESYNC <= d <= RESYNC * (1 + RESYNC_JITTER) for d in due)
     assert len({round(d, 3) for d in due}) == 20
 
@@ -364,12 +366,12 @@ async def test_termination_is_retried_until_it_succeeds():
 
     node.pleg.inspect_now = flaky
     await node.hear(("REMOVE", pod("a")))
-    assert node.workers.state("a") is PodState.TERMINATING and node.workers._pods["a"].next_attempt is not None
+    assert node.records.state("a") is PodState.TERMINATING and node.records.by_uid["a"].next_attempt is not None
     node.clock += 3
     node.workers.sync_due()
     await node.settle()
     assert node.runtime.calls == [("start", "a"), ("kill", "a", 30), ("kill", "a", 30), ("remove", "a")]
-    assert not node.workers.known("a")
+    assert "a" not in node.records
 
 
 class ReadinessProber(Prober):
@@ -390,7 +392,7 @@ async def test_a_readiness_change_of_a_pod_being_stopped_is_published():
     deleted = pod("a", deleted_grace=LONG_GRACE)
     deleted["spec"] = ready_pod["spec"]
     await node.hear(("DELETE", deleted))  # its container ignores SIGTERM: the kill lasts
-    assert node.workers.state("a") is PodState.TERMINATING
+    assert node.records.state("a") is PodState.TERMINATING
     prober.ready = False  # its readiness probe fails while it stops
     node.loop.probe_result_changed("a")
     assert {c["type"]: c["status"] for c in node.statuses.pods["a"]["conditions"]}["Ready"] == "False"
@@ -415,18 +417,18 @@ async def test_a_readiness_gate_set_by_someone_else_makes_the_pod_ready():
 async def test_the_record_keeps_what_the_node_knows_of_a_pod_until_it_is_gone():
     node = Node()
     await node.hear(("ADD", pod("a")))
-    record = node.workers.record("a")
+    record = node.records.get("a")
     assert record.acted_at > 0 and record.first_seen is None  # it ran: the start SLI was observed once
-    assert [p["metadata"]["uid"] for p in node.pods.active_pods(node.workers.is_active)] == ["a"]
+    assert [p["metadata"]["uid"] for p in node.pods.active_pods(node.records.is_active)] == ["a"]
     # Evicted: it holds no resources from that moment on, before its worker even ran.
     node.workers.evict(node.pods.get("a"), "Evicted", "The node was low on resource: memory.", 0)
-    assert not node.workers.is_active("a") and node.pods.active_pods(node.workers.is_active) == []
+    assert not node.records.is_active("a") and node.pods.active_pods(node.records.is_active) == []
     await node.settle()
     # Stopped and still listed by its source: kept, finished, its final status saying why it stopped.
-    assert node.workers.state("a") is PodState.FINISHED and node.statuses.pods["a"]["reason"] == "Evicted"
-    assert node.workers.eviction("a") == ("Evicted", "The node was low on resource: memory.")
+    assert node.records.state("a") is PodState.FINISHED and node.statuses.pods["a"]["reason"] == "Evicted"
+    assert node.records.eviction("a") == ("Evicted", "The node was low on resource: memory.")
     await node.hear(("REMOVE", pod("a")))
     # Gone: the one deletion of its record forgot everything, and a new pod of that uid starts afresh.
-    assert node.workers.record("a") is None and node.workers.eviction("a") is None and "a" not in node.pods
+    assert node.records.get("a") is None and node.records.eviction("a") is None and "a" not in node.pods
     await node.hear(("ADD", pod("a")))
-    assert node.workers.record("a") is not record and node.statuses.pods["a"]["phase"] == "Running"
+    assert node.records.get("a") is not record and node.statuses.pods["a"]["phase"] == "Running"

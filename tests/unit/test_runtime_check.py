@@ -43,9 +43,9 @@ async def housekeep(steps: list[tuple[float, str]], ready: tuple[bool, ...] = ()
     """Housekeeping at each (time, PLEG mode), the runtime answering `ready` (then ready); the times it was asked."""
     now = [0.0]
     pleg, state = Pleg(), RuntimeState(lambda: now[0], list(ready))
-    collaborators = Collaborators(pod_config=Sources(), pod_manager=None, pleg=pleg, workers=None, syncer=None,
-                                  prober=None, probe_results=None, status=None, runtime_state=state, volumes=None,
-                                  log_rotator=None, recorder=None)
+    collaborators = Collaborators(pod_config=Sources(), pod_manager=None, pleg=pleg, records=None, workers=None,
+                                  syncer=None, prober=None, probe_results=None, status=None, runtime_state=state,
+                                  volumes=None, log_rotator=None, recorder=None)
     loop = SyncLoop(SyncConfig(), collaborators, max_pods=110, on_runtime_ready=None, heap_trimmer=Trimmer(),
                     clock=lambda: now[0])
     for at, mode in steps:
