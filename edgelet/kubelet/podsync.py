@@ -167,8 +167,8 @@ class PodSyncer:
             old_status=self._status.get_status(uid),
             now=time.time(),
             waiting_reasons=record.waiting,
-            readiness=self._prober.readiness(uid),
-            started=self._prober.started(uid),
+            readiness=self._prober.readiness(pod),
+            started=self._prober.started(pod),
             host_ip=self._node_ip,
             pod_failure=deadline,
         )

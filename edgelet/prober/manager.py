@@ -35,6 +35,11 @@ def _probed_containers(pod: podutil.Pod) -> list[tuple[str, Mapping]]:
         ("spec.initContainers", c) for c in podutil.init_containers(pod) if podutil.is_sidecar(c)]
 
 
+def _names_with(pod: podutil.Pod, probe_type: ProbeType) -> list[str]:
+    """The names of the pod's probed containers that have a probe of that type."""
+    return [c.get("name", "") for _, c in _probed_containers(pod) if c.get(probe_type.field) is not None]
+
+
 class ProbeManager:
     """Probes the app containers and sidecars of the pods it is given.
 
@@ -66,7 +71,6 @@ class ProbeManager:
         self._wall_clock = wall_clock
         self._started_at = clock()
         self._results = {t: ResultsCache(t, functools.partial(self._result_changed, t)) for t in ProbeType}
-        self._pods: dict[str, podutil.Pod] = {}
         self._workers: dict[WorkerKey, ProbeWorker] = {}
         self._tasks: dict[WorkerKey, asyncio.Task] = {}
         self._invalid: set[WorkerKey] = set()  # probes whose spec is broken: they never pass
@@ -81,7 +85,6 @@ class ProbeManager:
         """Brings the pod's workers in line with its spec: new probes start, changed ones restart (their
         results start over), removed ones stop. Unchanged workers see the new pod (e.g. its deletion)."""
         uid = podutil.uid(pod)
-        self._pods[uid] = pod
         wanted, invalid = self._wanted_probes(pod)
         for key in [k for k in self._workers if k[0] == uid]:
             if key not in wanted or wanted[key][1] != self._workers[key].spec:
@@ -101,7 +104,6 @@ class ProbeManager:
         for cache in self._results.values():
             cache.remove_pod(pod_uid)
         self._invalid = {k for k in self._invalid if k[0] != pod_uid}
-        self._pods.pop(pod_uid, None)
 
     def stop_liveness_and_startup(self, pod_uid: str) -> None:
         """For a pod being terminated: nothing may restart its containers any more."""
@@ -201,19 +203,22 @@ class ProbeManager:
         """Ids of the pod's containers whose startup probe passed (a sidecar's next init container may start)."""
         return self._results[ProbeType.STARTUP].container_ids(pod_uid, Result.SUCCESS)
 
-    def started(self, pod_uid: str) -> dict[str, bool]:
-        """Whether each container with a startup probe has started (its probe passed)."""
+    def started(self, pod: podutil.Pod) -> dict[str, bool]:
+        """Whether each of the pod's containers with a startup probe has started (its probe passed)."""
+        pod_uid = podutil.uid(pod)
         return {name: self._passed(pod_uid, name, ProbeType.STARTUP)
-                for name in self._names_with(pod_uid, ProbeType.STARTUP)}
+                for name in _names_with(pod, ProbeType.STARTUP)}
 
-    def readiness(self, pod_uid: str) -> dict[str, bool]:
-        """Whether each container with a readiness probe is ready.
+    def readiness(self, pod: podutil.Pod) -> dict[str, bool]:
+        """Whether each of the pod's containers with a readiness probe is ready (the kubelet's UpdatePodStatus,
+        which is handed the pod too).
 
         As in the kubelet, asking also probes now a started container that is not ready yet,
         so a container becomes ready right after it starts instead of a period later.
         """
+        pod_uid = podutil.uid(pod)
         ready = {}
-        for name in self._names_with(pod_uid, ProbeType.READINESS):
+        for name in _names_with(pod, ProbeType.READINESS):
             ready[name] = self._passed(pod_uid, name, ProbeType.READINESS)
             worker = self._workers.get((pod_uid, name, ProbeType.READINESS))
             if not ready[name] and worker is not None:
@@ -221,12 +226,6 @@ class ProbeManager:
                 if container is not None and self._is_started(pod_uid, name, container.id):
                     worker.trigger()
         return ready
-
-    def _names_with(self, pod_uid: str, probe_type: ProbeType) -> list[str]:
-        pod = self._pods.get(pod_uid)
-        if pod is None:
-            return []
-        return [c.get("name", "") for _, c in _probed_containers(pod) if c.get(probe_type.field) is not None]
 
     def _passed(self, pod_uid: str, name: str, probe_type: ProbeType) -> bool:
         key = (pod_uid, name, probe_type)

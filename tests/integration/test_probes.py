@@ -289,12 +289,12 @@ async def test_manager_drives_readiness_and_liveness(cri, containerd):
                            pod_ip=lambda u: "")
     manager.add_pod(pod)
     try:
-        assert manager.readiness(uid) == {"app": False}
+        assert manager.readiness(pod) == {"app": False}
 
         await cri.exec_sync(container_id, ["touch", "/tmp/ready"], 5)
 
         async def ready():
-            return manager.readiness(uid) == {"app": True}
+            return manager.readiness(pod) == {"app": True}
 
         await wait_until(ready, what="the container to turn ready")
         assert uid in changes
@@ -324,7 +324,7 @@ async def test_asking_for_readiness_probes_a_started_container_at_once(cri, cont
     manager.add_pod(pod)
     try:
         async def ready():
-            return manager.readiness(uid) == {"app": True}
+            return manager.readiness(pod) == {"app": True}
 
         # Its own schedule would probe it within 300 s; being asked makes it probe now.
         await wait_until(ready, timeout=10, what="readiness after being asked")

@@ -134,7 +134,7 @@ class Prober:
 
     startup_failed = liveness_failed
 
-    def readiness(self, uid):
+    def readiness(self, pod):
         return {}
 
     started = readiness
@@ -378,7 +378,7 @@ class ReadinessProber(Prober):
     def __init__(self):
         self.ready = True
 
-    def readiness(self, uid):
+    def readiness(self, pod):
         return {"main": self.ready}
 
 

@@ -90,7 +90,7 @@ def workers(manager):
 
 
 async def test_one_worker_per_probe(env):
-    env.manager.add_pod(make_pod(app={"livenessProbe": exec_probe("l"), "readinessProbe": exec_probe("r")},
+    env.manager.add_pod(pod := make_pod(app={"livenessProbe": exec_probe("l"), "readinessProbe": exec_probe("r")},
                                  side={"startupProbe": exec_probe("s")}))
     assert workers(env.manager) == {("app", LIVE), ("app", READY), ("side", START)}
     assert env.manager.worker_count() == 3
@@ -119,46 +119,46 @@ async def test_update_restarts_only_changed_probes(env):
 
 
 async def test_readiness_follows_the_current_container(env):
-    env.manager.add_pod(make_pod(app={"readinessProbe": exec_probe("r")}, side={}))
-    assert env.manager.readiness(UID) == {"app": False}  # not running yet; "side" has no probe
+    env.manager.add_pod(pod := make_pod(app={"readinessProbe": exec_probe("r")}, side={}))
+    assert env.manager.readiness(pod) == {"app": False}  # not running yet; "side" has no probe
 
     env.run("app", "c1")
     env.prober.verdicts["r"] = Result.SUCCESS
     await env.tick("app", READY)
-    assert env.manager.readiness(UID) == {"app": True}
+    assert env.manager.readiness(pod) == {"app": True}
     assert env.prober.calls == [("r", "c1", "10.1.0.9")]
 
     env.run("app", "c2")  # restarted: the new instance is not ready until probed
-    assert env.manager.readiness(UID) == {"app": False}
+    assert env.manager.readiness(pod) == {"app": False}
     await env.tick("app", READY)
-    assert env.manager.readiness(UID) == {"app": True}
+    assert env.manager.readiness(pod) == {"app": True}
 
     env.stop("app")
-    assert env.manager.readiness(UID) == {"app": False}
+    assert env.manager.readiness(pod) == {"app": False}
 
 
 async def test_startup_gates_readiness_and_liveness(env):
-    env.manager.add_pod(make_pod(app={"startupProbe": exec_probe("s", failureThreshold=2),
+    env.manager.add_pod(pod := make_pod(app={"startupProbe": exec_probe("s", failureThreshold=2),
                                       "readinessProbe": exec_probe("r"), "livenessProbe": exec_probe("l")}))
     env.run("app", "c1")
     env.prober.verdicts.update(s=Result.FAILURE, r=Result.SUCCESS, l=Result.SUCCESS)
     for probe_type in (READY, LIVE, START):
         await env.tick("app", probe_type)
     assert [word for word, _, _ in env.prober.calls] == ["s"]
-    assert env.manager.started(UID) == {"app": False}
-    assert env.manager.readiness(UID) == {"app": False}
+    assert env.manager.started(pod) == {"app": False}
+    assert env.manager.readiness(pod) == {"app": False}
 
     env.prober.verdicts["s"] = Result.SUCCESS
     await env.tick("app", START)
-    assert env.manager.started(UID) == {"app": True}
+    assert env.manager.started(pod) == {"app": True}
     await env.tick("app", READY)
     await env.tick("app", LIVE)
     assert [word for word, _, _ in env.prober.calls] == ["s", "s", "r", "l"]
-    assert env.manager.readiness(UID) == {"app": True}
+    assert env.manager.readiness(pod) == {"app": True}
 
 
 async def test_startup_failure_is_reported_by_container_id(env):
-    env.manager.add_pod(make_pod(app={"startupProbe": exec_probe("s", failureThreshold=1)}))
+    env.manager.add_pod(pod := make_pod(app={"startupProbe": exec_probe("s", failureThreshold=1)}))
     env.run("app", "c1")
     env.prober.verdicts["s"] = Result.FAILURE
     await env.tick("app", START)
@@ -171,7 +171,7 @@ async def test_startup_failure_is_reported_by_container_id(env):
 
 
 async def test_liveness_failure_and_resyncs(env):
-    env.manager.add_pod(make_pod(app={"livenessProbe": exec_probe("l", failureThreshold=2),
+    env.manager.add_pod(pod := make_pod(app={"livenessProbe": exec_probe("l", failureThreshold=2),
                                       "readinessProbe": exec_probe("r", failureThreshold=1)}))
     env.run("app", "c1")
     env.prober.verdicts.update(l=Result.FAILURE, r=Result.SUCCESS)
@@ -191,11 +191,11 @@ async def test_liveness_failure_and_resyncs(env):
 
 
 async def test_errors_leave_results_alone(env):
-    env.manager.add_pod(make_pod(app={"readinessProbe": exec_probe("r", failureThreshold=1)}))
+    env.manager.add_pod(pod := make_pod(app={"readinessProbe": exec_probe("r", failureThreshold=1)}))
     env.run("app", "c1")
     env.prober.verdicts["r"] = ProbeError("no address")
     await env.tick("app", READY)
-    assert env.manager.readiness(UID) == {"app": False}
+    assert env.manager.readiness(pod) == {"app": False}
 
 
 async def test_invalid_probe_never_passes_and_is_logged_once(env, caplog):
@@ -205,15 +205,15 @@ async def test_invalid_probe_never_passes_and_is_logged_once(env, caplog):
         env.manager.update_pod(copy.deepcopy(pod))
     assert env.manager.worker_count() == 0
     env.run("app", "c1")
-    assert env.manager.readiness(UID) == {"app": False}
-    assert env.manager.started(UID) == {"app": False}
+    assert env.manager.readiness(pod) == {"app": False}
+    assert env.manager.started(pod) == {"app": False}
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2
     assert any("spec.containers[app].readinessProbe.exec.command" in m for m in messages)
 
 
 async def test_remove_pod_and_stop_liveness_and_startup(env):
-    env.manager.add_pod(make_pod(app={"livenessProbe": exec_probe("l", failureThreshold=1),
+    env.manager.add_pod(pod := make_pod(app={"livenessProbe": exec_probe("l", failureThreshold=1),
                                       "startupProbe": exec_probe("s"), "readinessProbe": exec_probe("r")}))
     env.run("app", "c1")
     env.prober.verdicts.update(s=Result.SUCCESS, l=Result.FAILURE)
@@ -224,11 +224,12 @@ async def test_remove_pod_and_stop_liveness_and_startup(env):
     env.manager.stop_liveness_and_startup(UID)
     assert workers(env.manager) == {("app", READY)}
     assert env.manager.liveness_failed(UID) == set()
-    assert env.manager.started(UID) == {"app": True}  # nothing holds a terminating container back
+    assert env.manager.started(pod) == {"app": True}  # nothing holds a terminating container back
 
     env.manager.remove_pod(UID)
-    assert env.manager.worker_count() == 0
-    assert env.manager.readiness(UID) == {} and env.manager.started(UID) == {}
+    assert env.manager.worker_count() == 0 and env.manager.liveness_failed(UID) == set()
+    # Nothing of the pod is kept: no worker, no result holds its containers back.
+    assert env.manager.readiness(pod) == {"app": True} and env.manager.started(pod) == {"app": True}
 
 
 async def test_sidecars_are_probed_and_plain_init_containers_are_not(env):
@@ -244,6 +245,6 @@ async def test_sidecars_are_probed_and_plain_init_containers_are_not(env):
     env.prober.verdicts.update(s=Result.SUCCESS, r=Result.SUCCESS)
     await env.tick("side", START)
     assert env.manager.startup_succeeded(UID) == {"c1"}  # the next init container may start
-    assert env.manager.started(UID) == {"side": True}
+    assert env.manager.started(pod) == {"side": True}
     await env.tick("side", READY)
-    assert env.manager.readiness(UID) == {"side": True}
+    assert env.manager.readiness(pod) == {"side": True}
