@@ -112,16 +112,16 @@ class ClusterApi:
                                      on_lapse_ended=self._link_back)
         self.mirrors = MirrorPods(client, node_name, pod_manager, static_pods=static_pods,
                                   static_pods_ready=static_pods_ready, node_uid=lambda: self.node_status.node_uid)
+        self.splitter = MirrorSplitter(api_pods, self.mirrors.set_mirror_pods)
         self.status = StatusSyncer(
             client, node_name, status_manager, pod_manager, self.mirrors,
             resync=cluster.status_resync,
             # Like the kubelet, retry no later than the next resync; reconnect bursts are jittered all the same.
             backoff_max=max(cluster.status_resync, 0.5),
-            api_pod=lambda uid: self.splitter.latest(uid),
+            api_pod=self.splitter.latest,
             rng=rng,
             could_have_running_containers=could_have_running_containers,
         )
-        self.splitter = MirrorSplitter(api_pods, self.mirrors.set_mirror_pods)
         self.source = ApiServerSource(client, node_name, self.splitter, rng=rng)
         self._renew_interval = cluster.lease_renew_interval
         self._link_back_callbacks: list[Callable[[], None]] = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from edgelet.api import podutil
@@ -68,23 +69,24 @@ def reserved_for_pods(config: Config) -> Reserved:
     return Reserved(cpu_millis=total.cpu_millis, memory_bytes=total.memory_bytes)
 
 
+@dataclass(frozen=True, slots=True)
+class NodeSide:
+    """What the cluster connection reads of the node that runs the pods, and tells it."""
+
+    pod_config: PodConfig  # the API source goes in, the static pods come out
+    pod_manager: PodManager
+    status_manager: StatusManager
+    object_store: ObjectStore  # the ConfigMaps and Secrets pods reference
+    node_health: NodeHealth
+    runtime_version: Callable[[], str | Awaitable[str]]  # the Node's containerRuntimeVersion
+    runtime_features: Callable[[], RuntimeFeatures | None] = lambda: None
+    pressure: Callable[[], Mapping[str, bool]] | None = None  # the eviction manager's conditions
+    could_have_running_containers: Callable[[str], bool] = lambda uid: False  # the pod records'
+    recorder: EventRecorder | None = None
+
+
 class ClusterConnection:
-    def __init__(
-        self,
-        config: Config,
-        *,
-        pod_config: PodConfig,
-        pod_manager: PodManager,
-        status_manager: StatusManager,
-        object_store: ObjectStore,
-        node_health: NodeHealth,
-        runtime_version_provider: Callable[[], str | Awaitable[str]],
-        node_ip: str,
-        runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
-        pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
-        recorder: EventRecorder | None = None,
-        could_have_running_containers: Callable[[str], bool] = lambda uid: False,
-    ):
+    def __init__(self, config: Config, node: NodeSide, *, node_ip: str):
         """Raises KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
         cluster = config.cluster
         if cluster is None:
@@ -98,38 +100,38 @@ class ClusterConnection:
             self.client = ApiClient(cluster.server, tls=self.certificates.tls_context())
         else:
             self.client = ApiClient.from_kubeconfig(cluster.kubeconfig)
-        self._pod_config = pod_config
+        pod_config = self._pod_config = node.pod_config
         self._tasks: TaskGroup | None = None
         self._api_tasks_started = False
         self._on_joined: list[Callable[[], None]] = []
-        self.objects = ObjectSyncer(self.client, object_store, os.path.join(config.cache_dir, "objects"),
+        self.objects = ObjectSyncer(self.client, node.object_store, os.path.join(config.cache_dir, "objects"),
                                     refresh=OBJECTS_REFRESH)
-        host, port = api_server_address(self.client.server, cluster.kubernetes_service_host,
-                                        cluster.kubernetes_service_port)
-        self.services = ServiceInformer(self.client, master=kubernetes_service(host, port),
-                                        api_answers=lambda: self.source.connected)
         self.pod_checkpoints = PodCheckpoints(os.path.join(config.cache_dir, "pods"), node_name)
         self.caching = CachingHandle(pod_config.source(API_SOURCE), self.pod_checkpoints,
                                      before_apply=self._prepare_pods)
         root_dir = config.root_dir
         report = NodeReport(
             facts=lambda: asyncio.to_thread(gather_node_info, root_dir, hostname=node_name, node_ip=node_ip),
-            node_health=node_health,
-            runtime_version=runtime_version_provider,
-            runtime_features=runtime_features_provider,
-            pressure=pressure_provider,
+            node_health=node.node_health,
+            runtime_version=node.runtime_version,
+            runtime_features=node.runtime_features,
+            pressure=node.pressure,
             thresholds=pressure_thresholds(config.eviction),
             reserved=reserved_for_pods(config),
             max_pods=config.max_pods,
             daemon_port=config.kubelet_api.port,
         )
         self.api = ClusterApi(self.client, node_name, cluster, report=report, api_pods=self.caching,
-                              pod_manager=pod_manager, status_manager=status_manager, static_pods=self._static_pods,
-                              static_pods_ready=self._static_sources_ready, recorder=recorder,
-                              could_have_running_containers=could_have_running_containers)
+                              pod_manager=node.pod_manager, status_manager=node.status_manager,
+                              static_pods=self._static_pods, static_pods_ready=self._static_sources_ready,
+                              recorder=node.recorder, could_have_running_containers=node.could_have_running_containers)
         self.node_status = self.api.node_status
         self.status = self.api.status
-        self.source = self.api.source
+        source = self.source = self.api.source
+        host, port = api_server_address(self.client.server, cluster.kubernetes_service_host,
+                                        cluster.kubernetes_service_port)
+        self.services = ServiceInformer(self.client, master=kubernetes_service(host, port),
+                                        api_answers=lambda: source.connected)
         self.tunnel = None
         if cluster.tunnel is not None:
             from edgelet.tunnel.wiring import build_tunnel

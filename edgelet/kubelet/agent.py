@@ -253,17 +253,15 @@ class Agent:
 
     def _make_cluster(self):
         """The control-plane side (imported only when a cluster is configured: it costs memory)."""
-        from edgelet.cluster.connection import ClusterConnection
+        from edgelet.cluster.connection import ClusterConnection, NodeSide
 
-        return ClusterConnection(
-            self.config, pod_config=self.pod_config, pod_manager=self.pod_manager, status_manager=self.status,
-            object_store=self.store,
-            node_health=self.node_health,
-            pressure_provider=self.eviction.pressure,
-            runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
-            runtime_features_provider=lambda: self.runtime_state.features,
-            could_have_running_containers=self.pod_records.could_have_running_containers,
+        node = NodeSide(
+            pod_config=self.pod_config, pod_manager=self.pod_manager, status_manager=self.status,
+            object_store=self.store, node_health=self.node_health, runtime_version=self._node_runtime_version,
+            runtime_features=lambda: self.runtime_state.features, pressure=self.eviction.pressure,
+            could_have_running_containers=self.pod_records.could_have_running_containers, recorder=self.recorder,
         )
+        return ClusterConnection(self.config, node, node_ip=self.node_ip)
 
     def _serve_cluster_identity(self) -> None:
         """What pods of a cluster node get from it: service-account tokens (TokenRequest as the node), the Services'
