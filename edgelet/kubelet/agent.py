@@ -427,8 +427,7 @@ class Agent:
         try:
             server = build_server(
                 self.config, runtime=self.runtime, review=self.cluster.client.create,
-                lookup=PodLookup(self.node_name, self.pod_manager.pods, self.pleg.get_status,
-                                 self.pod_manager.translate_pod_uid),
+                lookup=PodLookup(self.node_name, self.pod_manager, self.pleg.get_status),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
                 cluster_ca=self.cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
             )

@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgelet.api import podutil
 from edgelet.config import Config
 from edgelet.kubeapi.kubeconfig import load_kubeconfig
 from edgelet.container.runtime import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
-from edgelet.api.podutil import Pod
 from edgelet.server.http import HealthCheck
 
 from .auth import Authenticator, Authorizer
@@ -24,24 +23,26 @@ from .paths import BadRequest, Route
 from .server import KubeletApiServer, NodeView, NotFoundError
 from .stats import SummaryProvider
 
+if TYPE_CHECKING:
+    from edgelet.pod.manager import PodManager
+
 __all__ = ["KubeletApiServer", "NodeView", "PodLookup", "build_server"]
 
 
 class PodLookup:
     """Finds the pod, container and sandbox a path names among the agent's pods and their runtime state."""
 
-    def __init__(self, node_name: str, pods: Callable[[], Mapping[str, Pod]],
-                 runtime_status: Callable[[str], PodRuntimeStatus], translate_uid: Callable[[str], str]) -> None:
+    def __init__(self, node_name: str, pod_manager: PodManager,
+                 runtime_status: Callable[[str], PodRuntimeStatus]) -> None:
         self._node_name = node_name
-        self._pods = pods
+        self._pods = pod_manager
         self._runtime_status = runtime_status
-        # A caller knows a static pod only by its mirror pod's uid (all the API shows); the runtime only by the
-        # static pod's own. The kubelet translates first too (TranslatePodUID in findContainer).
-        self._translate_uid = translate_uid
 
     def pod_uid(self, route: Route) -> str:
-        wanted = self._translate_uid(route.uid)
-        for uid, pod in self._pods().items():
+        # A caller knows a static pod only by its mirror pod's uid (all the API shows); the runtime only by the
+        # static pod's own. The kubelet translates first too (TranslatePodUID in findContainer).
+        wanted = self._pods.translate_pod_uid(route.uid)
+        for uid, pod in self._pods.pods().items():
             if podutil.namespace(pod) != route.namespace or (wanted and wanted != uid):
                 continue
             if podutil.name(pod) in (route.pod, f"{route.pod}-{self._node_name}"):
@@ -70,7 +71,7 @@ class PodLookup:
         return status is not None and status.state == ContainerState.RUNNING
 
     def container_start(self, container_id: str) -> int:
-        for uid in self._pods():
+        for uid in self._pods.uids():
             for status in self._runtime_status(uid).containers:
                 if status.id == container_id:
                     return status.started_at

@@ -24,7 +24,7 @@ def lookup() -> PodLookup:
     pods.set(pod("api-uid", "api-pod"))
     pods.set_mirror_pods([pod("mirror-uid", f"web-{NODE}", "default", ("kubernetes.io/config.mirror", "hash")),
                           pod("orphan-mirror-uid", f"gone-{NODE}", "default", ("kubernetes.io/config.mirror", "x"))])
-    return PodLookup(NODE, pods.pods, PodRuntimeStatus, pods.translate_pod_uid)
+    return PodLookup(NODE, pods, PodRuntimeStatus)
 
 
 @pytest.mark.parametrize("path, found", [
