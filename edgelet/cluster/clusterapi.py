@@ -23,7 +23,7 @@ from edgelet.pod.manager import PodManager
 from edgelet.api.podutil import Pod
 from edgelet.status.apisync import StatusSyncer
 from edgelet.status.manager import StatusManager
-from edgelet.status.mirror import MirrorPods, split_mirror_pods
+from edgelet.status.mirror import NO_STATIC_PODS, MirrorPods, StaticPods, split_mirror_pods
 from edgelet.util.tasks import TaskGroup
 
 
@@ -85,15 +85,14 @@ class ClusterApi:
         api_pods: PodHandle,
         pod_manager: PodManager,
         status_manager: StatusManager,
-        static_pods: Callable[[], Iterable[Pod]] = lambda: (),
-        static_pods_ready: Callable[[], bool] = lambda: True,
+        static: StaticPods = NO_STATIC_PODS,
         recorder: EventRecorder | None = None,
         rng: random.Random | None = None,
         could_have_running_containers: Callable[[str], bool] = lambda uid: False,
     ):
         """`cluster` gives the timings and node labels; `api_pods` receives the API's pods bound to this node
-        (mirror pods excepted); `static_pods()` are the pods that need mirrors, `static_pods_ready()` whether
-        their sources have listed. Events the recorder takes are posted to the API server."""
+        (mirror pods excepted); `static` the static pods that need mirrors (the pod config's). Events the
+        recorder takes are posted to the API server."""
         self.client = client
         self.events = ApiEventSink(client)
         if recorder is not None:
@@ -110,8 +109,8 @@ class ClusterApi:
                                      renew_interval=cluster.lease_renew_interval, rng=rng,
                                      node_uid=lambda: self.node_status.node_uid,
                                      on_lapse_ended=self._link_back)
-        self.mirrors = MirrorPods(client, node_name, pod_manager, static_pods=static_pods,
-                                  static_pods_ready=static_pods_ready, node_uid=lambda: self.node_status.node_uid)
+        self.mirrors = MirrorPods(client, node_name, pod_manager, static=static,
+                                  node_uid=lambda: self.node_status.node_uid)
         self.splitter = MirrorSplitter(api_pods, self.mirrors.set_mirror_pods)
         self.status = StatusSyncer(
             client, node_name, status_manager, pod_manager, self.mirrors,

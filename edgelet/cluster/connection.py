@@ -122,8 +122,7 @@ class ClusterConnection:
             daemon_port=config.kubelet_api.port,
         )
         self.api = ClusterApi(self.client, node_name, cluster, report=report, api_pods=self.caching,
-                              pod_manager=node.pod_manager, status_manager=node.status_manager,
-                              static_pods=self._static_pods, static_pods_ready=self._static_sources_ready,
+                              pod_manager=node.pod_manager, status_manager=node.status_manager, static=pod_config,
                               recorder=node.recorder, could_have_running_containers=node.could_have_running_containers)
         self.node_status = self.api.node_status
         self.status = self.api.status
@@ -227,11 +226,3 @@ class ClusterConnection:
         """Call after the tasks were cancelled."""
         await self.caching.close()
         await self.client.aclose()
-
-    # -- providers for the status syncer ----------------------------------------------------------
-
-    def _static_pods(self) -> list[Pod]:
-        return [pod for pod in self._pod_config.get_pods() if podutil.is_static(pod)]
-
-    def _static_sources_ready(self) -> bool:
-        return all(self._pod_config.source(name).ready for name in self._pod_config.sources() if name != API_SOURCE)

@@ -177,6 +177,16 @@ class PodConfig:
     def all_sources_ready(self) -> bool:
         return self._ready.issuperset(self._pods)
 
+    # -- the static pods, which the mirror manager mirrors in the API (edgelet.status.mirror.StaticPods) ----------
+
+    def static_pods(self) -> list[Pod]:
+        """The pods of the node's own sources (file, http): the static pods."""
+        return [pod for pod in self.get_pods() if podutil.is_static(pod)]
+
+    def static_pods_ready(self) -> bool:
+        """Whether every source of static pods has listed them (orphan mirrors are deleted only then)."""
+        return all(name in self._ready for name in self._pods if name != podutil.SOURCE_API)
+
     def _mark_ready(self, name: str) -> None:
         if name not in self._ready:
             log.info("pod source %s is ready", name)

@@ -127,6 +127,31 @@ class MirrorListener(Protocol):
     def mirror_deleted(self, mirror: Pod) -> None: ...
 
 
+class StaticPods(Protocol):
+    """The pods that need mirror pods (the pod config's, `edgelet.podconfig.config.PodConfig`)."""
+
+    def static_pods(self) -> Iterable[Pod]:
+        """The static pods the node runs."""
+
+    def static_pods_ready(self) -> bool:
+        """Whether their sources have listed them (orphan mirrors are deleted only then)."""
+
+
+class _NoStaticPods:
+    """A node without static pods (a hollow node of `edgelet simulate`)."""
+
+    @staticmethod
+    def static_pods() -> Iterable[Pod]:
+        return ()
+
+    @staticmethod
+    def static_pods_ready() -> bool:
+        return True
+
+
+NO_STATIC_PODS: StaticPods = _NoStaticPods()
+
+
 class MirrorPods:
     """Creates and deletes the mirror pods; `sync()` is one pass, run by the status syncer's loop."""
 
@@ -137,21 +162,18 @@ class MirrorPods:
         pod_manager: PodManager,
         *,
         clock: Callable[[], float] = time.monotonic,
-        static_pods: Callable[[], Iterable[Pod]] = lambda: (),
-        static_pods_ready: Callable[[], bool] = lambda: True,
+        static: StaticPods = NO_STATIC_PODS,
         node_uid: Callable[[], str] = lambda: "",
     ):
         """`pod_manager` holds the mirror pods (this creates and deletes them; the pod source lists them);
-        `static_pods()` the static pods that need mirrors, `static_pods_ready()` whether their sources have
-        listed (orphan mirrors are deleted only then), `node_uid()` the Node's uid for the mirror pods' owner
+        `static` the static pods that need mirrors, `node_uid()` the Node's uid for the mirror pods' owner
         reference (mirrors wait until it is known)."""
         self.client = client
         self.node_name = node_name
         self.pod_manager = pod_manager
         self.writes: Counter[str] = Counter()  # API writes by kind: mirror-create, mirror-delete
         self._clock = clock
-        self._static_pods = static_pods
-        self._static_pods_ready = static_pods_ready
+        self._static = static
         self._node_uid = node_uid
         self._listeners: list[MirrorListener] = []
         self._listed = False  # no mirror is created before the existing ones are known
@@ -190,7 +212,7 @@ class MirrorPods:
         """clock() when the next refused mirror pod may be tried (infinity when none waits)."""
         if not self._refusals:
             return float("inf")
-        waits = [wait for pod in self._static_pods() if (key := pod_key(pod)) in self._refusals
+        waits = [wait for pod in self._static.static_pods() if (key := pod_key(pod)) in self._refusals
                  and (wait := self._retry.remaining((key, config_hash(pod)))) > 0]
         return self._clock() + min(waits) if waits else float("inf")
 
@@ -205,13 +227,13 @@ class MirrorPods:
         if node_uid != self._owner:
             self._owner = node_uid  # a re-registered Node: what it was refused may be accepted now
             self._retry = Backoff(MIRROR_RETRY_INITIAL, MIRROR_RETRY_MAX, clock=self._clock)
-        static = {pod_key(pod): pod for pod in self._static_pods()}
+        static = {pod_key(pod): pod for pod in self._static.static_pods()}
         for key in [key for key in self._refusals if key not in static]:
             del self._refusals[key]
         self._retry.gc()  # delays of static pods long gone or edited
         plan = plan_mirrors(static, self.pod_manager.mirror_pods(), self.pod_manager.mirror_pod_by_pod,
                             lambda key, wanted_hash: self._retry.in_backoff((key, wanted_hash)),
-                            self._static_pods_ready())
+                            self._static.static_pods_ready())
         for key, pod, stale in plan.create:
             if stale is not None:
                 await self._delete(key, stale)

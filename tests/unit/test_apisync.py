@@ -310,6 +310,8 @@ class FakeStatuses:
 
 
 class World:
+    """The API, the pod manager and the node's static pods (a `StaticPods`) around a status syncer."""
+
     def __init__(self, clock=None) -> None:
         self.api = FakeApi()
         self.api.deletes = []
@@ -320,14 +322,19 @@ class World:
         self.now = 1000.0
         self.pods = PodManager()
         clock = clock or (lambda: self.now)
-        self.mirrors = MirrorPods(self.api, NODE, self.pods, clock=clock, static_pods=lambda: list(self.static),
-                                  static_pods_ready=lambda: self.static_ready, node_uid=lambda: self.node_uid)
+        self.mirrors = MirrorPods(self.api, NODE, self.pods, clock=clock, static=self, node_uid=lambda: self.node_uid)
         self.running: set[str] = set()  # uids whose containers may still run
         self.syncer = StatusSyncer(
             self.api, NODE, self.statuses, self.pods, self.mirrors, resync=10.0, clock=clock,
             api_pod=lambda uid: next((copy.deepcopy(p) for p in self.api.pods.values() if podutil.uid(p) == uid), None),
             could_have_running_containers=self.running.__contains__,
         )
+
+    def static_pods(self) -> list[dict]:
+        return list(self.static)
+
+    def static_pods_ready(self) -> bool:
+        return self.static_ready
 
     def api_mirrors(self) -> list[dict]:
         return [copy.deepcopy(p) for p in self.api.pods.values() if podutil.is_mirror(p)]

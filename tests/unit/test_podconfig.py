@@ -160,6 +160,19 @@ async def test_readiness_needs_every_source():
     assert not config.all_sources_ready()
 
 
+def test_static_pods_are_those_of_the_node_s_own_sources_and_ready_without_the_api():
+    config = PodConfig()
+    files, api = config.source("file"), config.source("api")
+    files.set([pod("f1")])
+    api.set([pod("a1")])
+    assert [podutil.uid(p) for p in config.static_pods()] == ["f1"]
+    assert not config.static_pods_ready()
+    files.mark_ready()
+    assert config.static_pods_ready() and not api.ready  # the API's listing is not waited for
+    config.source("http")
+    assert not config.static_pods_ready()
+
+
 async def test_each_source_becoming_ready_wakes_who_waits_for_it():
     config = PodConfig()
     files, api = config.source("file"), config.source("api")
