@@ -17,7 +17,9 @@ from .podutil import Pod
 
 # Volume sources the volume manager can set up; any other is an unsupported feature on this node.
 SUPPORTED_VOLUME_SOURCES = frozenset(
-    {"hostPath", "emptyDir", "secret", "configMap", "projected", "downwardAPI"}
+    {"hostPath", "emptyDir", "secret", "configMap", "projected", "downwardAPI",
+     # Claims bound to hostPath or local PersistentVolumes (volumes/claims.py); generic ephemeral volumes are claims.
+     "persistentVolumeClaim", "ephemeral"}
 )
 
 

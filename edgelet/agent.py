@@ -38,7 +38,7 @@ from .kuberuntime.manager import Collaborators, RuntimeManager
 from .kuberuntime.resizer import Resizer
 from .kuberuntime.security import SECCOMP_DIR, SecuritySettings
 from .nodestatus.facts import MEMINFO, default_ipv4_address, read_meminfo
-from .objectstore import ObjectStore, referenced_objects
+from .objectstore import ObjectStore, referenced_objects, with_bound_volumes
 from .cm.cgroups import node_allocatable
 from .cm.podcgroups import PodCgroups
 from .pleg import GenericPLEG
@@ -58,6 +58,7 @@ from .status.view import Heartbeat, present_pods
 from .syncloop import SyncLoop
 from .tasks import TaskGroup
 from .volumes import VolumeManager
+from .volumes.claims import node_labels
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,8 @@ class Agent:
             sources_ready=self.pod_config.all_sources_ready,
         )
         self.volumes = VolumeManager(config.pods_dir, store=self.store, node_name=self.node_name,
+                                     node_labels=node_labels(self.node_name,
+                                                             config.cluster.node_labels if config.cluster else {}),
                                      node_allocatable=self.node_allocatable,
                                      cluster_domain=config.pods.cluster_domain)
         self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
@@ -530,11 +533,11 @@ class Agent:
         self.update_status_line()
 
     def _on_object_changed(self, kind: str, namespace: str, name: str, obj: dict | None) -> None:
-        """A ConfigMap or Secret changed (a refresh from the API, a local manifest): the pods that read it sync now,
-        so their volumes follow it at once rather than at each pod's periodic resync."""
+        """An object changed (a refresh from the API, a local manifest): the pods that read it sync now, so their
+        volumes follow it at once rather than at each pod's periodic resync (and a claim bound at last starts them)."""
         key = (kind, namespace, name)
         for uid, pod in self.pod_manager.pods().items():
-            if key in referenced_objects(pod):
+            if key in with_bound_volumes(referenced_objects(pod), lambda claim: self.store.get(*claim)):
                 self.loop.sync_if_known(uid)
 
     def _on_pod_removed(self, pod: Pod) -> None:

@@ -1,5 +1,5 @@
 """The volume manager: sets up a pod's volumes under `<pods_dir>/<uid>/volumes/<plugin>/<name>` on every
-sync, turns a container's volumeMounts into CRI mounts (with subPaths, /etc/hosts and the termination
+sync (a claim's `local` volume bind-mounted there, a hostPath one used in place), turns a container's volumeMounts into CRI mounts (with subPaths, /etc/hosts and the termination
 log), and tears everything down without ever touching data outside the pod directory.
 """
 
@@ -19,6 +19,7 @@ from ..podutil import Pod
 from ..quantity import parse_quantity, to_int_ceil
 from . import plugins
 from .atomic_writer import FileProjection, path_error
+from .claims import ClaimedVolume, resolve_claim
 from .errors import VolumeError
 from .hosts import TEMP_SUFFIX, pod_hosts_file, write_hosts_file
 from .mountutil import MountInfo, read_mounts, remove_tree, unmount_all_under
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 ETC_HOSTS = "/etc/hosts"
-_KINDS = ("emptyDir", "hostPath") + plugins.WRITTEN_KINDS
+_CLAIM_KINDS = ("persistentVolumeClaim", "ephemeral")  # resolved through a claim to a hostPath or local volume
+_KINDS = ("emptyDir", "hostPath") + plugins.WRITTEN_KINDS + _CLAIM_KINDS
 _PROPAGATION = {None: 0, "None": 0, "HostToContainer": 1, "Bidirectional": 2}  # CRI MountPropagation
 # What the volume manager creates in a pod directory; teardown removes exactly these.
 _POD_ENTRIES = ("volume-subpaths", "volumes", "containers", "etc-hosts", "etc-hosts" + TEMP_SUFFIX, "plugins")
@@ -67,6 +69,7 @@ class _Plan:
     source: dict[str, Any]
     payload: dict[str, FileProjection] = field(default_factory=dict)
     in_memory: bool = False  # a tmpfs: emptyDir with medium Memory, secret, downwardAPI, projected
+    read_only: bool = False  # a claim's readOnly: a `local` volume is bind-mounted read-only
     size: int | None = None  # of the tmpfs; None leaves the kernel's default (half of RAM)
 
 
@@ -77,6 +80,7 @@ class VolumeManager:
         *,
         store: Store | None = None,
         node_name: str = "",
+        node_labels: Mapping[str, str] | None = None,
         node_allocatable: Mapping[str, Any] | None = None,
         cluster_domain: str = "cluster.local",
         node_hosts_file: str = ETC_HOSTS,
@@ -85,7 +89,8 @@ class VolumeManager:
         # Resolved once: the mount table lists resolved paths, and teardown compares against it.
         self.pods_dir = os.path.realpath(pods_dir)
         self.store = store
-        self.node_name = node_name  # kept for callers; nothing in volume setup depends on it
+        self.node_name = node_name  # a `local` PersistentVolume's nodeAffinity may name it (matchFields)
+        self.node_labels = dict(node_labels or {})  # what a `local` PersistentVolume's nodeAffinity is matched with
         self.node_allocatable = dict(node_allocatable or {})
         self.cluster_domain = cluster_domain
         self.node_hosts_file = node_hosts_file
@@ -96,6 +101,9 @@ class VolumeManager:
         # file (through one temp name) take turns.
         self._hosts_lock = threading.Lock()
         self._warned: dict[str, set[str]] = {}
+        # Each pod's claims as first resolved: the kubelet resolves a claim once per pod, so a claim deleted (or a
+        # volume changed) under a running pod leaves the pod's mount as it is.
+        self._claims: dict[str, dict[str, ClaimedVolume]] = {}
 
     def use_tokens(self, tokens: TokenSource) -> None:
         """Serve serviceAccountToken sources from `tokens` (the cluster connection's token manager)."""
@@ -139,7 +147,8 @@ class VolumeManager:
             paths, apply_errors = {}, []
         else:
             async with self._lock(uid):  # under the pod's lock, as teardown is
-                paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod))
+                paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod),
+                                                              plugins.fs_group_change_policy(pod))
         errors += apply_errors
         if errors:
             raise VolumeError("; ".join(errors))
@@ -174,6 +183,7 @@ class VolumeManager:
         uid = podutil.uid(pod)
         plans, errors, warnings = [], [], []
         allocatable_memory = self._allocatable_memory()
+        mounted = devices = None
         for volume in podutil.spec(pod).get("volumes") or []:
             name = volume.get("name")
             try:
@@ -182,6 +192,11 @@ class VolumeManager:
                     continue  # its token failed: reported, and the files in place stay as they are
                 kind = _volume_kind(volume)
                 source = volume.get(kind) or {}
+                if kind in _CLAIM_KINDS:
+                    if mounted is None:
+                        mounted, devices = _mount_names(pod)
+                    plans.append(self._claim_plan(pod, volume, mounted, devices))
+                    continue
                 if kind == "hostPath":
                     if (problem := plugins.host_path_error(source.get("path"))) is not None:
                         raise VolumeError(problem)
@@ -204,6 +219,23 @@ class VolumeManager:
         self._warn(uid, warnings)
         return plans, errors
 
+    def _claim_plan(self, pod: Pod, volume: dict[str, Any], mounted: set[str], devices: set[str]) -> _Plan:
+        uid, name = podutil.uid(pod), volume["name"]
+        claimed = self._claims.get(uid, {}).get(name)
+        if claimed is None:
+            claimed = resolve_claim(podutil.name(pod), podutil.namespace(pod) or "default", uid, volume,
+                                    self._lookup, node_name=self.node_name, node_labels=self.node_labels,
+                                    mounted=mounted, devices=devices)
+            self._claims.setdefault(uid, {})[name] = claimed
+        if claimed.kind == "hostPath":
+            return _Plan(name, "hostPath", claimed.path, {"path": claimed.path, "type": claimed.host_path_type},
+                         read_only=claimed.read_only)
+        return _Plan(name, "local", self.volume_dir(uid, "local", _component(claimed.volume, "volume name")),
+                     {"path": claimed.path}, read_only=claimed.read_only)
+
+    def _lookup(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.store.get(kind, namespace, name) if self.store is not None else None
+
     def _allocatable_memory(self) -> int | None:
         value = self.node_allocatable.get("memory")
         return None if value is None else _memory_bytes(value)
@@ -216,18 +248,19 @@ class VolumeManager:
                 seen.add(message)
                 log.warning("pod %s: %s", uid, message)
 
-    def _apply(self, pod_dir: str, plans: list[_Plan], fs_group: int | None) -> tuple[dict[str, str], list[str]]:
+    def _apply(self, pod_dir: str, plans: list[_Plan], fs_group: int | None,
+               change_policy: str | None = None) -> tuple[dict[str, str], list[str]]:
         volumes_dir = os.path.join(pod_dir, "volumes")
         if not os.path.isdir(volumes_dir):  # one stat on every later sync (each pod's first after a restart too)
             for directory in (pod_dir, volumes_dir):
                 os.makedirs(directory, mode=0o750, exist_ok=True)
-        # The mount table is only needed to see which tmpfs volumes are already mounted.
-        mounts = read_mounts() if any(plan.in_memory for plan in plans) else []
+        # The mount table is only needed to see which tmpfs and local volumes are already mounted.
+        mounts = read_mounts() if any(plan.in_memory or plan.kind == "local" for plan in plans) else []
         paths: dict[str, str] = {}
         errors: list[str] = []
         for plan in plans:
             try:
-                self._apply_one(plan, fs_group, mounts)
+                self._apply_one(plan, fs_group, change_policy, mounts)
                 paths[plan.name] = plan.path
             except VolumeError as exc:
                 errors.append(_failed(plan.name, exc.message))
@@ -236,12 +269,15 @@ class VolumeManager:
         return paths, errors
 
     @staticmethod
-    def _apply_one(plan: _Plan, fs_group: int | None, mounts: list[MountInfo]) -> None:
+    def _apply_one(plan: _Plan, fs_group: int | None, change_policy: str | None, mounts: list[MountInfo]) -> None:
         if plan.kind == "hostPath":
             plugins.check_host_path(plan.path, plan.source.get("type"))
             return
         os.makedirs(os.path.dirname(plan.path), mode=0o750, exist_ok=True)
-        if plan.kind == "emptyDir":
+        if plan.kind == "local":
+            plugins.setup_local_volume(plan.path, plan.source["path"], read_only=plan.read_only, fs_group=fs_group,
+                                       change_policy=change_policy, mounts=mounts)
+        elif plan.kind == "emptyDir":
             plugins.setup_empty_dir(plan.path, plan.source, plan.size, fs_group, mounts)
         else:
             plugins.setup_written_volume(plan.path, plan.payload, memory_backed=plan.in_memory, size=plan.size,
@@ -260,6 +296,7 @@ class VolumeManager:
             await asyncio.to_thread(self._teardown, pod_dir)
         self._locks.pop(pod_uid, None)
         self._warned.pop(pod_uid, None)
+        self._claims.pop(pod_uid, None)
 
     @staticmethod
     def _teardown(pod_dir: str) -> None:
@@ -295,11 +332,14 @@ class VolumeManager:
         container_name = _component(container.get("name"), "container name")
         pod_dir = self.pod_dir(podutil.uid(pod))
         kinds = {}
+        read_only = set()  # volumes whose source says readOnly: every mount of them is
         for volume in podutil.spec(pod).get("volumes") or []:
             try:
                 kinds[volume.get("name")] = _volume_kind(volume)
             except VolumeError:
                 pass
+            if (volume.get("persistentVolumeClaim") or {}).get("readOnly") is True:
+                read_only.add(volume.get("name"))
         env_map = dict(env)
         mounts_table: list[MountInfo] | None = None
         mount_hosts = bool(pod_ips) or podutil.host_network(pod)
@@ -328,7 +368,7 @@ class VolumeManager:
             if propagation not in _PROPAGATION:
                 raise VolumeError(f"invalid MountPropagation mode: {propagation!r}")
             result.append(_mount(container_path, host_path, _PROPAGATION[propagation],
-                                 readonly=bool(volume_mount.get("readOnly"))
+                                 readonly=bool(volume_mount.get("readOnly")) or name in read_only
                                  or kinds.get(name) in plugins.READ_ONLY_KINDS))
         message_path = container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
         try:
@@ -380,6 +420,15 @@ class VolumeManager:
         for entry in entries:
             if entry.name not in keep and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)
+
+
+def _mount_names(pod: Pod) -> tuple[set[str], set[str]]:
+    """The volume names the pod's containers mount (volumeMounts) and map as devices (volumeDevices)."""
+    mounted, devices = set(), set()
+    for container in podutil.all_containers(pod):
+        mounted.update(m.get("name") for m in container.get("volumeMounts") or [] if isinstance(m, dict))
+        devices.update(d.get("name") for d in container.get("volumeDevices") or [] if isinstance(d, dict))
+    return mounted, devices
 
 
 def _read_current(volume_dir: str, path: str) -> bytes | None:

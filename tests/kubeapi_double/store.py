@@ -34,6 +34,8 @@ RESOURCES = {
         Resource("nodes", "v1", "Node", False, True),
         Resource("configmaps", "v1", "ConfigMap", True, False),
         Resource("secrets", "v1", "Secret", True, False),
+        Resource("persistentvolumeclaims", "v1", "PersistentVolumeClaim", True, True),
+        Resource("persistentvolumes", "v1", "PersistentVolume", False, True),
         Resource("services", "v1", "Service", True, True),
         Resource("events", "v1", "Event", True, False),
         Resource("leases", "coordination.k8s.io/v1", "Lease", True, False),

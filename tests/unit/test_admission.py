@@ -37,8 +37,10 @@ def pod_with(**spec_changes):
         (pod_with(ephemeralContainers=[{"name": "debug", "image": "x:1", "targetContainerName": "c"}]), 0, "", ""),
         (pod_with(ephemeralContainers=[{"name": "debug", "image": "x:1", "ports": [{"containerPort": 80}]}]), 0,
          "InvalidPodSpec", "spec.ephemeralContainers[0].ports: may not be set on ephemeral containers"),
-        (pod_with(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]), 0,
-         "UnsupportedFeature", "spec.volumes[0] (data): persistentVolumeClaim"),
+        (pod_with(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]), 0, "", ""),
+        (pod_with(volumes=[{"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]), 0, "", ""),
+        (pod_with(volumes=[{"name": "data", "nfs": {"server": "s", "path": "/"}}]), 0,
+         "UnsupportedFeature", "spec.volumes[0] (data): nfs"),
         (pod_with(volumes=[{"name": "cache", "emptyDir": {}}]), 0, "", ""),
         # Another OS: refused first, before capacity (the kubelet's predicate order).
         (pod_with(os={"name": "windows"}), 110, "PodOSNotSupported", "the OS field doesn't match node OS"),
