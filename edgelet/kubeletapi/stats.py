@@ -4,6 +4,7 @@ ListPodSandboxStats / ListContainerStats; the kubelet's Summary shape (stats/v1a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ from edgelet.cri import RuntimeCallError
 from edgelet.metrics import escape_label_value
 from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
 from edgelet.kuberuntime import labels
+from edgelet.volumes.usage import UsageCache
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,17 @@ def fs_stats(timestamp_ns: int, vfs: os.statvfs_result, used_bytes: int | None =
     return stats
 
 
+def volume_stats(timestamp_ns: int, name: str, vfs: os.statvfs_result, used: tuple[int, int],
+                 claim: tuple[str, str] | None = None) -> dict[str, Any]:
+    """A pod volume's VolumeStats: its filesystem's capacity and what is free, the bytes and inodes below it."""
+    stats = {**fs_stats(timestamp_ns, vfs, used[0]), "name": name}
+    if "inodes" in stats:
+        stats["inodesUsed"] = used[1]
+    if claim is not None:
+        stats["pvcRef"] = {"name": claim[1], "namespace": claim[0]}
+    return stats
+
+
 def node_memory_stats(timestamp_ns: int, meminfo: Mapping[str, int]) -> dict[str, Any]:
     observation = memory_observation(meminfo)
     total = meminfo.get("MemTotal", 0)
@@ -151,10 +164,13 @@ class PodStats:
     cpu: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
     network: dict[str, Any] | None = None
+    volumes: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"podRef": self.ref, "startTime": rfc3339(self.start_ns or time.time_ns()),
                                "containers": self.containers}
+        if self.volumes:
+            out["volume"] = self.volumes
         for key, value in (("cpu", self.cpu), ("memory", self.memory), ("network", self.network)):
             if value is not None:
                 out[key] = value
@@ -254,13 +270,16 @@ class SummaryProvider:
 
     def __init__(self, runtime: Any, *, node_name: str, root_dir: str, logs_dir: str,
                  container_start: Callable[[str], int] = lambda container_id: 0,
-                 pod_sandbox: Callable[[str], Any] = lambda pod_uid: None) -> None:
+                 pod_sandbox: Callable[[str], Any] = lambda pod_uid: None,
+                 claimed_volumes: Callable[[str], list[tuple[str, str, str, str]]] = lambda pod_uid: []) -> None:
         self._runtime = runtime
         self._node_name = node_name
         self._root_dir = root_dir
         self._logs_dir = logs_dir
         self._container_start = container_start
         self._pod_sandbox = pod_sandbox
+        self._claimed_volumes = claimed_volumes  # (volume, directory, claim namespace, claim name) of a pod
+        self._usage = UsageCache()
         self._sandbox_pids: dict[str, int] = {}  # sandbox id -> its first process, whose netns is the pod's
         self._rates = CpuRates()
         self._sandbox_stats_supported = True
@@ -326,9 +345,21 @@ class SummaryProvider:
                 pod.cpu, pod.memory = pod.cpu or cpu, pod.memory or memory
             if pod.network is None:
                 pod.network = await self._pod_network(uid, now, sandboxes_seen)
+            if claimed := self._claimed_volumes(uid):
+                pod.volumes = await asyncio.to_thread(self._volume_stats, claimed, now)
         self._sandbox_pids = {sid: pid for sid, pid in self._sandbox_pids.items() if sid in sandboxes_seen}
         self._rates.forget_except(["/", *(s.attributes.id for s in containers), *("pod:" + u for u in pods)])
         return sorted(pods.values(), key=lambda p: (p.ref["namespace"], p.ref["name"]))
+
+    def _volume_stats(self, claimed: list[tuple[str, str, str, str]], now: int) -> list[dict[str, Any]]:
+        """Blocking: statvfs and a walk of each claim's directory (once a period, see UsageCache)."""
+        found = []
+        for name, path, namespace, claim in claimed:
+            try:
+                found.append(volume_stats(now, name, os.statvfs(path), self._usage.usage(path), (namespace, claim)))
+            except OSError as err:
+                log.debug("volume %s: no stats: %s", name, err)
+        return found
 
     async def _pod_network(self, pod_uid: str, now: int, seen: set[str]) -> dict[str, Any] | None:
         """A pod network's counters from /proc/<sandbox pid>/net/dev; None for host-network pods (whose

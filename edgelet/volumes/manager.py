@@ -283,6 +283,14 @@ class VolumeManager:
             plugins.setup_written_volume(plan.path, plan.payload, memory_backed=plan.in_memory, size=plan.size,
                                          fs_group=fs_group, mounts=mounts)
 
+    def claimed_volumes(self, pod_uid: str) -> list[tuple[str, str, str, str]]:
+        """(volume name, directory on the node, claim namespace, claim name) of each claim the pod has mounted."""
+        found = []
+        for name, claimed in sorted(self._claims.get(pod_uid, {}).items()):
+            namespace, claim = claimed.claim.split("/", 1)
+            found.append((name, claimed.path, namespace, claim))
+        return found
+
     # -- tear down --------------------------------------------------------------------------------
 
     async def teardown_pod(self, pod_uid: str) -> None:
