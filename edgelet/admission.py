@@ -19,7 +19,9 @@ from .podutil import Pod
 SUPPORTED_VOLUME_SOURCES = frozenset(
     {"hostPath", "emptyDir", "secret", "configMap", "projected", "downwardAPI",
      # Claims bound to hostPath or local PersistentVolumes (volumes/claims.py); generic ephemeral volumes are claims.
-     "persistentVolumeClaim", "ephemeral"}
+     "persistentVolumeClaim", "ephemeral",
+     # CSI ephemeral inline volumes (edgelet.csi).
+     "csi"}
 )
 
 

@@ -157,6 +157,8 @@ class Agent:
                                                              config.cluster.node_labels if config.cluster else {}),
                                      node_allocatable=self.node_allocatable,
                                      cluster_domain=config.pods.cluster_domain)
+        self.plugin_watcher, self.csi_plugins = self._make_plugin_watcher()
+        self._csinode = None  # the CSINode object's writer (cluster mode with a plugin registry)
         self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
                                       max_files=config.logs.container_log_max_files)
 
@@ -248,6 +250,20 @@ class Agent:
         self.kubelet_api, self.serving_certificate = (
             self._make_kubelet_api() if self.cluster is not None and config.kubelet_api.address else (None, None))
 
+    def _make_plugin_watcher(self):
+        """CSI node plugins registering through [csi] plugins_registry (the watcher and the registry are small; gRPC
+        and the volume code load with the first plugin or CSI volume)."""
+        if not self.config.csi.plugins_registry:
+            return None, None
+        from .csi.drivers import DriverRegistry
+        from .csi.registration import CSI_PLUGIN, CsiPluginHandler
+        from .csi.watcher import PluginWatcher
+
+        drivers = DriverRegistry()
+        self.volumes.use_csi(drivers, self.config.plugins_dir)
+        handler = CsiPluginHandler(drivers)
+        return PluginWatcher(self.config.csi.plugins_registry, {CSI_PLUGIN: handler}), handler
+
     def _make_cluster(self):
         """The control-plane side (imported only when a cluster is configured: it costs memory)."""
         from .cluster import ClusterConnection
@@ -273,6 +289,13 @@ class Agent:
                                              max_age=cluster.service_account_token_max_age))
         self.runtime_manager.use_service_env(self.cluster.services.env_for)
         self.runtime_manager.fetch_objects_with(self.cluster.objects.fetch_missing)
+        if self.csi_plugins is not None:
+            from .csi.csinode import CsiNodeUpdater
+
+            self.volumes.use_csi_api(self.cluster.client)
+            csinode = CsiNodeUpdater(self.cluster.client, self.node_name, lambda: self.cluster.node_status.node_uid)
+            self.csi_plugins.use_csinode(csinode)
+            self._csinode = csinode  # started with the plugin watcher
 
     def _admit_supplemental_groups(self, pod: Pod) -> Verdict:
         features = self.runtime_state.features  # None: the runtime has not said, so it cannot be relied on
@@ -523,6 +546,10 @@ class Agent:
             await self.airgap.scan()
         except (EdgeletError, OSError) as exc:
             log.error("air-gap images in %s: %s", self.config.images_dir, exc)
+        if self.plugin_watcher is not None:
+            self._tasks.start("plugin-watcher", self.plugin_watcher.run())
+            if self._csinode is not None:
+                self._tasks.start("csinode", self._csinode.run())
         self._tasks.start("airgap-images", self.airgap.run())
         self._tasks.start("image-gc", self.image_gc.run())
         self._tasks.start("container-gc", self.container_gc.run())

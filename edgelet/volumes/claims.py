@@ -18,7 +18,7 @@ from .errors import VolumeError
 from .plugins import host_path_error
 
 # The volume sources of a PersistentVolume this node mounts; other sources are refused naming them.
-PV_SOURCES = ("hostPath", "local")
+PV_SOURCES = ("hostPath", "local", "csi")
 FILESYSTEM = "Filesystem"
 BLOCK = "Block"
 
@@ -26,15 +26,32 @@ Lookup = Callable[[str, str, str], "dict[str, Any] | None"]  # (kind, namespace,
 
 
 @dataclass(frozen=True, slots=True)
+class CsiSource:
+    """A CSI volume as the node stages and publishes it: a PV's `csi` source, or an inline (ephemeral) one."""
+
+    driver: str
+    volume_handle: str  # "" for an inline volume: made per pod and volume
+    read_only: bool = False
+    fs_type: str = ""
+    attributes: tuple[tuple[str, str], ...] = ()  # volumeAttributes, the CSI volume_context
+    access_modes: tuple[str, ...] = ()
+    mount_options: tuple[str, ...] = ()
+    stage_secret: tuple[str, str] | None = None  # (namespace, name) of nodeStageSecretRef
+    publish_secret: tuple[str, str] | None = None  # of nodePublishSecretRef
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedVolume:
-    """A claim resolved to a directory on this node."""
+    """A claim resolved to a directory on this node, or to a CSI volume to stage and publish."""
 
     claim: str  # namespace/name
     volume: str  # the PersistentVolume's name
-    kind: str  # "hostPath" or "local"
-    path: str  # the directory (or file) on the node
+    kind: str  # "hostPath", "local" or "csi"
+    path: str  # the directory (or file) on the node; "" for csi
     host_path_type: str | None  # the hostPath `type` to check; None for `local`
     read_only: bool  # the pod's persistentVolumeClaim.readOnly
+    csi: CsiSource | None = None
 
 
 class ClaimError(VolumeError):
@@ -127,9 +144,48 @@ def _directory(claim: str, pv_name: str, spec: Mapping[str, Any], read_only: boo
             raise ClaimError(f'MountVolume.NodeAffinity check failed for volume "{pv_name}" : '
                              "no matching NodeSelectorTerms")
         return ClaimedVolume(claim, pv_name, "local", path, None, read_only)
+    if "csi" in spec:
+        return ClaimedVolume(claim, pv_name, "csi", "", None, read_only, _pv_csi(pv_name, spec, read_only))
     kind = sources[0] if sources else "?"
     raise ClaimError(f"PersistentVolume {pv_name}: volume type {kind} is not supported on this node "
-                     f"(edgelet mounts {' and '.join(PV_SOURCES)} volumes)")
+                     f"(edgelet mounts {', '.join(PV_SOURCES[:-1])} and {PV_SOURCES[-1]} volumes)")
+
+
+def _pv_csi(pv_name: str, spec: Mapping[str, Any], read_only: bool) -> CsiSource:
+    source = spec.get("csi") or {}
+    driver, handle = source.get("driver"), source.get("volumeHandle")
+    if not isinstance(driver, str) or not driver or not isinstance(handle, str) or not handle:
+        raise ClaimError(f"PersistentVolume {pv_name}: csi.driver and csi.volumeHandle are required")
+    return CsiSource(driver, handle, read_only=read_only or bool(source.get("readOnly")),
+                     fs_type=str(source.get("fsType") or ""), attributes=_string_pairs(source.get("volumeAttributes")),
+                     access_modes=tuple(spec.get("accessModes") or ()),
+                     mount_options=tuple(spec.get("mountOptions") or ()),
+                     stage_secret=_secret_ref(source.get("nodeStageSecretRef")),
+                     publish_secret=_secret_ref(source.get("nodePublishSecretRef")))
+
+
+def inline_csi(volume: Mapping[str, Any], pod_namespace: str) -> CsiSource:
+    """A pod's inline `csi` volume (the ephemeral lifecycle mode): its handle is made per pod, its secret is in the
+    pod's namespace."""
+    source = volume.get("csi") or {}
+    driver = source.get("driver")
+    if not isinstance(driver, str) or not driver:
+        raise VolumeError(f"volume {volume.get('name')}: csi.driver is required")
+    ref = source.get("nodePublishSecretRef") or {}
+    return CsiSource(driver, "", read_only=bool(source.get("readOnly")), fs_type=str(source.get("fsType") or ""),
+                     attributes=_string_pairs(source.get("volumeAttributes")),
+                     publish_secret=(pod_namespace, ref["name"]) if isinstance(ref.get("name"), str) else None,
+                     ephemeral=True)
+
+
+def _string_pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in value.items())) if isinstance(value, dict) else ()
+
+
+def _secret_ref(ref: Any) -> tuple[str, str] | None:
+    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+        return (str(ref.get("namespace") or "default"), ref["name"])
+    return None
 
 
 # Fields of a PersistentVolumeSpec that are objects but not volume sources.

@@ -19,7 +19,7 @@ from ..podutil import Pod
 from ..quantity import parse_quantity, to_int_ceil
 from . import plugins
 from .atomic_writer import FileProjection, path_error
-from .claims import ClaimedVolume, resolve_claim
+from .claims import ClaimedVolume, CsiSource, inline_csi, resolve_claim
 from .errors import VolumeError
 from .hosts import TEMP_SUFFIX, pod_hosts_file, write_hosts_file
 from .mountutil import MountInfo, read_mounts, remove_tree, unmount_all_under
@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 ETC_HOSTS = "/etc/hosts"
 _CLAIM_KINDS = ("persistentVolumeClaim", "ephemeral")  # resolved through a claim to a hostPath or local volume
-_KINDS = ("emptyDir", "hostPath") + plugins.WRITTEN_KINDS + _CLAIM_KINDS
+_KINDS = ("emptyDir", "hostPath") + plugins.WRITTEN_KINDS + _CLAIM_KINDS + ("csi",)
+_CSI_DIR = "kubernetes.io~csi"  # under <pod>/volumes/: CSI volumes, published by their driver
 _PROPAGATION = {None: 0, "None": 0, "HostToContainer": 1, "Bidirectional": 2}  # CRI MountPropagation
 # What the volume manager creates in a pod directory; teardown removes exactly these.
 _POD_ENTRIES = ("volume-subpaths", "volumes", "containers", "etc-hosts", "etc-hosts" + TEMP_SUFFIX, "plugins")
@@ -70,6 +71,7 @@ class _Plan:
     payload: dict[str, FileProjection] = field(default_factory=dict)
     in_memory: bool = False  # a tmpfs: emptyDir with medium Memory, secret, downwardAPI, projected
     read_only: bool = False  # a claim's readOnly: a `local` volume is bind-mounted read-only
+    csi: CsiSource | None = None  # published by its driver (edgelet.csi) before the other volumes are laid out
     size: int | None = None  # of the tmpfs; None leaves the kernel's default (half of RAM)
 
 
@@ -104,10 +106,37 @@ class VolumeManager:
         # Each pod's claims as first resolved: the kubelet resolves a claim once per pod, so a claim deleted (or a
         # volume changed) under a running pod leaves the pod's mount as it is.
         self._claims: dict[str, dict[str, ClaimedVolume]] = {}
+        # CSI: the drivers the plugin watcher registers and where volumes stage (`use_csi`); the code that talks to
+        # drivers loads with the first CSI volume.
+        self._csi_drivers: Any = None
+        self._plugins_dir = ""
+        self._csi_api: Any = None
+        self._csi_volumes: Any = None
 
     def use_tokens(self, tokens: TokenSource) -> None:
         """Serve serviceAccountToken sources from `tokens` (the cluster connection's token manager)."""
         self.tokens = tokens
+
+    def use_csi(self, drivers: Any, plugins_dir: str) -> None:
+        """Serve CSI volumes through the drivers of `drivers` (an edgelet.csi.drivers.DriverRegistry)."""
+        self._csi_drivers = drivers
+        self._plugins_dir = plugins_dir
+
+    def use_csi_api(self, client: Any) -> None:
+        """Cluster mode: CSIDriver objects, VolumeAttachments and CSI secrets are read with `client`."""
+        self._csi_api = client
+        if self._csi_volumes is not None:
+            self._csi_volumes.api = client
+
+    def _csi(self) -> Any:
+        if self._csi_volumes is None:
+            if self._csi_drivers is None:
+                raise VolumeError("CSI volumes need CSI drivers: [csi] plugins_registry is empty")
+            from ..csi.volumes import CsiVolumes
+
+            self._csi_volumes = CsiVolumes(self._csi_drivers, plugins_dir=self._plugins_dir, pods_dir=self.pods_dir,
+                                           node_name=self.node_name, api=self._csi_api)
+        return self._csi_volumes
 
     def pod_dir(self, pod_uid: str) -> str:
         return os.path.join(self.pods_dir, _component(pod_uid, "pod uid"))
@@ -141,6 +170,9 @@ class VolumeManager:
         tokens, errors = await self._service_account_tokens(pod)
         plans, plan_errors = self._plan(pod, tokens)
         errors += plan_errors
+        published, csi_errors = await self._publish_csi(pod, pod_dir, [plan for plan in plans if plan.csi])
+        errors += csi_errors
+        plans = [plan for plan in plans if not plan.csi]
         if not plans:
             # Nothing to lay out, and nothing to wait for before the sandbox: no thread hop. The pod's directory
             # comes with the first file written in it (its hosts file, a container's termination log).
@@ -152,7 +184,17 @@ class VolumeManager:
         errors += apply_errors
         if errors:
             raise VolumeError("; ".join(errors))
-        return paths
+        return {**paths, **published}
+
+    async def _publish_csi(self, pod: Pod, pod_dir: str, plans: list[_Plan]) -> tuple[dict[str, str], list[str]]:
+        paths, errors = {}, []
+        for plan in plans:
+            try:
+                paths[plan.name] = await self._csi().publish(pod, pod_dir, os.path.basename(os.path.dirname(plan.path)),
+                                                             plan.csi)
+            except VolumeError as exc:
+                errors.append(_failed(plan.name, exc.message))
+        return paths, errors
 
     async def _service_account_tokens(self, pod: Pod) -> tuple[dict[str, dict[str, bytes]], list[str]]:
         """Each projected volume's tokens by source path: the file in the volume while it is current, else a
@@ -192,6 +234,10 @@ class VolumeManager:
                     continue  # its token failed: reported, and the files in place stay as they are
                 kind = _volume_kind(volume)
                 source = volume.get(kind) or {}
+                if kind == "csi":
+                    plans.append(_Plan(name, "csi", self._csi_target(uid, name), source,
+                                       csi=inline_csi(volume, podutil.namespace(pod) or "default")))
+                    continue
                 if kind in _CLAIM_KINDS:
                     if mounted is None:
                         mounted, devices = _mount_names(pod)
@@ -230,8 +276,15 @@ class VolumeManager:
         if claimed.kind == "hostPath":
             return _Plan(name, "hostPath", claimed.path, {"path": claimed.path, "type": claimed.host_path_type},
                          read_only=claimed.read_only)
+        if claimed.csi is not None:
+            return _Plan(name, "csi", self._csi_target(uid, claimed.volume), {}, read_only=claimed.read_only,
+                         csi=claimed.csi)
         return _Plan(name, "local", self.volume_dir(uid, "local", _component(claimed.volume, "volume name")),
                      {"path": claimed.path}, read_only=claimed.read_only)
+
+    def _csi_target(self, uid: str, spec_name: str) -> str:
+        """<pod>/volumes/kubernetes.io~csi/<PV or inline volume name>/mount: where the driver publishes."""
+        return os.path.join(self.pod_dir(uid), "volumes", _CSI_DIR, _component(spec_name, "volume name"), "mount")
 
     def _lookup(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get(kind, namespace, name) if self.store is not None else None
@@ -288,7 +341,8 @@ class VolumeManager:
         found = []
         for name, claimed in sorted(self._claims.get(pod_uid, {}).items()):
             namespace, claim = claimed.claim.split("/", 1)
-            found.append((name, claimed.path, namespace, claim))
+            path = self._csi_target(pod_uid, claimed.volume) if claimed.csi is not None else claimed.path
+            found.append((name, path, namespace, claim))
         return found
 
     # -- tear down --------------------------------------------------------------------------------
@@ -301,6 +355,8 @@ class VolumeManager:
         """
         pod_dir = self.pod_dir(pod_uid)
         async with self._lock(pod_uid):
+            if os.path.isdir(os.path.join(pod_dir, "volumes", _CSI_DIR)):
+                await self._csi().teardown(pod_dir)  # the driver unpublishes first: nothing of it is unmounted here
             await asyncio.to_thread(self._teardown, pod_dir)
         self._locks.pop(pod_uid, None)
         self._warned.pop(pod_uid, None)

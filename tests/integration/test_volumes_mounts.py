@@ -256,13 +256,12 @@ async def test_config_map_lives_on_disk_and_missing_sources_are_reported_per_vol
                 {"name": "maybe", "secret": {"secretName": "nope", "optional": True}},
                 {"name": "labels", "downwardAPI": {"items": [{"path": "name",
                                                               "fieldRef": {"fieldPath": "metadata.name"}}]}},
-                {"name": "pvc", "persistentVolumeClaim": {"claimName": "data"}}])
+                {"name": "nfs", "nfs": {"server": "nas", "path": "/export"}}])
     with pytest.raises(VolumeError) as caught:
         await manager.setup_pod(pod)
     assert caught.value.message == (
         'MountVolume.SetUp failed for volume "gone" : configmap "app-config" not found; '
-        'MountVolume.SetUp failed for volume "pvc" : volume type persistentVolumeClaim is not supported on '
-        "this node")
+        'MountVolume.SetUp failed for volume "nfs" : volume type nfs is not supported on this node')
     cfg = manager.volume_dir(UID, "configMap", "cfg")
     assert open(os.path.join(cfg, "app.conf")).read() == "x=1" and _mount_at(cfg) is None
     labels = manager.volume_dir(UID, "downwardAPI", "labels")

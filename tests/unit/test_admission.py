@@ -84,8 +84,8 @@ def test_extra_checks_run_last_and_first_rejection_wins():
 
 
 def test_unsupported_features_lists_every_problem():
-    pod = pod_with(volumes=[{"name": "a", "nfs": {"server": "s", "path": "/"}}, {"name": "b", "csi": {}}])
-    assert unsupported_features(pod) == ["spec.volumes[0] (a): nfs volumes", "spec.volumes[1] (b): csi volumes"]
+    pod = pod_with(volumes=[{"name": "a", "nfs": {"server": "s", "path": "/"}}, {"name": "b", "iscsi": {}}])
+    assert unsupported_features(pod) == ["spec.volumes[0] (a): nfs volumes", "spec.volumes[1] (b): iscsi volumes"]
 
 
 def test_rejected_status_is_failed_with_reason():

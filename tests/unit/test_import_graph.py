@@ -201,6 +201,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.tunnel", "edgelet.tunnel.agent", "edgelet.tunnel.konnectivity_pb2",  # the konnectivity tunnel
     "edgelet.shutdown",  # [shutdown] enabled
     "edgelet.podconfig.http",  # [pods] http_url
+    "edgelet.csi.client", "edgelet.csi.csi_pb2", "edgelet.csi.volumes",  # a CSI plugin registers, a pod uses one
     "difflib",  # a manifest with an unknown field
     "encodings.idna",  # resolving a host name (the ops server binds its IP address itself)
     "shutil", "tempfile", "bz2", "lzma", "fractions", "decimal", "_decimal",  # as for a cluster run, below
@@ -221,6 +222,7 @@ def test_a_standalone_run_leaves_cluster_and_other_commands_modules_unloaded(tmp
 # Libraries a cluster node never loads: keys are made by `edgelet keygen` in a child, HTTP goes through edgelet.http11.
 _NOT_FOR_A_CLUSTER_RUN = ["cryptography", "httpx", "httpcore", "anyio", "sniffio", "certifi", "edgelet.podconfig.http",
                           "edgelet.tunnel",  # the konnectivity tunnel: only with [cluster.tunnel]
+                          "edgelet.csi.client", "edgelet.csi.volumes",  # a CSI plugin registers, a pod uses one
                           # 0.5 MiB (docs/benchmarks.md): argparse's width, tempfile's mkdtemp and shutil's rmtree
                           # would bring them; fractions is gone with parse_duration's integer arithmetic, decimal
                           # (0.26 MiB) with the quantities' nano-units.

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from edgelet.objectstore import ObjectStore
-from edgelet.volumes.claims import ClaimedVolume, ClaimError, node_labels, node_selector_matches, resolve_claim
+from edgelet.volumes.claims import (
+    ClaimedVolume,
+    ClaimError,
+    CsiSource,
+    inline_csi,
+    node_labels,
+    node_selector_matches,
+    resolve_claim,
+)
 
 NS = "apps"
 NODE = "edge-1"
@@ -76,8 +84,8 @@ def test_a_local_volume_whose_affinity_matches_this_node():
         ([claim(), pv(volumeMode="Block", local={"path": "/dev/sdb"})],
          "volume v has volumeMode Block, but is specified in volumeMounts"),
         ([claim(), pv(nfs={"server": "nas", "path": "/export"})],
-         "PersistentVolume pv1: volume type nfs is not supported on this node (edgelet mounts hostPath and local "
-         "volumes)"),
+         "PersistentVolume pv1: volume type nfs is not supported on this node (edgelet mounts hostPath, local and "
+         "csi volumes)"),
         ([claim(), pv(hostPath={"path": "relative"})], "PersistentVolume pv1: hostPath path must be absolute"),
         ([claim(), pv(**local(path="/mnt/../etc"))], "PersistentVolume pv1: local.path must be an absolute path"),
         ([claim(), pv(**local([{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
@@ -89,6 +97,21 @@ def test_what_keeps_a_claim_from_being_mounted(objects, message):
     with pytest.raises(ClaimError) as caught:
         resolve(objects)
     assert caught.value.message.startswith(message)
+
+
+def test_a_csi_volume_and_an_inline_one():
+    spec = {"csi": {"driver": "hostpath.csi.example", "volumeHandle": "vol-1", "fsType": "ext4",
+                    "volumeAttributes": {"b": "2", "a": "1"}, "nodeStageSecretRef": {"name": "s", "namespace": "ops"}},
+            "accessModes": ["ReadWriteMany"], "mountOptions": ["noatime"]}
+    claimed = resolve([claim(), pv(**spec)])
+    assert claimed.kind == "csi" and claimed.csi == CsiSource(
+        "hostpath.csi.example", "vol-1", fs_type="ext4", attributes=(("a", "1"), ("b", "2")),
+        access_modes=("ReadWriteMany",), mount_options=("noatime",), stage_secret=("ops", "s"))
+    inline = inline_csi({"name": "v", "csi": {"driver": "d", "readOnly": True, "nodePublishSecretRef": {"name": "p"}}},
+                        NS)
+    assert inline == CsiSource("d", "", read_only=True, publish_secret=(NS, "p"), ephemeral=True)
+    with pytest.raises(ClaimError, match="csi.driver and csi.volumeHandle are required"):
+        resolve([claim(), pv(csi={"driver": "d"})])
 
 
 def test_raw_block_volumes_are_refused_with_a_reason():

@@ -1,0 +1,49 @@
+"""The CSI drivers registered on this node (filled by the registration handler, read by the volume code): light, no
+gRPC here."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Driver:
+    name: str
+    endpoint: str  # the driver's CSI socket
+    node_id: str
+    topology: dict[str, str] = field(default_factory=dict)
+    max_volumes: int = 0
+    client: Any = field(default=None, compare=False, repr=False)  # its csi.client.NodeClient
+
+
+class DriverRegistry:
+    def __init__(self) -> None:
+        self._drivers: dict[str, Driver] = {}
+        self._changed = asyncio.Event()
+
+    def add(self, driver: Driver) -> None:
+        self._drivers[driver.name] = driver
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def remove(self, name: str) -> Driver | None:
+        return self._drivers.pop(name, None)
+
+    def get(self, name: str) -> Driver | None:
+        return self._drivers.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._drivers)
+
+    async def wait_for(self, name: str, timeout: float) -> Driver | None:
+        """The driver, waiting up to `timeout` for it to register (an agent start with volumes to tear down)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (driver := self._drivers.get(name)) is None and (remaining := deadline - loop.time()) > 0:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._changed.wait()), remaining)
+            except TimeoutError:
+                break
+        return driver
