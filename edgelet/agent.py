@@ -460,7 +460,7 @@ class Agent:
                                  self.pod_manager.translate_pod_uid),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
                 cluster_ca=self.cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
-                claimed_volumes=self.volumes.claimed_volumes,
+                claimed_volumes=self.volumes.claimed_volumes, csi_volume_stats=self.volumes.csi_volume_stats,
             )
         except (EdgeletError, OSError) as exc:
             log.error("kubelet API not started: %s", exc)

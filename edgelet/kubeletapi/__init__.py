@@ -81,7 +81,8 @@ def build_server(
     config: Config, *, runtime: Any, review: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]],
     lookup: PodLookup, pods_json: Callable[[], bytes], health_checks: Mapping[str, HealthCheck],
     node_ip: str, cluster_ca: bytes | None = None, serving_cert: str | None = None,
-    claimed_volumes: Callable[[str], list[tuple[str, str, str, str]]] = lambda pod_uid: [],
+    claimed_volumes: Callable[[str], list[Any]] = lambda pod_uid: [],
+    csi_volume_stats: Callable[[str], Awaitable[dict[str, int] | None]] | None = None,
 ) -> KubeletApiServer:
     """The server for config.kubelet_api; raises TLSSetupError or KubeconfigError naming the setting at fault."""
     settings = config.kubelet_api
@@ -102,7 +103,7 @@ def build_server(
     context = server_context(cert_file, key_file, client_ca_file=settings.client_ca_file, client_ca_data=ca_data)
     stats = SummaryProvider(runtime, node_name=config.node_name, root_dir=config.root_dir, logs_dir=config.logs_dir,
                             container_start=lookup.container_start, pod_sandbox=lookup.ready_sandbox,
-                            claimed_volumes=claimed_volumes)
+                            claimed_volumes=claimed_volumes, csi_volume_stats=csi_volume_stats)
     node = NodeView(
         node_name=config.node_name, logs_dir=config.logs_dir, runtime=runtime,
         find_container=lookup.container, find_sandbox=lookup.sandbox, container_running=lookup.container_running,

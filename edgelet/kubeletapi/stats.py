@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -271,14 +271,16 @@ class SummaryProvider:
     def __init__(self, runtime: Any, *, node_name: str, root_dir: str, logs_dir: str,
                  container_start: Callable[[str], int] = lambda container_id: 0,
                  pod_sandbox: Callable[[str], Any] = lambda pod_uid: None,
-                 claimed_volumes: Callable[[str], list[tuple[str, str, str, str]]] = lambda pod_uid: []) -> None:
+                 claimed_volumes: Callable[[str], list[Any]] = lambda pod_uid: [],
+                 csi_volume_stats: Callable[[str], Awaitable[dict[str, int] | None]] | None = None) -> None:
         self._runtime = runtime
         self._node_name = node_name
         self._root_dir = root_dir
         self._logs_dir = logs_dir
         self._container_start = container_start
         self._pod_sandbox = pod_sandbox
-        self._claimed_volumes = claimed_volumes  # (volume, directory, claim namespace, claim name) of a pod
+        self._claimed_volumes = claimed_volumes  # a pod's claims (volumes.manager.ClaimedPath)
+        self._csi_volume_stats = csi_volume_stats
         self._usage = UsageCache()
         self._sandbox_pids: dict[str, int] = {}  # sandbox id -> its first process, whose netns is the pod's
         self._rates = CpuRates()
@@ -346,19 +348,27 @@ class SummaryProvider:
             if pod.network is None:
                 pod.network = await self._pod_network(uid, now, sandboxes_seen)
             if claimed := self._claimed_volumes(uid):
-                pod.volumes = await asyncio.to_thread(self._volume_stats, claimed, now)
+                pod.volumes = await self._pod_volume_stats(claimed, now)
         self._sandbox_pids = {sid: pid for sid, pid in self._sandbox_pids.items() if sid in sandboxes_seen}
         self._rates.forget_except(["/", *(s.attributes.id for s in containers), *("pod:" + u for u in pods)])
         return sorted(pods.values(), key=lambda p: (p.ref["namespace"], p.ref["name"]))
 
-    def _volume_stats(self, claimed: list[tuple[str, str, str, str]], now: int) -> list[dict[str, Any]]:
-        """Blocking: statvfs and a walk of each claim's directory (once a period, see UsageCache)."""
+    async def _pod_volume_stats(self, claimed: list[Any], now: int) -> list[dict[str, Any]]:
+        """A CSI volume's from its driver (NodeGetVolumeStats) where it reports them, else statvfs and a walk of the
+        directory (once a period, see UsageCache)."""
         found = []
-        for name, path, namespace, claim in claimed:
+        for volume in claimed:
+            reported = await self._csi_volume_stats(volume.path) if volume.csi and self._csi_volume_stats else None
+            if reported:
+                found.append({"time": rfc3339(now), **reported, "name": volume.volume,
+                              "pvcRef": {"name": volume.claim, "namespace": volume.namespace}})
+                continue
             try:
-                found.append(volume_stats(now, name, os.statvfs(path), self._usage.usage(path), (namespace, claim)))
+                vfs, used = await asyncio.to_thread(lambda: (os.statvfs(volume.path), self._usage.usage(volume.path)))
             except OSError as err:
-                log.debug("volume %s: no stats: %s", name, err)
+                log.debug("volume %s: no stats: %s", volume.volume, err)
+                continue
+            found.append(volume_stats(now, volume.volume, vfs, used, (volume.namespace, volume.claim)))
         return found
 
     async def _pod_network(self, pod_uid: str, now: int, seen: set[str]) -> dict[str, Any] | None:

@@ -60,6 +60,17 @@ def _failed(name: str, message: str) -> str:
     return f'MountVolume.SetUp failed for volume "{name}" : {message}'
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimedPath:
+    """A pod's claim as /stats/summary reports it."""
+
+    volume: str
+    path: str
+    namespace: str
+    claim: str
+    csi: bool = False
+
+
 @dataclass(slots=True)
 class _Plan:
     """One volume to set up: decided in the event loop, carried out in a worker thread."""
@@ -336,14 +347,18 @@ class VolumeManager:
             plugins.setup_written_volume(plan.path, plan.payload, memory_backed=plan.in_memory, size=plan.size,
                                          fs_group=fs_group, mounts=mounts)
 
-    def claimed_volumes(self, pod_uid: str) -> list[tuple[str, str, str, str]]:
-        """(volume name, directory on the node, claim namespace, claim name) of each claim the pod has mounted."""
+    def claimed_volumes(self, pod_uid: str) -> list[ClaimedPath]:
+        """Each claim the pod has mounted, with its directory on the node (a CSI volume's publish path)."""
         found = []
         for name, claimed in sorted(self._claims.get(pod_uid, {}).items()):
             namespace, claim = claimed.claim.split("/", 1)
             path = self._csi_target(pod_uid, claimed.volume) if claimed.csi is not None else claimed.path
-            found.append((name, path, namespace, claim))
+            found.append(ClaimedPath(name, path, namespace, claim, claimed.csi is not None))
         return found
+
+    async def csi_volume_stats(self, target: str) -> dict[str, int] | None:
+        """NodeGetVolumeStats of a published CSI volume (None when its driver does not report them)."""
+        return await self._csi_volumes.volume_stats(target) if self._csi_volumes is not None else None
 
     # -- tear down --------------------------------------------------------------------------------
 
