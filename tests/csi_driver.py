@@ -21,7 +21,12 @@ import grpc
 
 from edgelet.csi import csi_pb2 as csi
 from edgelet.csi import pluginregistration_pb2 as reg
-from edgelet.csi.csi_pb2_grpc import IdentityServicer, NodeServicer, add_IdentityServicer_to_server, add_NodeServicer_to_server
+from edgelet.csi.csi_pb2_grpc import (
+    IdentityServicer,
+    NodeServicer,
+    add_IdentityServicer_to_server,
+    add_NodeServicer_to_server,
+)
 from edgelet.csi.pluginregistration_pb2_grpc import RegistrationServicer, add_RegistrationServicer_to_server
 
 TOPOLOGY_KEY = "topology.test.csi/zone"

@@ -3,7 +3,6 @@ gRPC here."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,12 +20,9 @@ class Driver:
 class DriverRegistry:
     def __init__(self) -> None:
         self._drivers: dict[str, Driver] = {}
-        self._changed = asyncio.Event()
 
     def add(self, driver: Driver) -> None:
         self._drivers[driver.name] = driver
-        self._changed.set()
-        self._changed = asyncio.Event()
 
     def remove(self, name: str) -> Driver | None:
         return self._drivers.pop(name, None)
@@ -36,14 +32,3 @@ class DriverRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._drivers)
-
-    async def wait_for(self, name: str, timeout: float) -> Driver | None:
-        """The driver, waiting up to `timeout` for it to register (an agent start with volumes to tear down)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while (driver := self._drivers.get(name)) is None and (remaining := deadline - loop.time()) > 0:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._changed.wait()), remaining)
-            except TimeoutError:
-                break
-        return driver

@@ -19,14 +19,13 @@ from ..kubeapi.errors import ApiError, NotFound
 from ..podutil import Pod
 from ..volumes.claims import CsiSource
 from ..volumes.errors import VolumeError
-from ..volumes.mountutil import is_mount_point, read_mounts
+from ..volumes.mountutil import is_mount_point
 from . import paths
 from .client import CsiError, NodeClient, volume_capability
 from .drivers import DriverRegistry
 
 log = logging.getLogger(__name__)
 
-REGISTRATION_WAIT = 30.0  # how long a teardown after a restart waits for the driver to register again
 _POD_INFO = "csi.storage.k8s.io/"
 
 
@@ -116,7 +115,7 @@ class CsiVolumes:
         client = self._client(source.driver)
         uid = podutil.uid(pod)
         handle = paths.ephemeral_handle(uid, spec_name) if source.ephemeral else source.volume_handle
-        if await asyncio.to_thread(is_mount_point, target, read_mounts()):
+        if await asyncio.to_thread(is_mount_point, target):
             self._published.add(target)
             return target
         csi_driver = await self._csi_driver(source.driver)
@@ -211,7 +210,7 @@ class CsiVolumes:
             if record is None:
                 continue
             target = os.path.join(directory, "mount")
-            driver = await self.drivers.wait_for(record.driverName, REGISTRATION_WAIT)
+            driver = self.drivers.get(record.driverName)  # not yet registered after a restart: housekeeping retries
             if driver is None or driver.client is None:
                 raise VolumeError(f"cannot unpublish CSI volume {record.specVolID}: driver {record.driverName} is "
                                   "not registered")
@@ -228,7 +227,7 @@ class CsiVolumes:
             for directory, record in await asyncio.to_thread(staged_records, self.plugins_dir):
                 if (record.driverName, record.volumeHandle) in in_use:
                     continue
-                driver = await self.drivers.wait_for(record.driverName, REGISTRATION_WAIT)
+                driver = self.drivers.get(record.driverName)
                 if driver is None or driver.client is None:
                     raise VolumeError(f"cannot unstage CSI volume {record.volumeHandle}: driver "
                                       f"{record.driverName} is not registered")

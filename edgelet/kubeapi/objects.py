@@ -48,6 +48,9 @@ from edgelet.tasks import wait_set
 log = logging.getLogger(__name__)
 
 OBJECT_KIND = "object"
+# A claim a pod waits for (absent or not bound yet) is read again this often: the pod starts soon after its binding,
+# at one GET per waiting claim and period (the kubelet's volume manager reads it again every 100 ms).
+PENDING_CLAIM_POLL = 2.0
 SOURCE = "api"
 _PLURAL = {CONFIGMAP: "configmaps", SECRET: "secrets", CLAIM: "persistentvolumeclaims", VOLUME: "persistentvolumes"}
 
@@ -186,7 +189,10 @@ class ObjectSyncer:
             retry.succeeded()
             if full:
                 next_refresh = self._clock() + self.refresh
-            await wait_set(self._wake, max(next_refresh - self._clock(), 0.0))
+            wait = max(next_refresh - self._clock(), 0.0)
+            if self._waiting_claims():
+                wait = min(wait, PENDING_CLAIM_POLL)
+            await wait_set(self._wake, wait)
 
     async def refresh_once(self, *, full: bool = True) -> None:
         """Reads the wanted objects (all of them, or only those never read), forgets unwanted ones and
@@ -195,7 +201,7 @@ class ObjectSyncer:
             return
         wanted = set(self._wanted)
         try:
-            for key in sorted(wanted if full else wanted - self._attempted):
+            for key in sorted(wanted if full else (wanted - self._attempted) | self._waiting_claims()):
                 await self._fetch(key)
             # Then the volumes of the claims as just read (a claim may have been bound or rebound meanwhile).
             volumes = self._bound(wanted) - wanted
@@ -227,6 +233,10 @@ class ObjectSyncer:
             return
         known = self._wanted if self._wanted is not None else set(self._objects)
         await self._commit(known | set(missing))
+
+    def _waiting_claims(self) -> set[Key]:
+        """Claims pods reference that are absent or not bound yet."""
+        return {key for key in self._wanted or () if key[0] == CLAIM and bound_volume(self._objects.get(key)) is None}
 
     def _lacking(self, key: Key) -> bool:
         obj = self.store.get(*key)

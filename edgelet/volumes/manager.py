@@ -1,6 +1,7 @@
 """The volume manager: sets up a pod's volumes under `<pods_dir>/<uid>/volumes/<plugin>/<name>` on every
-sync (a claim's `local` volume bind-mounted there, a hostPath one used in place), turns a container's volumeMounts into CRI mounts (with subPaths, /etc/hosts and the termination
-log), and tears everything down without ever touching data outside the pod directory.
+sync (a claim's `local` volume bind-mounted there, a hostPath one used in place, a CSI one published there by its
+driver), turns a container's volumeMounts into CRI mounts (with subPaths, /etc/hosts and the termination log), and
+tears everything down without ever touching data outside the pod directory.
 """
 
 from __future__ import annotations
@@ -181,9 +182,12 @@ class VolumeManager:
         tokens, errors = await self._service_account_tokens(pod)
         plans, plan_errors = self._plan(pod, tokens)
         errors += plan_errors
-        published, csi_errors = await self._publish_csi(pod, pod_dir, [plan for plan in plans if plan.csi])
-        errors += csi_errors
-        plans = [plan for plan in plans if not plan.csi]
+        published: dict[str, str] = {}
+        if any(plan.csi for plan in plans):
+            async with self._lock(uid):  # under the pod's lock, as teardown is
+                published, csi_errors = await self._publish_csi(pod, pod_dir, [plan for plan in plans if plan.csi])
+            errors += csi_errors
+            plans = [plan for plan in plans if not plan.csi]
         if not plans:
             # Nothing to lay out, and nothing to wait for before the sandbox: no thread hop. The pod's directory
             # comes with the first file written in it (its hosts file, a container's termination log).
@@ -200,9 +204,9 @@ class VolumeManager:
     async def _publish_csi(self, pod: Pod, pod_dir: str, plans: list[_Plan]) -> tuple[dict[str, str], list[str]]:
         paths, errors = {}, []
         for plan in plans:
+            spec_name = os.path.basename(os.path.dirname(plan.path))  # the PV's name, or the inline volume's
             try:
-                paths[plan.name] = await self._csi().publish(pod, pod_dir, os.path.basename(os.path.dirname(plan.path)),
-                                                             plan.csi)
+                paths[plan.name] = await self._csi().publish(pod, pod_dir, spec_name, plan.csi)
             except VolumeError as exc:
                 errors.append(_failed(plan.name, exc.message))
         return paths, errors

@@ -132,7 +132,8 @@ def test_claims_bound_by_hand_to_host_path_and_local_volumes(node_ready, control
     for claim, volume, source, extra in (
             ("host-claim", "host-pv", {"hostPath": {"path": str(tmp_path / "host-disk"), "type": "DirectoryOrCreate"}},
              {}),
-            ("local-claim", "local-pv", {"local": {"path": str(local_dir)}}, {"nodeAffinity": hostname_affinity(node)})):
+            ("local-claim", "local-pv", {"local": {"path": str(local_dir)}},
+             {"nodeAffinity": hostname_affinity(node)})):
         manifests.append({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
                           "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                                    "storageClassName": "", "claimRef": {"namespace": "default", "name": claim},

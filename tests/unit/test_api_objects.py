@@ -339,3 +339,27 @@ async def test_ensure_waits_for_the_volume_of_a_claim(api, tmp_path):
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_claim_pods_wait_for_is_read_again_soon_until_it_is_bound(api, tmp_path):
+    api.put(claim("data"))
+    now = [0.0]
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path), refresh=3600, clock=lambda: now[0])
+    path = f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data"
+    syncer.set_pods([claims("data")])
+    task = asyncio.create_task(syncer.run())
+    try:
+        await asyncio.wait_for(syncer.ensure([claims("data")], timeout=5), 5)
+        api.put(claim("data", "pv-data", "Bound"))
+        api.put(volume("pv-data", "data"))
+        for _ in range(100):  # the loop's short wait (PENDING_CLAIM_POLL) passes; the refresh (3600 s) does not
+            if syncer.store.get(VOLUME, "", "pv-data") is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert syncer.store.get(VOLUME, "", "pv-data") is not None
+        reads = api.gets.count(path)
+        await asyncio.sleep(2.5)  # bound now: no more reads until the refresh
+        assert api.gets.count(path) == reads
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
