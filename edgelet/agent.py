@@ -56,13 +56,14 @@ from .server import Listener, OpsServer, bind_all
 from .status.manager import StatusManager, pod_list, status_dir
 from .status.view import Heartbeat, present_pods
 from .syncloop import SyncLoop
-from .tasks import TaskGroup
+from .tasks import TaskGroup, wait_set
 from .volumes import VolumeManager
 from .volumes.claims import node_labels
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 5.0
+PLUGINS_FIRST_SCAN = 3.0  # seconds the first pod sync waits for CSI plugins already installed to register
 # Threads for blocking file I/O: two keep a burst's writes from queueing behind one slow write on a 2-core device.
 IO_THREADS = 2
 
@@ -550,6 +551,9 @@ class Agent:
             self._tasks.start("plugin-watcher", self.plugin_watcher.run())
             if self._csinode is not None:
                 self._tasks.start("csinode", self._csinode.run())
+            # Drivers already installed register before the first pod sync needs them (bounded: a plugin that
+            # does not answer must not hold the pods up).
+            await wait_set(self.plugin_watcher.scanned, PLUGINS_FIRST_SCAN)
         self._tasks.start("airgap-images", self.airgap.run())
         self._tasks.start("image-gc", self.image_gc.run())
         self._tasks.start("container-gc", self.container_gc.run())

@@ -53,6 +53,7 @@ class PluginWatcher:
         self._registered: dict[str, tuple[str, str]] = {}  # socket -> (type, plugin name)
         self._failed: set[str] = set()  # sockets whose registration failed: tried again only when they change
         self._wake = asyncio.Event()
+        self.scanned = asyncio.Event()  # set after the first pass: the plugins present at start are registered
 
     async def run(self) -> None:
         inotify = None
@@ -61,6 +62,7 @@ class PluginWatcher:
                 if inotify is None and os.path.isdir(self.directory):
                     inotify = self._watch()
                 await self.reconcile()
+                self.scanned.set()
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), self.resync)
