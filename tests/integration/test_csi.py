@@ -27,7 +27,7 @@ from tests.integration.test_cluster import (
     running_in_api,
     unmount_below,
 )
-from tests.integration.test_volumes_claims import bind_by_hand, claim_volume
+from tests.integration.test_volumes_claims import bind_by_hand, claim_volume, failed_mount
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -134,3 +134,22 @@ def test_a_driver_that_goes_away_is_removed_from_the_csinode(driver, csi_agent, 
     driver.terminate()
     driver.wait(10)
     wait_for(lambda: api_get(api, "csinodes", NODE)["spec"]["drivers"] == [], 30, what="driver gone from CSINode")
+
+
+def test_a_volume_waits_for_its_attachment_when_the_driver_requires_it(driver, csi_agent, api):
+    """No CSIDriver object: attaching is required (the API's default). The pod waits until the attach/detach
+    controller's VolumeAttachment says attached; its metadata reaches the driver as the publish context."""
+    bind_by_hand(api, "attached", "pv-attached", {"csi": {"driver": DRIVER, "volumeHandle": "vol-2"}})
+    csi_agent.start()
+    api.create("pods", api_pod("waits", volumes=[claim_volume("data", "attached")]))
+    name = paths.attachment_name("vol-2", DRIVER, NODE)
+    message = wait_for(lambda: failed_mount(api, "waits", "volume attachment"), 30, what="FailedMount event")
+    assert f"volume vol-2 has GET error for volume attachment {name}" in message  # none yet: NotFound
+    assert not driver.calls("NodeStageVolume")
+    api.create("volumeattachments", {
+        "metadata": {"name": name},
+        "spec": {"attacher": DRIVER, "nodeName": NODE, "source": {"persistentVolumeName": "pv-attached"}},
+        "status": {"attached": True, "attachmentMetadata": {"devicePath": "/dev/test0"}}})
+    wait_for(lambda: running_in_api(api, "waits"), 60, what="waits Running once attached")
+    (staged,) = driver.calls("NodeStageVolume")
+    assert staged["publish_context"] == {"devicePath": "/dev/test0"}
