@@ -27,7 +27,7 @@ from tests.integration.test_cluster import (
     running_in_api,
     unmount_below,
 )
-from tests.integration.test_volumes_claims import bind_by_hand, claim_volume, failed_mount
+from tests.integration.test_claims_agent import bind_by_hand, claim_volume, failed_mount
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
