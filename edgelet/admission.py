@@ -25,6 +25,9 @@ SUPPORTED_VOLUME_SOURCES = frozenset(
 )
 
 
+CLAIM_SOURCES = frozenset({"persistentVolumeClaim", "ephemeral"})
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     admit: bool
@@ -43,11 +46,15 @@ def unsupported_features(pod: Pod) -> list[str]:
     """What the pod asks for that edgelet does not do (a clear no beats a pod that half works)."""
     problems = []
     spec = podutil.spec(pod)
+    static = podutil.is_static(pod)
     for i, volume in enumerate(spec.get("volumes") or []):
         kinds = [key for key in volume if key != "name"]
         unsupported = [k for k in kinds if k not in SUPPORTED_VOLUME_SOURCES]
         if unsupported:
             problems.append(f"spec.volumes[{i}] ({volume.get('name', '?')}): {unsupported[0]} volumes")
+        elif static and (claims := [k for k in kinds if k in CLAIM_SOURCES]):
+            # A static pod's claims cannot be read: the API graph the node authorizer follows has no such pod.
+            problems.append(f"spec.volumes[{i}] ({volume.get('name', '?')}): {claims[0]} volumes of a static pod")
     return problems + _features_left_out(pod)
 
 

@@ -88,6 +88,14 @@ def test_unsupported_features_lists_every_problem():
     assert unsupported_features(pod) == ["spec.volumes[0] (a): nfs volumes", "spec.volumes[1] (b): iscsi volumes"]
 
 
+def test_a_static_pods_claims_are_refused():
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]
+    static = pod_with(volumes=volumes)
+    static["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
+    assert unsupported_features(static) == ["spec.volumes[0] (data): persistentVolumeClaim volumes of a static pod"]
+    assert unsupported_features(pod_with(volumes=volumes)) == []
+
+
 def test_rejected_status_is_failed_with_reason():
     assert rejected_status(Verdict(False, "OutOfpods", "m")) == {
         "phase": "Failed", "reason": "OutOfpods", "message": "m"}
