@@ -262,7 +262,7 @@ class Agent:
 
         drivers = DriverRegistry()
         self.volumes.use_csi(drivers, self.config.plugins_dir)
-        handler = CsiPluginHandler(drivers)
+        handler = CsiPluginHandler(drivers, on_registered=self.volumes.unstage_unused_csi)
         return PluginWatcher(self.config.csi.plugins_registry, {CSI_PLUGIN: handler}), handler
 
     def _make_cluster(self):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from .drivers import Driver, DriverRegistry
 
@@ -28,8 +28,11 @@ def supported_version(versions: list[str]) -> str | None:
 
 
 class CsiPluginHandler:
-    def __init__(self, drivers: DriverRegistry):
+    def __init__(self, drivers: DriverRegistry, on_registered: Callable[[str], Awaitable[None]] | None = None):
         self.drivers = drivers
+        # What follows a registration: the volume manager's unstage pass for volumes no pod uses any more (left
+        # staged by a crash between a pod's unpublish and the unstage).
+        self.on_registered = on_registered
         self.csinode: CsiNodeUpdater | None = None  # cluster mode: `use_csinode`
 
     def use_csinode(self, csinode: CsiNodeUpdater) -> None:
@@ -59,6 +62,11 @@ class CsiPluginHandler:
         if self.csinode is not None:
             self.csinode.set_driver(driver)
         log.info("CSI driver %s: node ID %s, topology %s", name, info.node_id, dict(driver.topology) or "none")
+        if self.on_registered is not None:
+            try:
+                await self.on_registered(name)
+            except Exception as e:  # the driver is registered all the same; a later teardown tries again
+                log.warning("CSI driver %s: unstaging volumes no pod uses failed: %s", name, e)
 
     async def deregister(self, name: str) -> None:
         driver = self.drivers.remove(name)

@@ -133,15 +133,16 @@ class CsiVolumes:
                             _POD_INFO + "pod.uid": uid,
                             _POD_INFO + "serviceAccount.name": podutil.spec(pod).get("serviceAccountName") or "",
                             _POD_INFO + "ephemeral": "true" if source.ephemeral else "false"})
+        record = paths.VolumeRecord(spec_name, handle, source.driver, self.node_name, attachment,
+                                    paths.EPHEMERAL if source.ephemeral else paths.PERSISTENT)
         staging = ""
         async with self._lock:
+            # The pod's record first: a publish cut short by a crash is still undone, and an unstage pass running
+            # meanwhile sees the volume in use.
+            await asyncio.to_thread(_write_record, paths.publish_dir(pod_dir, spec_name), record)
             if not source.ephemeral and await client.stages():
                 staging = await self._stage(client, source, spec_name, handle, capability, publish_context,
                                             attachment)
-        record = paths.VolumeRecord(spec_name, handle, source.driver, self.node_name, attachment,
-                                    paths.EPHEMERAL if source.ephemeral else paths.PERSISTENT)
-        # The record first: a publish cut short by a crash is still undone.
-        await asyncio.to_thread(_write_record, paths.publish_dir(pod_dir, spec_name), record)
         await client.publish(handle, target, capability, staging_path=staging, read_only=source.read_only,
                              publish_context=publish_context, volume_context=context,
                              secrets=await self._secret(source.publish_secret))
@@ -219,13 +220,13 @@ class CsiVolumes:
             await asyncio.to_thread(_remove_empty, directory, "mount", paths.VOL_DATA)
         await self.unstage_unused()
 
-    async def unstage_unused(self) -> None:
-        """NodeUnstageVolume for each staged volume that no pod on this node publishes any more."""
+    async def unstage_unused(self, driver_name: str = "") -> None:
+        """NodeUnstageVolume for each staged volume (of one driver, if named) that no pod on this node publishes."""
         async with self._lock:
             in_use = {(record.driverName, record.volumeHandle)
                       for _, record in await asyncio.to_thread(published_records, self.pods_dir)}
             for directory, record in await asyncio.to_thread(staged_records, self.plugins_dir):
-                if (record.driverName, record.volumeHandle) in in_use:
+                if (record.driverName, record.volumeHandle) in in_use or driver_name not in ("", record.driverName):
                     continue
                 driver = self.drivers.get(record.driverName)
                 if driver is None or driver.client is None:

@@ -360,6 +360,12 @@ class VolumeManager:
             found.append(ClaimedPath(name, path, namespace, claim, claimed.csi is not None))
         return found
 
+    async def unstage_unused_csi(self, driver: str) -> None:
+        """Unstages the volumes of `driver` staged on this node that no pod publishes (after the driver registers:
+        what a crash left staged). Loads the CSI volume code only where something is staged."""
+        if os.path.isdir(os.path.join(self._plugins_dir, "kubernetes.io", "csi", driver)):
+            await self._csi().unstage_unused(driver)
+
     async def csi_volume_stats(self, target: str) -> dict[str, int] | None:
         """NodeGetVolumeStats of a published CSI volume (None when its driver does not report them)."""
         return await self._csi_volumes.volume_stats(target) if self._csi_volumes is not None else None

@@ -153,3 +153,24 @@ def test_a_volume_waits_for_its_attachment_when_the_driver_requires_it(driver, c
     wait_for(lambda: running_in_api(api, "waits"), 60, what="waits Running once attached")
     (staged,) = driver.calls("NodeStageVolume")
     assert staged["publish_context"] == {"devicePath": "/dev/test0"}
+
+
+def test_a_volume_left_staged_by_a_crash_is_unstaged_when_its_driver_registers(driver, csi_agent, api, containerd):
+    """The pod's unpublish done and its directory gone, the unstage not yet (a kill -9 between them): the unstage
+    pass after the driver registers again finds the staged volume no pod publishes."""
+    api.create("csidrivers", {"metadata": {"name": DRIVER}, "spec": {"attachRequired": False}})
+    bind_by_hand(api, "left", "pv-left", {"csi": {"driver": DRIVER, "volumeHandle": "vol-3"}})
+    csi_agent.start()
+    uid = api.create("pods", api_pod("left", volumes=[claim_volume("data", "left")]))["metadata"]["uid"]
+    wait_for(lambda: running_in_api(api, "left"), 60, what="left Running")
+    csi_agent.kill9()
+    api.delete("pods", "left", "default", grace_period=0)
+    remove_pod_from_runtime(containerd.endpoint, uid)
+    pod_dir = csi_agent.root_dir / "pods" / uid
+    subprocess.run(["umount", str(pod_dir / "volumes" / "kubernetes.io~csi" / "pv-left" / "mount")], check=True)
+    unmount_below(pod_dir)
+    subprocess.run(["rm", "-rf", "--one-file-system", str(pod_dir)], check=True)
+    assert not driver.calls("NodeUnstageVolume")
+    csi_agent.start()
+    wait_for(lambda: [c["volume_id"] for c in driver.calls("NodeUnstageVolume")] == ["vol-3"], 30,
+             what="unstage after the driver registered again")
