@@ -120,6 +120,11 @@ class CsiVolumes:
             return target
         csi_driver = await self._csi_driver(source.driver)
         spec = (csi_driver or {}).get("spec") or {}
+        modes = spec.get("volumeLifecycleModes") or [paths.PERSISTENT]
+        mode = paths.EPHEMERAL if source.ephemeral else paths.PERSISTENT
+        if self.api is not None and mode not in modes:
+            raise VolumeError(f'volume mode "{mode}" not supported by driver {source.driver} (only supports '
+                              f'{json.dumps(modes)})')
         publish_context: dict[str, str] = {}
         attachment = ""
         if not source.ephemeral and spec.get("attachRequired", True):

@@ -66,8 +66,8 @@ def publishes(driver, volume_id: str) -> list[dict]:
 
 def test_a_csi_driver_registers_stages_once_publishes_per_pod_and_cleans_up_after_a_kill(
         driver, csi_agent, api, containerd, tmp_path: Path):
-    api.create("csidrivers", {"metadata": {"name": DRIVER}, "spec": {"attachRequired": False,
-                                                                     "podInfoOnMount": True}})
+    api.create("csidrivers", {"metadata": {"name": DRIVER}, "spec": {
+        "attachRequired": False, "podInfoOnMount": True, "volumeLifecycleModes": ["Persistent", "Ephemeral"]}})
     bind_by_hand(api, "shared", "pv-csi", {"csi": {"driver": DRIVER, "volumeHandle": "vol-1",
                                                    "volumeAttributes": {"tier": "fast"}}},
                  accessModes=["ReadWriteMany"])
@@ -174,3 +174,12 @@ def test_a_volume_left_staged_by_a_crash_is_unstaged_when_its_driver_registers(d
     csi_agent.start()
     wait_for(lambda: [c["volume_id"] for c in driver.calls("NodeUnstageVolume")] == ["vol-3"], 30,
              what="unstage after the driver registered again")
+
+
+def test_an_inline_volume_needs_a_driver_that_says_it_serves_them(driver, csi_agent, api):
+    api.create("csidrivers", {"metadata": {"name": DRIVER}, "spec": {"attachRequired": False}})
+    csi_agent.start()
+    api.create("pods", api_pod("inline", volumes=[{"name": "scratch", "csi": {"driver": DRIVER}}]))
+    wait_for(lambda: failed_mount(api, "inline", f'volume mode "Ephemeral" not supported by driver {DRIVER} (only '
+                                                 'supports ["Persistent"])'), 30, what="FailedMount event")
+    assert not driver.calls("NodePublishVolume")
