@@ -2,20 +2,25 @@
 and a StatefulSet whose claim template is served by a provisioner that works as k3s's local-path-provisioner does
 (WaitForFirstConsumer; a privileged helper pod with a hostPath volume makes and removes each directory on the node;
 a hostPath PersistentVolume with the node's affinity). The data outlives a pod delete, an agent killed with -9 and an
-offline reboot (the API server down while the agent starts with no containers left).
+offline reboot (the API server down while the agent starts with no containers left). A CSI driver written in the
+tests registers with the real API server (the CSINode object) and its volumes mount.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.csi_driver import TOPOLOGY_KEY, read_calls
 from tests.e2e.conftest import Kubectl, container_status, pod_phase, wait_pod
-from tests.integration.agent_harness import wait_for
+from tests.integration.agent_harness import REPO, wait_for
 from tests.runtime_cleanup import empty_runtime_at
 
 pytestmark = pytest.mark.containerd
@@ -235,3 +240,63 @@ def test_a_statefulset_on_local_path_volumes_keeps_its_data(node_ready, control_
         kubectl.run("delete", "statefulset", "broker", "--wait=false", check=False)
         kubectl.run("delete", "pvc", "queue-broker-0", "--wait=false", check=False)
         kubectl.run("delete", "storageclass", CLASS, "--wait=false", check=False)
+
+
+# -- CSI ----------------------------------------------------------------------------------------------------------
+
+CSI_DRIVER = "csi.edgelet.e2e"
+
+
+def test_a_csi_driver_registers_with_the_real_api_server_and_its_volumes_mount(
+        cluster_agent, control_plane, kubectl, tmp_path):
+    """The CSINode the agent writes as the node passes the real API server's validation and NodeRestriction; a
+    pre-provisioned CSI volume and an inline one are published to a pod, unpublished and unstaged when it goes."""
+    node = control_plane.node
+    log = tmp_path / "driver-calls.jsonl"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.csi_driver", "--name", CSI_DRIVER, "--registry", str(tmp_path / "registry"),
+         "--socket", str(tmp_path / "plugins" / CSI_DRIVER / "csi.sock"), "--base", str(tmp_path / "backing"),
+         "--log", str(log), "--node-id", f"{node}-id"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    calls = lambda method: [c for c in read_calls(log) if c["method"] == method]  # noqa: E731
+    kubectl.apply(json.dumps({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": CSI_DRIVER},
+                              "spec": {"attachRequired": False, "podInfoOnMount": True,
+                                       "volumeLifecycleModes": ["Persistent", "Ephemeral"]}}))
+    try:
+        cluster_agent(f'\n[csi]\nplugins_registry = "{tmp_path / "registry"}"\n')
+        csinode = wait_for(lambda: (n := kubectl.get("csinode", node, None)) and n["spec"]["drivers"] and n, 60,
+                           interval=0.3, what="CSINode with the driver")
+        assert csinode["spec"]["drivers"][0]["nodeID"] == f"{node}-id"
+        assert csinode["spec"]["drivers"][0]["topologyKeys"] == [TOPOLOGY_KEY]
+        kubectl.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "csi-pv"},
+             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                      "claimRef": {"namespace": "default", "name": "csi-claim"},
+                      "csi": {"driver": CSI_DRIVER, "volumeHandle": "e2e-vol"}}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "csi-claim"},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": "csi-pv",
+                      "resources": {"requests": {"storage": "1Gi"}}}}]}))
+        wait_for(lambda: (kubectl.get("pvc", "csi-claim") or {}).get("status", {}).get("phase") == "Bound", 60,
+                 interval=0.3, what="csi-claim Bound")
+        kubectl.apply(json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "csi-user"},
+            "spec": {"nodeName": node, "hostNetwork": True, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["sh", "-c", "echo hi > /data/hello; exec sleep 3600"],
+                                     "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                                                      {"name": "scratch", "mountPath": "/scratch"}]}],
+                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "csi-claim"}},
+                                 {"name": "scratch", "csi": {"driver": CSI_DRIVER}}]}}))
+        wait_pod(kubectl, "csi-user", running, 60)
+        wait_for(lambda: (tmp_path / "backing" / "e2e-vol" / "hello").exists(), 10, what="written through the volume")
+        assert [c["volume_id"] for c in calls("NodeStageVolume")] == ["e2e-vol"]
+        assert len(calls("NodePublishVolume")) == 2
+        kubectl("delete", "pod", "csi-user", "--wait=true", timeout=60)
+        wait_for(lambda: len(calls("NodeUnpublishVolume")) == 2 and calls("NodeUnstageVolume"), 30,
+                 what="unpublished and unstaged")
+    finally:
+        driver.terminate()
+        driver.wait(10)
+        kubectl.run("delete", "pod", "csi-user", "--grace-period=0", "--force", check=False)
+        kubectl.run("delete", "pvc", "csi-claim", "--wait=false", check=False)
+        kubectl.run("delete", "pv", "csi-pv", "--wait=false", check=False)
+        kubectl.run("delete", "csidriver", CSI_DRIVER, "--wait=false", check=False)
