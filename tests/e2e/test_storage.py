@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -126,6 +128,14 @@ class LocalPathProvisioner:
             raise AssertionError(f"helper pod {name}: {phase}")
 
 
+def stats_summary(port: int, pki: Path) -> dict:
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    with opener.open(f"https://127.0.0.1:{port}/stats/summary", timeout=10) as reply:
+        return json.loads(reply.read())
+
+
 # -- tests ------------------------------------------------------------------------------------------------------
 
 
@@ -164,6 +174,12 @@ def test_claims_bound_by_hand_to_host_path_and_local_volumes(node_ready, control
         wait_pod(kubectl, "claims", running, 60)
         assert (tmp_path / "host-disk" / "runs").read_text() == "x\n"
         assert (local_dir / "runs").read_text() == "x\n"
+        # The kubelet API's /stats/summary, as the admin (a 1.36 apiserver does not proxy to a loopback node).
+        summary = stats_summary(node_ready.kubelet_api_port, control_plane.dir / "pki")
+        (entry,) = [p for p in summary["pods"] if p["podRef"]["name"] == "claims"]
+        volumes = {v["name"]: v for v in entry["volume"]}
+        assert {v["pvcRef"]["name"] for v in volumes.values()} == {"host-claim", "local-claim"}
+        assert volumes["local"]["usedBytes"] > 0 and volumes["local"]["capacityBytes"] > 0
         kubectl("delete", "pod", "claims", "--wait=true", timeout=60)
         kubectl.apply(json.dumps(pod))
         wait_pod(kubectl, "claims", running, 60)
