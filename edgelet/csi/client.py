@@ -8,10 +8,10 @@ from typing import Any, Mapping
 
 from grpc import aio
 
-from ..volumes.errors import VolumeError
 from . import csi_pb2 as csi
 from . import pluginregistration_pb2 as reg
 from .csi_pb2_grpc import IdentityStub, NodeStub
+from .errors import CsiError
 from .pluginregistration_pb2_grpc import RegistrationStub
 
 CALL_TIMEOUT = 15.0  # registration and info calls
@@ -22,10 +22,6 @@ CAPABILITY_MODES = {  # PV accessModes -> the CSI access mode the kubelet asks f
     "ReadOnlyMany": csi.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY,
     "ReadWriteMany": csi.VolumeCapability.AccessMode.MULTI_NODE_MULTI_WRITER,
 }
-
-
-class CsiError(VolumeError):
-    """A plugin call failed; the message names the call and the plugin's answer."""
 
 
 def _target(socket_path: str) -> str:

@@ -8,8 +8,8 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from ..kubeapi.errors import ApiError, NotFound
-from ..retry import Retrier
+from edgelet.kubeapi.errors import ApiError, NotFound
+from edgelet.util.retry import Retrier
 from .drivers import Driver
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import os
 import stat
 from typing import Protocol
 
-from ..podconfig.inotify import IN_CREATE, IN_DELETE, IN_MOVED_FROM, IN_MOVED_TO, Inotify, InotifyUnavailable
+from edgelet.podconfig.inotify import IN_CREATE, IN_DELETE, IN_MOVED_FROM, IN_MOVED_TO, Inotify, InotifyUnavailable
 
 log = logging.getLogger(__name__)
 

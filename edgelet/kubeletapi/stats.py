@@ -15,10 +15,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from edgelet.cri import RuntimeCallError
-from edgelet.metrics import escape_label_value
+from edgelet.metrics.registry import escape_label_value
 from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
-from edgelet.kuberuntime import labels
-from edgelet.volumes.usage import UsageCache
+from edgelet.eviction.usage import directory_usage
+from edgelet.container import labels
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +265,36 @@ def _read(path: str) -> str:
         return file.read()
 
 
+# -- volumes -------------------------------------------------------------------------------------
+
+VOLUME_STATS_PERIOD = 60.0  # the kubelet's volumeStatsAggPeriod
+
+
+class UsageCache:
+    """What each volume directory uses on disk (du-like bytes and inodes on one filesystem, as the eviction manager
+    measures emptyDirs), measured again once older than `period` seconds: a walk of a large volume costs I/O, and
+    /stats/summary is scraped often."""
+
+    def __init__(self, period: float = VOLUME_STATS_PERIOD, clock: Callable[[], float] = time.monotonic,
+                 measure: Callable[[str], tuple[int, int]] = directory_usage):
+        self.period = period
+        self._clock = clock
+        self._measure = measure
+        self._taken: dict[str, tuple[float, tuple[int, int]]] = {}
+
+    def usage(self, path: str) -> tuple[int, int]:
+        """Blocking (a walk when stale): call from a thread."""
+        now = self._clock()
+        taken = self._taken.get(path)
+        if taken is None or now - taken[0] >= self.period:
+            taken = self._taken[path] = (now, self._measure(path))
+        return taken[1]
+
+    def forget_except(self, paths: set[str]) -> None:
+        for path in [p for p in self._taken if p not in paths]:
+            del self._taken[path]
+
+
 class SummaryProvider:
     """Gathers one Summary per call; keeps the previous CPU samples to derive usageNanoCores."""
 
@@ -341,6 +371,7 @@ class SummaryProvider:
             pod.containers.append(container_json(stats, self._rates, start, logs_fs))
             pod.start_ns = min(filter(None, (pod.start_ns, start)), default=0)
         sandboxes_seen: set[str] = set()
+        volume_paths: set[str] = set()
         for uid, pod in pods.items():
             if pod.cpu is None or pod.memory is None:
                 cpu, memory = sum_pod_usage(pod.containers, now)
@@ -349,7 +380,9 @@ class SummaryProvider:
                 pod.network = await self._pod_network(uid, now, sandboxes_seen)
             if claimed := self._claimed_volumes(uid):
                 pod.volumes = await self._pod_volume_stats(claimed, now)
+                volume_paths.update(volume.path for volume in claimed)
         self._sandbox_pids = {sid: pid for sid, pid in self._sandbox_pids.items() if sid in sandboxes_seen}
+        self._usage.forget_except(volume_paths)
         self._rates.forget_except(["/", *(s.attributes.id for s in containers), *("pod:" + u for u in pods)])
         return sorted(pods.values(), key=lambda p: (p.ref["namespace"], p.ref["name"]))
 

@@ -12,8 +12,8 @@ import platform
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from ..nodestatus.facts import goarch
-from ..objectstore import CLAIM, VOLUME, bound_volume, claim_name
+from edgelet.api.objectstore import CLAIM, VOLUME, bound_volume, claim_name
+from edgelet.nodestatus.facts import goarch
 from .errors import VolumeError
 from .plugins import host_path_error
 

@@ -15,9 +15,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import podutil
-from ..podutil import Pod
-from ..quantity import parse_quantity, to_int_ceil
+from edgelet.api import podutil
+from edgelet.api.podutil import Pod
+from edgelet.api.quantity import parse_quantity, to_int_ceil
+from edgelet.csi.errors import CsiError
 from . import plugins
 from .atomic_writer import FileProjection, path_error
 from .claims import ClaimedVolume, CsiSource, inline_csi, resolve_claim
@@ -144,7 +145,7 @@ class VolumeManager:
         if self._csi_volumes is None:
             if self._csi_drivers is None:
                 raise VolumeError("CSI volumes need CSI drivers: [csi] plugins_registry is empty")
-            from ..csi.volumes import CsiVolumes
+            from .csi import CsiVolumes
 
             self._csi_volumes = CsiVolumes(self._csi_drivers, plugins_dir=self._plugins_dir, pods_dir=self.pods_dir,
                                            node_name=self.node_name, api=self._csi_api)
@@ -207,7 +208,7 @@ class VolumeManager:
             spec_name = os.path.basename(os.path.dirname(plan.path))  # the PV's name, or the inline volume's
             try:
                 paths[plan.name] = await self._csi().publish(pod, pod_dir, spec_name, plan.csi)
-            except VolumeError as exc:
+            except (VolumeError, CsiError) as exc:
                 errors.append(_failed(plan.name, exc.message))
         return paths, errors
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from edgelet.checkpoint import filename_to_key
+from edgelet.util.checkpoint import filename_to_key
 from edgelet.volumes.mountutil import is_mount_point
 from tests.integration.agent_harness import wait_for
 from tests.integration.test_cluster import (

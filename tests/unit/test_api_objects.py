@@ -11,10 +11,10 @@ import stat
 import orjson
 import pytest
 
-from edgelet.checkpoint import CheckpointStore
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.kubeapi.errors import Forbidden, NotFound, ServerError
 from edgelet.kubeapi.objects import ObjectSyncer, object_path, referenced_objects
-from edgelet.objectstore import CLAIM, CONFIGMAP, SECRET, VOLUME, ObjectStore, object_key
+from edgelet.api.objectstore import CLAIM, CONFIGMAP, SECRET, VOLUME, ObjectStore, object_key
 
 NS = "apps"
 

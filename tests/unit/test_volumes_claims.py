@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.objectstore import ObjectStore
+from edgelet.api.objectstore import ObjectStore
 from edgelet.volumes.claims import (
     ClaimedVolume,
     ClaimError,

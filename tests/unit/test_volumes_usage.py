@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from edgelet.kubeletapi.stats import volume_stats
-from edgelet.volumes.usage import UsageCache
+from edgelet.kubeletapi.stats import UsageCache
 
 
 def test_usage_is_measured_again_only_after_the_period():
