@@ -25,6 +25,7 @@ from edgelet.kubeapi.errors import ApiError, NotFound
 from .claims import CsiSource
 from .errors import VolumeError
 from .mountutil import is_mount_point
+from .plugins import apply_fs_group, fs_group
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,18 @@ def published_records(pods_dir: str) -> list[tuple[str, paths.VolumeRecord]]:
 def staged_records(plugins_dir: str) -> list[tuple[str, paths.VolumeRecord]]:
     """(staging directory, record) of every volume staged on this node."""
     return _records(os.path.join(plugins_dir, paths.PLUGIN_NAME), "")
+
+
+def applies_fs_group(policy: str | None, source: CsiSource) -> bool:
+    """Whether the pod's fsGroup is given to a published volume (the kubelet's csiMountMgr.supportsFSGroup): always
+    with fsGroupPolicy File, never with None; with the default ReadWriteOnceWithFSType only for a volume with an
+    fsType that is used ReadWriteOnce (an inline volume always is)."""
+    policy = policy or "ReadWriteOnceWithFSType"
+    if policy in ("File", "None"):
+        return policy == "File"
+    if not source.fs_type:
+        return False
+    return source.ephemeral or tuple(source.access_modes) == ("ReadWriteOnce",)
 
 
 class CsiVolumes:
@@ -153,6 +166,12 @@ class CsiVolumes:
         await client.publish(handle, target, capability, staging_path=staging, read_only=source.read_only,
                              publish_context=publish_context, volume_context=context,
                              secrets=await self._secret(source.publish_secret))
+        group = fs_group(pod)
+        if group is not None and applies_fs_group(spec.get("fsGroupPolicy"), source):
+            try:
+                await asyncio.to_thread(apply_fs_group, target, group, readonly=source.read_only)
+            except OSError as e:
+                raise VolumeError(f"applyFSGroup failed for vol {handle}: {e.strerror or e}") from None
         self._published.add(target)
         return target
 

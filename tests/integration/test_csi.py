@@ -183,3 +183,14 @@ def test_an_inline_volume_needs_a_driver_that_says_it_serves_them(driver, csi_ag
     wait_for(lambda: failed_mount(api, "inline", f'volume mode "Ephemeral" not supported by driver {DRIVER} (only '
                                                  'supports ["Persistent"])'), 30, what="FailedMount event")
     assert not driver.calls("NodePublishVolume")
+
+
+def test_the_pods_fs_group_is_given_to_a_volume_where_the_driver_says_so(driver, csi_agent, api):
+    api.create("csidrivers", {"metadata": {"name": DRIVER}, "spec": {"attachRequired": False, "fsGroupPolicy": "File"}})
+    bind_by_hand(api, "owned", "pv-owned", {"csi": {"driver": DRIVER, "volumeHandle": "vol-4"}})
+    csi_agent.start()
+    pod = api_pod("owned", volumes=[claim_volume("data", "owned")])
+    pod["spec"]["securityContext"] = {"fsGroup": 4321}
+    api.create("pods", pod)
+    wait_for(lambda: running_in_api(api, "owned"), 60, what="owned Running")
+    assert (driver.backing / "vol-4").stat().st_gid == 4321

@@ -160,3 +160,19 @@ def test_node_selector_terms(terms, matches):
 def test_node_labels_are_the_configured_and_the_well_known_ones():
     assert node_labels("Edge-1", {"zone": "a", "kubernetes.io/os": "windows"}, machine="aarch64") == {
         "zone": "a", "kubernetes.io/hostname": "edge-1", "kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64"}
+
+
+@pytest.mark.parametrize(("policy", "fs_type", "modes", "ephemeral", "applies"), [
+    ("File", "", ("ReadWriteMany",), False, True),
+    ("None", "ext4", ("ReadWriteOnce",), False, False),
+    (None, "ext4", ("ReadWriteOnce",), False, True),
+    ("ReadWriteOnceWithFSType", "", ("ReadWriteOnce",), False, False),
+    ("ReadWriteOnceWithFSType", "ext4", ("ReadWriteMany",), False, False),
+    ("ReadWriteOnceWithFSType", "ext4", ("ReadWriteOnce", "ReadOnlyMany"), False, False),
+    ("ReadWriteOnceWithFSType", "ext4", (), True, True),
+])
+def test_when_a_csi_volume_gets_the_pods_fs_group(policy, fs_type, modes, ephemeral, applies):
+    from edgelet.volumes.csi import applies_fs_group
+
+    source = CsiSource("d", "h", fs_type=fs_type, access_modes=modes, ephemeral=ephemeral)
+    assert applies_fs_group(policy, source) is applies
