@@ -327,6 +327,8 @@ class AgentProcess(NodeProcess):
         self.config_path.write_text(textwrap.dedent(f"""\
             node_name = "{NODE_NAME}"
             root_dir = "{self.root_dir}"
+            pod_logs_dir = "{workdir / "log" / "pods"}"
+            container_logs_dir = "{workdir / "log" / "containers"}"
 
             [runtime]
             endpoint = "{endpoint}"
