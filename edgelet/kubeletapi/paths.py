@@ -38,7 +38,8 @@ class Route:
 
 _FIXED = {
     "/healthz": "healthz", "/pods": "pods", "/pods/": "pods", "/stats/summary": "stats/summary",
-    "/stats/summary/": "stats/summary", "/metrics/resource": "metrics/resource",
+    "/stats/summary/": "stats/summary", "/metrics": "metrics", "/metrics/resource": "metrics/resource",
+    "/metrics/cadvisor": "metrics/cadvisor", "/metrics/probes": "metrics/probes",
 }
 
 

@@ -1,5 +1,5 @@
 """The kubelet API server: TLS on :10250, every request authenticated and authorized, then logs, exec,
-attach, port-forward, run, stats, pods and healthz answered as the kubelet answers them.
+attach, port-forward, run, stats, metrics, pods and healthz answered as the kubelet answers them.
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ class NodeView:
     pods_json: Callable[[], bytes]
     health_checks: Mapping[str, HealthCheck]
     summary: Callable[[], Awaitable[dict[str, Any]]]
+    metrics: Callable[[], bytes]  # the agent's own registry (/metrics)
+    probe_metrics: Callable[[], bytes]  # /metrics/probes
+    cadvisor: Callable[[], Awaitable[bytes]]  # /metrics/cadvisor, made at each scrape
 
 
 class KubeletApiServer(HttpServer):
@@ -139,6 +142,12 @@ class KubeletApiServer(HttpServer):
             return Reply(200, orjson.dumps(await self._node.summary()), _JSON)
         if endpoint == "metrics/resource":
             return Reply(200, resource_metrics(await self._node.summary()).encode(), METRICS_CONTENT_TYPE)
+        if endpoint == "metrics":
+            return Reply(200, self._node.metrics(), METRICS_CONTENT_TYPE)
+        if endpoint == "metrics/probes":
+            return Reply(200, self._node.probe_metrics(), METRICS_CONTENT_TYPE)
+        if endpoint == "metrics/cadvisor":
+            return Reply(200, await self._node.cadvisor(), METRICS_CONTENT_TYPE)
         if endpoint == "run":
             if method not in ("POST", "GET"):
                 return error_reply(405, "method not allowed")
