@@ -494,6 +494,8 @@ class KubeletApiConfig:
     # "csr": a serving certificate from the cluster's kubernetes.io/kubelet-serving signer (needs an approver),
     # renewed like the client certificate; the self-signed one serves until the first is issued.
     serving_cert: str = setting("self-signed", _choice("self-signed", "csr"))
+    # What /logs/ serves and its node log queries read files from (the kubelet's /var/log).
+    node_log_dir: str = setting("/var/log", _path(required=True))
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):

@@ -91,6 +91,7 @@ def start_agent(tmp_path: Path, endpoint: str, api: ApiServerDouble, pki: dict, 
 [kubelet_api]
 address = "127.0.0.1:{port}"
 client_ca_file = "{pki['ca'][0]}"
+node_log_dir = "{tmp_path / 'varlog'}"
 """
     return AgentProcess(tmp_path, endpoint, node_name=NODE, extra_toml=toml).start()
 
@@ -520,3 +521,27 @@ def test_probe_results_are_counted_on_metrics_probes(kubelet_api):
                   namespace="default", pod_uid=uid)
     wait_for(lambda: [s for s in scrape(kubelet_api, "/metrics/probes").get("prober_probe_total", [])
                       if s.labels == labels and s.value >= 2], 20, interval=0.5, what="two successful probes")
+
+
+# -- the node's logs (/logs/) ------------------------------------------------------------------------------
+
+def test_node_logs_listing_files_and_queries(kubelet_api):
+    log_dir = kubelet_api.agent.workdir / "varlog"
+    (log_dir / "edgelet-test-svc").mkdir(parents=True)
+    (log_dir / "edgelet-test-svc" / "edgelet-test-svc.log").write_text("svc line 1\nsvc line 2\n")
+    (log_dir / "messages").write_text("kernel: hello\n")
+    token = {"Authorization": "Bearer stats-token"}  # allowed nodes/stats only
+    refused = kubelet_api.get("/logs/", who=None, headers=token)
+    assert refused.status_code == 403 and "subresource=log" in refused.text
+    page = kubelet_api.get("/logs/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<a href="messages">messages</a>' in page.text and '<a href="edgelet-test-svc/">' in page.text
+    assert kubelet_api.get("/logs/messages").text == "kernel: hello\n"
+    assert kubelet_api.get("/logs/nothing").status_code == 404
+    # A service journald has no unit of is read from its file; a query with a slash names a file.
+    service = kubelet_api.get("/logs/?query=edgelet-test-svc")
+    assert service.status_code == 200 and service.text == "svc line 1\nsvc line 2\n"
+    assert kubelet_api.get("/logs/?query=/messages").text == "kernel: hello\n"
+    bad = kubelet_api.get("/logs/?query=/messages&tailLines=3")
+    assert bad.status_code == 400 and "cannot specify file with options" in bad.text
+    assert kubelet_api.get("/logs/?query=/../../etc/passwd").status_code == 400

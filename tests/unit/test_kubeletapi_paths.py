@@ -76,7 +76,9 @@ def test_verb_for(method, verb):
     ("/exec/ns//c", None),
     ("/exec/ns/pod", None),
     ("/portForward/ns", None),
-    ("/logs/", None),
+    ("/logs/", Route("logs")),
+    ("/logs", Route("logs")),
+    ("/logs/journal/x.log", Route("logs", path="journal/x.log")),
     ("/nothing", None),
 ])
 def test_parse_route(path, route):
