@@ -196,6 +196,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.cli_pods", "edgelet.cli_describe", "edgelet.labelselector", "resource",  # other subcommands
     "edgelet.containerlogs",  # `edgelet logs` and the kubelet API read logs; the agent only rotates them
     "edgelet.cluster", "edgelet.clusterapi", "edgelet.kubeapi", "edgelet.kubeletapi", "edgelet.events.apisink",
+    "edgelet.cadvisor", "edgelet.cadvisor.collector",  # /metrics/cadvisor: the kubelet API's
     "edgelet.bootstrap", "edgelet.bootstrap.tokens", "edgelet.nodestatus.setters",  # cluster mode
     "edgelet.cm.topology",  # the static CPU policy
     "edgelet.tunnel", "edgelet.tunnel.agent", "edgelet.tunnel.konnectivity_pb2",  # the konnectivity tunnel
