@@ -108,9 +108,10 @@ class CadvisorCollector:
             pod_cgroup = pods.get(uid)
             if pod_cgroup is not None:
                 child = next((name for name in pod_cgroup[1] if container_id_of(name) == container_id), None)
-                if child is not None:
-                    path = f"{pod_cgroup[0]}/{child}"
-                    usage.merge(self._cgroups.usage(path))
+                if child is None:
+                    continue  # not running: its cgroup is gone, as it is from cAdvisor's view
+                path = f"{pod_cgroup[0]}/{child}"
+                usage.merge(self._cgroups.usage(path))
             known = facts.get(container_id)
             if known is not None and known.started_ns:
                 usage.start_time = known.started_ns / 1e9

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.errors import EdgeletError
 from edgelet.kuberuntime import labels
 from edgelet.kuberuntime.types import ContainerState, SandboxState
@@ -212,7 +213,7 @@ class ContainerGC:
             # Removing the container leaves its log files and link; the kubelet deletes them with the container.
             self._remove_log(status)
 
-    def _remove_log(self, status) -> None:
+    def _remove_log(self, status: pb.ContainerStatus) -> None:
         if status.log_path:
             for path in [status.log_path, *rotated_files(status.log_path)]:
                 try:

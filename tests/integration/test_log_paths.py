@@ -163,10 +163,9 @@ def test_an_upgraded_node_moves_its_logs_without_losing_a_line(tmp_path, contain
         wait_for(lambda: len(numbers(agent.cli("logs", "counter").stdout)) > 50, 30, what="lines before the upgrade")
         agent.stop()  # its containers keep running and writing
         if file_systems == "two":
-            agent.pod_logs_dir.parent.mkdir(parents=True)
-            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(agent.pod_logs_dir.parent)],
-                           check=True)
-            assert os.stat(agent.pod_logs_dir.parent).st_dev != os.stat(agent.root_dir).st_dev
+            agent.pod_logs_dir.mkdir(parents=True)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(agent.pod_logs_dir)], check=True)
+            assert os.stat(agent.pod_logs_dir).st_dev != os.stat(agent.root_dir).st_dev
         before = len(numbers((legacy / f"default_counter-testnode_{uid}" / "main" / "0.log").read_text()))
         agent.config_path.write_text(config)
         agent.start()
