@@ -209,8 +209,7 @@ class CgroupReader:
         files = {}
         for name in (V2_FILES if self.v2 else V1_FILES):
             try:
-                with open(self._file(path, name)) as handle:
-                    files[name] = handle.read()
+                files[name] = _read_small(self._file(path, name))
             except OSError:
                 continue
         return v2_usage(files) if self.v2 else v1_usage(files)
@@ -230,6 +229,16 @@ class CgroupReader:
         except OSError:
             return None
         return int(line) if line.strip().isdigit() else None
+
+
+def _read_small(path: str) -> str:
+    """A cgroup file's text (they are a few KiB at most), without the buffered file object's cost: a scrape at
+    110 pods opens some 2,600 of them."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 65536).decode()
+    finally:
+        os.close(fd)
 
 
 def device_names(numbers: list[str], read: Callable[[str], str]) -> dict[str, str]:

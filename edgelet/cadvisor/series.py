@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from edgelet.metrics import escape_help, sample_line
+from edgelet.metrics import escape_help, escape_label_value, format_value
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -175,10 +175,16 @@ def machine_samples(machine: Machine) -> Iterator[Sample]:
 
 
 def render(samples: Iterable[Sample]) -> bytes:
-    """The text format, families in FAMILIES order, each with HELP and TYPE once (and only when it has samples)."""
+    """The text format, families in FAMILIES order, each with HELP and TYPE once (and only when it has samples).
+    A cgroup's labels are escaped once for all its series (at 110 pods that is 4,000 lines of 7 labels)."""
     by_family: dict[str, list[str]] = {}
+    label_texts: dict[Labels, str] = {}
     for family, labels, value in samples:
-        by_family.setdefault(family, []).append(sample_line(family, labels, value))
+        text = label_texts.get(labels)
+        if text is None:
+            text = label_texts[labels] = ",".join(f'{name}="{escape_label_value(v)}"' for name, v in labels)
+        line = f"{family}{{{text}}} {format_value(value)}\n" if labels else f"{family} {format_value(value)}\n"
+        by_family.setdefault(family, []).append(line)
     out: list[str] = []
     for family, (kind, help_text, _extra) in FAMILIES.items():
         lines = by_family.get(family)
