@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from ..cm import cgroups
+from edgelet.cm import cgroups
 from .series import Usage
 
 CGROUP_FS = "/sys/fs/cgroup"

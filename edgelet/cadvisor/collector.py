@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..cri import RuntimeCallError
-from ..kuberuntime import labels
-from ..nodestatus.facts import read_meminfo
+from edgelet.cri import RuntimeCallError
+from edgelet.container import labels
+from edgelet.nodestatus.facts import read_meminfo
 from .cgroupfs import CgroupReader, container_id_of, device_names
 from .procfs import device_of, mount_sources, parse_net_dev
 from .series import Identity, Machine, Sample, Usage, cgroup_samples, machine_samples, render

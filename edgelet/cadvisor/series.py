@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from edgelet.metrics import escape_help, escape_label_value, format_value
+from edgelet.metrics.registry import escape_help, escape_label_value, format_value
 
 Labels = tuple[tuple[str, str], ...]
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from edgelet.cadvisor.procfs import parse_net_dev
 from edgelet.cri import RuntimeCallError
-from edgelet.metrics import escape_label_value
+from edgelet.metrics.registry import escape_label_value
 from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 
 log = logging.getLogger(__name__)
 

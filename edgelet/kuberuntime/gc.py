@@ -9,6 +9,7 @@ touched.
 from __future__ import annotations
 
 import asyncio
+import glob
 import logging
 import os
 import time
@@ -16,11 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.errors import EdgeletError
-from edgelet.kuberuntime import labels
-from edgelet.kuberuntime.types import ContainerState, SandboxState
-from edgelet.logrotation import rotated_files
-from edgelet.logs.links import dead_links, dead_links_to_remove, link_name, remove_link
+from edgelet.util.errors import EdgeletError
+from edgelet.container import labels
+from edgelet.container.runtime import ContainerState, SandboxState
+from edgelet.kuberuntime.loglinks import dead_links, dead_links_to_remove, link_name, remove_link
 from edgelet.volumes.errors import VolumeError
 from edgelet.volumes.mountutil import remove_tree
 
@@ -214,8 +214,10 @@ class ContainerGC:
             self._remove_log(status)
 
     def _remove_log(self, status: pb.ContainerStatus) -> None:
+        """The container's log files, rotated ones too (`<log path>*`, as the kubelet's log manager cleans them),
+        and its link."""
         if status.log_path:
-            for path in [status.log_path, *rotated_files(status.log_path)]:
+            for path in glob.glob(glob.escape(status.log_path) + "*"):
                 try:
                     os.remove(path)
                 except FileNotFoundError:

@@ -22,10 +22,10 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from ..cri import runtime_v1_pb2 as pb
-from ..errors import EdgeletError
-from ..logs.links import link_name, make_link
-from . import labels
+from edgelet.container import labels
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.kuberuntime.loglinks import link_name, make_link
+from edgelet.util.errors import EdgeletError
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,1 @@
-"""Container logs where collectors look: the `/var/log/containers` links to the files under pod_logs_dir."""
+"""Container logs: reading the CRI log files (reader.py) and rotating them (rotation.py)."""

@@ -13,9 +13,9 @@ from conftest_registry import base_images, image_config_id, make_image, registry
 
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.gc import ImageGC
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 from edgelet.kuberuntime.gc import ContainerGC
-from edgelet.logs.links import link_name, make_link
+from edgelet.kuberuntime.loglinks import link_name, make_link
 from tests.runtime_cleanup import empty_runtime
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from edgelet.logs.links import container_id_of, dead_links_to_remove, link_name
+from edgelet.kuberuntime.loglinks import container_id_of, dead_links_to_remove, link_name
 from edgelet.kuberuntime.logmigration import _copy_tree, _rename_tree, moved_path, rotated_name
 
 CID = "0123456789abcdef" * 4
