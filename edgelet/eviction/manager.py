@@ -106,7 +106,7 @@ class EvictionManager:
         return frozenset(self._conditions)
 
     def pressure(self) -> dict[str, bool]:
-        """For NodeStatusManager's pressure_provider: {"memory": .., "disk": .., "pid": ..}."""
+        """The node report's pressure (NodeReport.pressure): {"memory": .., "disk": .., "pid": ..}."""
         return policy.pressure_flags(self._conditions)
 
     def admit(self, pod: Pod) -> tuple[bool, str, str]:

@@ -27,7 +27,7 @@ MEMORY_PRESSURE = "MemoryPressure"
 DISK_PRESSURE = "DiskPressure"
 PID_PRESSURE = "PIDPressure"
 CONDITIONS = (MEMORY_PRESSURE, DISK_PRESSURE, PID_PRESSURE)
-# NodeStatusManager's pressure_provider keys.
+# The keys of the node report's pressure (NodeReport.pressure).
 CONDITION_KEYS = {MEMORY_PRESSURE: "memory", DISK_PRESSURE: "disk", PID_PRESSURE: "pid"}
 
 MEMORY = "memory"
@@ -97,7 +97,7 @@ def conditions_in_effect(last_observed: Mapping[str, float], period: float, now:
 
 
 def pressure_flags(conditions: Collection[str]) -> dict[str, bool]:
-    """NodeStatusManager's pressure_provider answer: {"memory": .., "disk": .., "pid": ..}."""
+    """The node report's pressure (NodeReport.pressure): {"memory": .., "disk": .., "pid": ..}."""
     return {key: condition in conditions for condition, key in CONDITION_KEYS.items()}
 
 
