@@ -103,7 +103,7 @@ class PodSyncer:
         old_status = self._status.get_status(uid) or {}
         deadline_left = active_deadline_left(pod, old_status.get("startTime"), time.time())
         if deadline_left is not None and deadline_left <= 0:  # the kubelet's activeDeadlineHandler
-            return self._deadline_exceeded(record, runtime_status)
+            return self._deadline_exceeded(pod, record, runtime_status)
         try:
             result = await self._runtime_manager.sync_pod(
                 pod, runtime_status,
@@ -131,33 +131,29 @@ class PodSyncer:
             runtime_status = await self._pleg.inspect_now(uid)
         log_reason_changes(pod, record.waiting, result.waiting_reasons)
         record.waiting = result.waiting_reasons
-        status = self.publish_status(record, runtime_status)
+        status = self.publish_status(pod, record, runtime_status)
         requeue = result.requeue_after
         deadline_left = active_deadline_left(pod, status.get("startTime"), time.time())
         if deadline_left is not None:  # look again when the deadline passes
             requeue = deadline_left if requeue is None else min(requeue, deadline_left)
         return SyncOutcome(requeue_after=requeue, terminal=status.get("phase") in TERMINAL_PHASES)
 
-    def _deadline_exceeded(self, record: PodSyncStatus, runtime_status: PodRuntimeStatus) -> SyncOutcome:
+    def _deadline_exceeded(self, pod: Pod, record: PodSyncStatus, runtime_status: PodRuntimeStatus) -> SyncOutcome:
         """Phase Failed, reason DeadlineExceeded, an event; the worker then kills the containers."""
-        pod = record.pod
         if record.eviction is None:
             log.warning("pod %s: %s", podutil.full_name(pod), DEADLINE_MESSAGE)
             record.eviction = (DEADLINE_REASON, DEADLINE_MESSAGE)
             self._recorder.event(pod_ref(pod), NORMAL, DEADLINE_REASON, DEADLINE_MESSAGE)
-        self.publish_status(record, runtime_status)
+        self.publish_status(pod, record, runtime_status)
         return SyncOutcome(terminal=True)
 
     async def _fresh_status(self, record: PodSyncStatus) -> PodRuntimeStatus:
         """The pod's runtime status, observed after the worker's last action on it."""
         return await self._pleg.cache.get_newer_than(podutil.uid(record.pod), record.acted_at)
 
-    def publish_status(self, record: PodSyncStatus, runtime_status: PodRuntimeStatus,
-                       pod: Pod | None = None) -> dict[str, Any]:
-        """The pod's status from `runtime_status` and the record's failure reasons (`pod`: a newer copy than the
-        record's), to the status manager."""
-        if pod is None:
-            pod = record.pod
+    def publish_status(self, pod: Pod, record: PodSyncStatus, runtime_status: PodRuntimeStatus) -> dict[str, Any]:
+        """The status of `pod` (the copy the caller acted on) from `runtime_status` and its record's failure
+        reasons and eviction, to the status manager."""
         uid = podutil.uid(pod)
         eviction = record.eviction  # evicted, stopped at node shutdown, past its deadline: (reason, message)
         # Past its deadline the pod fails as the kubelet's ShouldEvict has it: no DisruptionTarget.
@@ -185,7 +181,7 @@ class PodSyncer:
         uid = podutil.uid(record.pod)
         pod = self._pods.get(uid)
         if pod is not None:
-            self.publish_status(record, self._pleg.get_status(uid), pod)
+            self.publish_status(pod, record, self._pleg.get_status(uid))
 
     def _observe_start(self, record: PodSyncStatus, runtime_status: PodRuntimeStatus) -> None:
         first_seen = record.first_seen
@@ -216,7 +212,7 @@ class PodSyncer:
         runtime_status = await self._pleg.inspect_now(uid)
         if uid in self._pods:
             record.waiting = {}
-            self.publish_status(record, runtime_status)
+            self.publish_status(pod, record, runtime_status)
 
     async def on_terminated(self, record: PodSyncStatus) -> bool:
         """After the pod's containers stopped: frees what it held, and removes it from the node unless it is
