@@ -76,7 +76,7 @@ class PodLookup:
     def container_facts(self) -> dict[str, ContainerFacts]:
         """The image and start time of every container of the node's pods, by id (for /metrics/cadvisor)."""
         return {status.id: ContainerFacts(status.image, status.started_at)
-                for uid in self._pods() for status in self._runtime_status(uid).containers}
+                for uid in self._pods.uids() for status in self._runtime_status(uid).containers}
 
     def container_start(self, container_id: str) -> int:
         for uid in self._pods.uids():

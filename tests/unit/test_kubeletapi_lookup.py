@@ -8,7 +8,7 @@ import pytest
 from edgelet.kubeletapi import PodLookup
 from edgelet.kubeletapi.paths import parse_route
 from edgelet.kubeletapi.server import NotFoundError
-from edgelet.container.runtime import PodRuntimeStatus
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.pod.manager import PodManager
 
 NODE = "edge-1"
@@ -46,3 +46,19 @@ def test_pod_uid_translates_a_mirror_pods_uid(path, found):
             lookup().pod_uid(route)
     else:
         assert lookup().pod_uid(route) == found
+
+
+def test_container_facts_and_start_times_cover_every_desired_pod():
+    pods = PodManager()
+    pods.set(pod("a", "web"))
+    pods.set(pod("b", "db"))
+
+    def runtime_status(uid: str) -> PodRuntimeStatus:
+        container = ContainerStatus(id=f"c-{uid}", name="main", sandbox_id="s", state=ContainerState.RUNNING,
+                                    created_at=1, started_at=7, image=f"img-{uid}")
+        return PodRuntimeStatus(uid=uid, containers=[container])
+
+    found = PodLookup(NODE, pods, runtime_status)
+    assert {cid: (facts.image, facts.started_ns) for cid, facts in found.container_facts().items()} == {
+        "c-a": ("img-a", 7), "c-b": ("img-b", 7)}
+    assert found.container_start("c-b") == 7 and found.container_start("gone") == 0
