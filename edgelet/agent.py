@@ -33,6 +33,7 @@ from .eviction import EvictionManager, NodeSignals, PodUsageReader, image_fs_mou
 from .images.airgap import AirgapImages
 from .images.gc import ImageGC
 from .images.manager import ImageManager
+from .images.nodeauth import node_keyring
 from .kuberuntime.gc import ContainerGC, GCPolicy
 from .kuberuntime.manager import Collaborators, RuntimeManager
 from .kuberuntime.resizer import Resizer
@@ -115,7 +116,6 @@ class Agent:
         self.runtime = RuntimeClient(
             config.runtime.endpoint,
             timeout=config.runtime.request_timeout,
-            pull_timeout=config.runtime.image_pull_timeout,
         )
         self.pleg = GenericPLEG(
             self.runtime,
@@ -134,8 +134,12 @@ class Agent:
         self.images = ImageManager(
             self.runtime,
             pull_backoff=Backoff(config.backoff.image_pull_initial, config.backoff.image_pull_max),
-            pull_timeout=config.runtime.image_pull_timeout,
             airgap=self.airgap,
+            max_parallel_pulls=config.images.parallel_pulls,
+            progress_timeout=config.images.pull_progress_timeout,
+            node_keyring=node_keyring(root_dir=config.root_dir, docker_config=config.images.docker_config,
+                                      provider_config=config.images.credential_provider_config,
+                                      provider_bin_dir=config.images.credential_provider_bin_dir),
             recorder=self.recorder,
         )
         self.image_gc = ImageGC(
@@ -378,6 +382,8 @@ class Agent:
         self.status.load()
         self._tasks.start("heartbeat", self.heartbeat.run())
         log.info("edgelet starting: node %s, runtime %s", self.node_name, self.runtime.endpoint)
+        for notice in self.config.ignored():
+            log.warning("config: %s", notice)
         self.notifier.status(f"waiting for the container runtime at {self.runtime.endpoint}")
         self._tasks.start("status-writer", self.status.run())
         self._tasks.start("events", self.recorder.run())
