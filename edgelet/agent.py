@@ -203,6 +203,7 @@ class Agent:
             pod_manager=self.pod_manager, pleg=self.pleg, runtime_manager=self.runtime_manager, prober=self.prober,
             status=self.status, volumes=self.volumes, node_ip=self.node_ip, recorder=self.recorder,
             release_resources=self.cpu_manager.remove, on_removed=self._on_pod_removed,
+            network=self.runtime_state.network,
         )
         self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated,
                                   resync_interval=config.sync.sync_frequency)
@@ -219,9 +220,9 @@ class Agent:
             pod_cleaned_up=self._pod_stopped,
             pressure_transition_period=config.eviction.pressure_transition_period,
         )
-        # What the node's Ready condition reports: runtime and PLEG, and a node shutdown in progress.
+        # What the node's Ready condition reports: runtime, its pod network and PLEG, and a node shutdown in progress.
         self.node_health: dict[str, Callable[[], tuple[bool, str]]] = {
-            "runtime": self.runtime_state.health, "pleg": self.pleg.healthy}
+            "runtime": self.runtime_state.health, "network": self.runtime_state.network, "pleg": self.pleg.healthy}
         self.cluster = self._make_cluster() if config.cluster is not None else None
         if self.cluster is not None:
             self._serve_cluster_identity()
@@ -261,6 +262,7 @@ class Agent:
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
             runtime_features_provider=lambda: self.runtime_state.features,
             could_have_running_containers=self.workers.could_have_running_containers,
+            pod_cidr_handler=self.runtime.update_pod_cidr,
         )
 
     def _serve_cluster_identity(self) -> None:

@@ -83,6 +83,7 @@ class ClusterConnection:
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
         recorder: EventRecorder | None = None,
         could_have_running_containers: Callable[[str], bool] = lambda uid: False,
+        pod_cidr_handler: Callable[[str], Awaitable[None]] | None = None,
     ):
         """Raises KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
         cluster = config.cluster
@@ -122,6 +123,7 @@ class ClusterConnection:
             reserved=reserved_for_pods(config),
             max_pods=config.max_pods,
             daemon_port=config.kubelet_api.port,
+            pod_cidr_handler=pod_cidr_handler,
         )
         self.api = ClusterApi(self.client, node_name, cluster, report=report, api_pods=self.caching,
                               pod_manager=pod_manager, status_manager=status_manager, static_pods=self._static_pods,

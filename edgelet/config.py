@@ -378,6 +378,12 @@ def _token_error(value: str) -> str | None:
     return token_error(value)
 
 
+def _taint_error(value: str) -> str | None:
+    from edgelet.nodestatus.taints import taint_error  # cluster nodes only
+
+    return taint_error(value)
+
+
 def _service_host_error(value: str) -> str | None:
     if any(c in value for c in "/:[] ") and not _is_ipv6(value):
         return f"must be a host name or IP address (no scheme or port), got {value!r}"
@@ -439,6 +445,8 @@ class ClusterConfig:
     status_resync: float = setting("10s", _duration())
     node_labels: Mapping[str, str] = setting({}, _string_table(qualified_name_error, label_value_error),
                                              factory=lambda: MappingProxyType({}))
+    # The kubelet's --register-with-taints: taints the Node gets when this agent creates it ("key=value:Effect").
+    register_with_taints: tuple[str, ...] = setting([], _string_list(_taint_error))
     # What pods see as KUBERNETES_SERVICE_HOST/PORT. An edge node has no kube-proxy to reach the `kubernetes`
     # Service's ClusterIP, so empty means the API server this agent itself talks to.
     kubernetes_service_host: str = setting("", _string(_service_host_error))

@@ -82,6 +82,11 @@ _RPCS: dict[str, tuple[str, Any, Any]] = {
     "remove_image": (_IMAGE + "RemoveImage", pb.RemoveImageRequest, pb.RemoveImageResponse),
     "image_fs_info": (_IMAGE + "ImageFsInfo", pb.ImageFsInfoRequest, pb.ImageFsInfoResponse),
     "runtime_config": (_RUNTIME + "RuntimeConfig", pb.RuntimeConfigRequest, pb.RuntimeConfigResponse),
+    "update_runtime_config": (
+        _RUNTIME + "UpdateRuntimeConfig",
+        pb.UpdateRuntimeConfigRequest,
+        pb.UpdateRuntimeConfigResponse,
+    ),
 }
 
 # The container event stream (the evented PLEG): opened once, read for as long as it lasts.
@@ -260,6 +265,11 @@ class RuntimeClient:
     async def runtime_config(self) -> pb.RuntimeConfigResponse:
         """The runtime's own configuration (its cgroup driver); CRIError code UNIMPLEMENTED before containerd 2.0."""
         return await self._invoke("runtime_config", pb.RuntimeConfigRequest())
+
+    async def update_pod_cidr(self, pod_cidr: str) -> None:
+        """Hands the node's pod CIDR (spec.podCIDR; several joined by commas) to the runtime's network plugin."""
+        config = pb.RuntimeConfig(network_config=pb.NetworkConfig(pod_cidr=pod_cidr))
+        await self._invoke("update_runtime_config", pb.UpdateRuntimeConfigRequest(runtime_config=config))
 
     async def container_events(self) -> AsyncIterator[bytes]:
         """The runtime's container events as serialized ContainerEventResponse messages, until the stream ends.
