@@ -87,9 +87,11 @@ def host_apparmor_enabled() -> bool:
 class Agent:
     """One node agent; `await Agent(config).run()` runs it until SIGTERM or SIGINT."""
 
-    def __init__(self, config: Config):
-        """Builds every manager in dependency order: each gets only what was built before it."""
+    def __init__(self, config: Config, config_path: str = ""):
+        """Builds every manager in dependency order: each gets only what was built before it. `config_path`, the
+        file `config` was read from, is read again for a new bootstrap token."""
         self.config = config
+        self.config_path = config_path
         # First of all: a second agent on this root_dir must stop before it touches a single file there.
         self._root_lock = RootLock(config.root_dir)
         self._root_lock.acquire()
@@ -262,7 +264,7 @@ class Agent:
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
             runtime_features_provider=lambda: self.runtime_state.features,
             could_have_running_containers=self.workers.could_have_running_containers,
-            pod_cidr_handler=self.runtime.update_pod_cidr,
+            pod_cidr_handler=self.runtime.update_pod_cidr, config_path=self.config_path,
         )
 
     def _serve_cluster_identity(self) -> None:

@@ -106,7 +106,7 @@ def _build_agent(args: argparse.Namespace) -> Agent | int:
     from .errors import ConfigError, EdgeletError
 
     try:
-        return Agent(config)
+        return Agent(config, config_path=args.config)
     except ConfigError as exc:  # a file the config points at changed between the check and now
         print(f"edgelet: invalid config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG

@@ -84,8 +84,10 @@ class ClusterConnection:
         recorder: EventRecorder | None = None,
         could_have_running_containers: Callable[[str], bool] = lambda uid: False,
         pod_cidr_handler: Callable[[str], Awaitable[None]] | None = None,
+        config_path: str = "",
     ):
-        """Raises KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
+        """`config_path` is where a token join reads a new bootstrap token while its own is refused. Raises
+        KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
         cluster = config.cluster
         if cluster is None:
             raise ValueError("ClusterConnection needs a config with a [cluster] section")
@@ -94,7 +96,8 @@ class ClusterConnection:
         if cluster.bootstrap_token:
             from .bootstrap.manager import ClientCertificateManager
 
-            self.certificates = ClientCertificateManager(cluster, node_name, config.pki_dir)
+            self.certificates = ClientCertificateManager(cluster, node_name, config.pki_dir, config_path=config_path,
+                                                         state_dir=config.state_dir)
             self.client = ApiClient(cluster.server, tls=self.certificates.tls_context())
         else:
             self.client = ApiClient.from_kubeconfig(cluster.kubeconfig)
