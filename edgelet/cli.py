@@ -54,7 +54,11 @@ def load_checked_config(path: str, *, referenced_files: bool = True):
 
 def check_referenced_files(config) -> None:
     """Files named by the config that `run` reads before anything starts (the kubeconfig and its certificates,
-    or the CA file of a bootstrap token join; the tunnel's CA file)."""
+    or the CA file of a bootstrap token join; the tunnel's CA file; the credential provider config)."""
+    if config.images.credential_provider_config:
+        from .images.credentialprovider import load_provider_config
+
+        load_provider_config(config.images.credential_provider_config, config.images.credential_provider_bin_dir)
     if config.cluster is not None and config.cluster.kubeconfig:
         from .kubeapi.kubeconfig import load_kubeconfig, ssl_context
 

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from edgelet.config import format_duration, parse_duration
-from edgelet.errors import EdgeletError, YAMLError
+from edgelet.errors import ConfigError, EdgeletError, YAMLError
 from edgelet.images import auth, reference
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,8 @@ PLUGIN_TIMEOUT = 60.0
 MAX_RESPONSE_BYTES = 1024 * 1024
 
 
-class ProviderConfigError(EdgeletError):
-    """A CredentialProviderConfig that cannot be used; the message names the file and the field."""
+class ProviderConfigError(ConfigError):
+    """A CredentialProviderConfig that cannot be used; it names the file and the field."""
 
 
 class ProviderError(EdgeletError):
@@ -188,11 +188,11 @@ def load_provider_config(path: str, bin_dir: str) -> list[Provider]:
         with open(path, encoding="utf-8") as file:
             text = file.read(MAX_RESPONSE_BYTES + 1)
     except (OSError, UnicodeDecodeError) as err:
-        raise ProviderConfigError(f"{path}: cannot read the credential provider config: {err}") from None
+        raise ProviderConfigError(path, "", f"cannot read the credential provider config: {err}") from None
     try:
         return parse_provider_config(text, bin_dir)
     except ValueError as err:
-        raise ProviderConfigError(f"{path}: {err}") from None
+        raise ProviderConfigError(path, "", str(err)) from None
 
 
 # -- the plugin's answer ------------------------------------------------------------------------------

@@ -294,3 +294,19 @@ def test_docker_config_first_readable_file_wins_and_changes_are_read(tmp_path, c
     broken.write_text(json.dumps({"auths": {"eu.acme.io": {"username": "u2", "password": "p2-longer"}}}))
     assert ring.lookup("eu.acme.io/app") == [{"username": "u2", "password": "p2-longer"}]
     assert ring.lookup("us.acme.io/app") == []
+
+
+def test_run_and_check_config_refuse_a_provider_config_they_cannot_use(tmp_path, bin_dir, capsys):
+    from edgelet.cli import load_checked_config
+
+    providers = tmp_path / "providers.json"
+    providers.write_text(config(provider(matchImages=["r.io/*"])))
+    path = tmp_path / "edgelet.toml"
+    path.write_text(f'node_name = "n"\n[images]\ncredential_provider_config = "{providers}"\n'
+                    f'credential_provider_bin_dir = "{bin_dir}"\n')
+    assert load_checked_config(str(path)) is None
+    assert capsys.readouterr().err.strip() == (
+        f"edgelet: invalid config: {providers}: providers[0].matchImages[0]: 'r.io/*': globs are allowed only in "
+        "host labels, not in the path")
+    providers.write_text(config(provider()))
+    assert load_checked_config(str(path)).images.credential_provider_config == str(providers)
