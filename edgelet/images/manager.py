@@ -36,6 +36,7 @@ PULL_IF_NOT_PRESENT = "IfNotPresent"
 PULL_NEVER = "Never"
 PULL_POLICIES = (PULL_ALWAYS, PULL_IF_NOT_PRESENT, PULL_NEVER)
 
+
 class ImageError(EdgeletError):
     """The container cannot start for an image reason; `reason` is the kubelet's waiting reason.
 

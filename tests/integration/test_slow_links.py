@@ -236,6 +236,7 @@ BIG_MB = os.environ.get("EDGELET_SLOW_LINK_MB")
 
 
 @pytest.mark.skipif(not BIG_MB, reason="the long slow-link run: set EDGELET_SLOW_LINK_MB (and EDGELET_SLOW_LINK_KBIT)")
+@pytest.mark.timeout(4 * 3600)
 async def test_a_big_image_over_a_slow_link_with_drops(cri, registry, sized_image):  # noqa: F811
     """EDGELET_SLOW_LINK_MB (e.g. 200) of random layer over EDGELET_SLOW_LINK_KBIT (default 1000 = 1 Mbit/s), the
     link dropped and down for EDGELET_SLOW_LINK_OUTAGE seconds (default 5) at each EDGELET_SLOW_LINK_DROPS-th
