@@ -182,13 +182,19 @@ class NodeStatusManager:
 
     async def sync_once(self) -> bool:
         """Compute the status and write it if needed; True when it was written."""
-        if self._read_server_status or (self._on_pod_cidr is not None and not self.pod_cidr):
+        if self._read_server_status:
             node = await self.client.get(self.path)
-            if self._read_server_status:
-                server_status = node.get("status")
-                self._last_status = server_status if isinstance(server_status, dict) else None
-                self._read_server_status = False
+            server_status = node.get("status")
+            self._last_status = server_status if isinstance(server_status, dict) else None
+            self._read_server_status = False
             await self._hand_pod_cidr(node)
+        elif self._on_pod_cidr is not None and not self.pod_cidr:
+            try:  # best effort, like the kubelet's read of its Node: offline, the status below says how it goes
+                node = await self.client.get(self.path)
+            except ApiError as err:
+                log.debug("cannot read the node for its pod CIDR: %s", err)
+            else:
+                await self._hand_pod_cidr(node)
         inputs = await self._inputs()
         status = compute_status(self._last_status, inputs)
         self._record_transitions(status)
