@@ -19,9 +19,9 @@ CHUNK = 16 * 1024
 
 
 class Link:
-    """Bytes served to clients (`served`), connections made (`connections`), and the controls: `drop_at(n)` closes
-    every connection once `n` bytes were served in all and keeps the link down (new connections are closed at
-    once) until `up()`; `stall()` (or `stall_at(n)` served bytes) forwards nothing further but keeps connections
+    """Bytes served to clients (`served`), connections made (`connections`), drops made (`drops`), and the
+    controls: `drop_at(n)` closes every connection once `n` bytes were served in all and keeps the link down (new
+    connections are closed at once) until `up()`, unless told it is a blip; `stall()` (or `stall_at(n)` served bytes) forwards nothing further but keeps connections
 open, until `resume()`."""
 
     def __init__(self, upstream: tuple[str, int], rate: float | None = None):
@@ -34,6 +34,8 @@ open, until `resume()`."""
         self._writers: set[asyncio.StreamWriter] = set()
         self._next_send = 0.0
         self._drop_at: int | None = None
+        self._stay_down = True
+        self.drops = 0
         self._down = False
         self._stalled = False
         self._stall_at: int | None = None
@@ -53,8 +55,10 @@ open, until `resume()`."""
             task.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
 
-    def drop_at(self, served: int) -> None:
-        self._drop_at = served
+    def drop_at(self, served: int, *, stay_down: bool = True) -> None:
+        """Cut every connection once `served` bytes went through; the link then stays down until `up()`, or
+        with `stay_down=False` takes new connections at once (a blip: NAT rebinding, a modem's handover)."""
+        self._drop_at, self._stay_down = served, stay_down
 
     def up(self) -> None:
         self._down = False
@@ -128,7 +132,8 @@ open, until `resume()`."""
             self._send(head, writer)
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
-            self._drop_at, self._down = None, True
+            self._drop_at, self._down = None, self._stay_down
+            self.drops += 1
             self._drop_all()
             return False
         await self._pace(len(data))

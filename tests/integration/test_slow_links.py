@@ -123,14 +123,17 @@ async def _pull_until_present(manager: ImageManager, clock: FakeClock, image: st
     raise AssertionError(f"not pulled in {attempts} attempts: {failures}")
 
 
-async def test_a_dropped_link_resumes_from_what_was_fetched(cri, registry, sized_image):  # noqa: F811
-    """The link drops half-way through an 8 MiB layer and stays down until the pull has failed; the retry after
-    the back-off fetches the rest, not the whole image again (containerd keeps the partial layer). What a pull
-    costs on the wire (headers included) is measured on a twin image pulled without a drop, once the busybox layer
-    they share is in the runtime (a first twin brings it)."""
+async def test_a_dropped_connection_resumes_from_what_was_fetched(cri, registry, sized_image):  # noqa: F811
+    """Every connection is cut half-way through an 8 MiB layer, the link taking new ones at once: the pull goes on
+    from the bytes it has (containerd reconnects with a range request) and fetches almost nothing twice. What a
+    pull costs on the wire (headers included) is measured on a twin image pulled without a cut, once the busybox
+    layer they share is in the runtime (a first twin brings it).
+
+    A cut that outlasts containerd's reconnects fails the pull, and containerd's garbage collector drops the
+    partial layer with the pull's lease within seconds, before the image back-off lets the next pull start: that
+    pull fetches the layer from its start (see the note of issue 43; nothing in CRI keeps it)."""
     warm, (control, _), (repository, image_bytes) = (sized_image(8 * MiB) for _ in range(3))
-    clock = FakeClock()
-    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=clock))
+    manager = ImageManager(cri, pull_backoff=Backoff(10, 300))
     await manager.ensure_image(pod(), container(f"{registry.address}/{warm[0]}"))
     with running_link(registry.address) as link:
         control_image = f"{link.address}/{control}"
@@ -138,19 +141,12 @@ async def test_a_dropped_link_resumes_from_what_was_fetched(cri, registry, sized
         undisturbed = link.served
     with running_link(registry.address) as link:
         image = f"{link.address}/{repository}"
-        link.drop_at(undisturbed // 2)
-        with pytest.raises(ImageError) as failed:
-            await manager.ensure_image(pod_spec := pod(), container(image))
-        assert failed.value.reason == "ErrImagePull"
-        assert link.down
-        served_before = link.served
-        link.up()
-        clock.now += failed.value.retry_after + 1
-        await manager.ensure_image(pod_spec, container(image))
+        link.drop_at(undisturbed // 2, stay_down=False)
+        await manager.ensure_image(pod(), container(image))  # no ErrImagePull: the pull itself carried on
     refetched = link.served - undisturbed
-    print(f"\nimage {image_bytes} B, {undisturbed} B on the wire undisturbed; {served_before} B before the drop, "
+    print(f"\nimage {image_bytes} B, {undisturbed} B on the wire undisturbed; cut at {undisturbed // 2} B, "
           f"{link.served} B in all: {refetched} B fetched again")
-    assert served_before == undisturbed // 2
+    assert link.drops == 1
     assert refetched < image_bytes // 4, f"{refetched} B of {image_bytes} fetched twice"
     for name in (f"{registry.address}/{warm[0]}", control_image, image):
         await cri.remove_image(name)
@@ -238,43 +234,52 @@ BIG_MB = os.environ.get("EDGELET_SLOW_LINK_MB")
 @pytest.mark.skipif(not BIG_MB, reason="the long slow-link run: set EDGELET_SLOW_LINK_MB (and EDGELET_SLOW_LINK_KBIT)")
 @pytest.mark.timeout(4 * 3600)
 async def test_a_big_image_over_a_slow_link_with_drops(cri, registry, sized_image):  # noqa: F811
-    """EDGELET_SLOW_LINK_MB (e.g. 200) of random layer over EDGELET_SLOW_LINK_KBIT (default 1000 = 1 Mbit/s), the
-    link dropped and down for EDGELET_SLOW_LINK_OUTAGE seconds (default 5) at each EDGELET_SLOW_LINK_DROPS-th
-    (default 4) of the image: the pull finishes; prints its time against the link's floor (size / rate) and the
-    bytes fetched again per drop. 200 MB at 1 Mbit/s takes about half an hour."""
+    """EDGELET_SLOW_LINK_MB (e.g. 200) of random layer over EDGELET_SLOW_LINK_KBIT (default 1000 = 1 Mbit/s), every
+    connection cut at each EDGELET_SLOW_LINK_DROPS-th (default 4) of the image. With EDGELET_SLOW_LINK_OUTAGE = 0
+    (the default) the link takes new connections at once and the pull goes on; with N > 0 it stays down N seconds,
+    the pull fails and is retried after the image back-off. Prints the pull's time against the link's floor (size /
+    rate) and the bytes fetched again per drop. 200 MB at 1 Mbit/s takes about half an hour with blips; outages
+    cost the layer's progress each (containerd drops a failed pull's partial layer), so far longer."""
     rate = int(os.environ.get("EDGELET_SLOW_LINK_KBIT", "1000")) * 1000 / 8
-    outage = float(os.environ.get("EDGELET_SLOW_LINK_OUTAGE", "5"))
+    outage = float(os.environ.get("EDGELET_SLOW_LINK_OUTAGE", "0"))
     drops = int(os.environ.get("EDGELET_SLOW_LINK_DROPS", "4"))
     repository, image_bytes = sized_image(int(float(BIG_MB) * 1_000_000))
     manager = ImageManager(cri, pull_backoff=Backoff(1, 10))
     spec = pod()
-    dropped_at: list[int] = []
     with running_link(registry.address, rate=rate) as link:
         image = f"{link.address}/{repository}"
         marks = [image_bytes * (n + 1) // (drops + 1) for n in range(drops)]
+
+        def arm() -> None:
+            if marks and not link.down:
+                link.drop_at(marks[0], stay_down=outage > 0)
+
         started = time.monotonic()
         failures = 0
+        arm()
         while True:
-            if marks and not link.down and link.served < marks[0]:
-                link.drop_at(marks[0])
+            pulling = asyncio.ensure_future(manager.ensure_image(spec, container(image)))
+            while not pulling.done():  # the next cut is armed as soon as the last one happened
+                await asyncio.wait((pulling,), timeout=1)
+                if marks and link.drops > drops - len(marks):
+                    marks.pop(0)
+                    arm()
             try:
-                await manager.ensure_image(spec, container(image))
+                pulling.result()
                 break
             except ImageError as err:
                 failures += 1
                 if link.down:
-                    dropped_at.append(link.served)
-                    marks.pop(0)
                     await asyncio.sleep(outage)
                     link.up()
+                    arm()
                 await asyncio.sleep(err.retry_after or 0)
         elapsed = time.monotonic() - started
     floor = image_bytes / rate
     refetched = link.served - image_bytes
-    print(f"\n{image_bytes} B at {rate * 8 / 1000:.0f} kbit/s, {len(dropped_at)} drops of {outage:g} s "
+    print(f"\n{image_bytes} B at {rate * 8 / 1000:.0f} kbit/s, {link.drops} drops, outage {outage:g} s "
           f"({failures} failed attempts): pulled in {elapsed:.0f} s, link floor {floor:.0f} s "
           f"({elapsed / floor:.2f} x); served {link.served} B, {refetched} B fetched again "
-          f"({refetched / max(len(dropped_at), 1):.0f} B per drop)")
-    assert len(dropped_at) == drops
-    assert refetched < image_bytes // 10
+          f"({refetched / max(link.drops, 1):.0f} B per drop)")
+    assert link.drops == drops
     await cri.remove_image(image)
