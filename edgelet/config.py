@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from edgelet.cm.cpuset import parse_cpuset
-from edgelet.errors import ConfigError
-from edgelet.podconfig.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
+from edgelet.util.cpuset import parse_cpuset
+from edgelet.util.errors import ConfigError
+from edgelet.api.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
 from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
-from edgelet.quantity import NANO, format_bytes, parse_quantity, parse_quantity_bytes
+from edgelet.api.quantity import NANO, format_bytes, parse_quantity, parse_quantity_bytes
 
 __all__ = [
     "Config", "ConfigError", "format_duration", "format_effective", "load_config", "parse_config",
@@ -504,6 +504,8 @@ class KubeletApiConfig:
     # "csr": a serving certificate from the cluster's kubernetes.io/kubelet-serving signer (needs an approver),
     # renewed like the client certificate; the self-signed one serves until the first is issued.
     serving_cert: str = setting("self-signed", _choice("self-signed", "csr"))
+    # What /logs/ serves and its node log queries read files from (the kubelet's /var/log).
+    node_log_dir: str = setting("/var/log", _path(required=True))
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
@@ -665,6 +667,10 @@ class Config:
 
     node_name: str = setting("", _string(dns1123_subdomain_error), factory=_default_node_name)
     root_dir: str = setting("/var/lib/edgelet", _path(required=True))
+    # Container logs where log collectors look, as the kubelet lays them out (its podLogsDir) and the symlinks it
+    # makes for them (`<pod>_<namespace>_<container>-<id>.log`).
+    pod_logs_dir: str = setting("/var/log/pods", _path(required=True))
+    container_logs_dir: str = setting("/var/log/containers", _path(required=True))
     log_level: str = setting("info", _choice("debug", "info", "warning", "error"))
     max_pods: int = setting(110, _integer(1, 10_000))
     runtime: RuntimeConfig = section(RuntimeConfig)
@@ -686,7 +692,8 @@ class Config:
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
     #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)
-    #   logs/<namespace>_<name>_<uid>/<container>/<restart>.log   container logs (kubelet: /var/log/pods)
+    #   logs -> pod_logs_dir                         where container logs were before they moved to pod_logs_dir
+    #                                                (a symlink that keeps the older containers' log paths valid)
     #   state/                                       checkpoints (crash-safe, checksummed)
     #   cache/                                       API objects cached for offline restarts
     #   images/                                      air-gap image tarballs imported at start
@@ -697,6 +704,12 @@ class Config:
 
     @property
     def logs_dir(self) -> str:
+        """`<namespace>_<name>_<uid>/<container>/<restart>.log` of every container."""
+        return self.pod_logs_dir
+
+    @property
+    def legacy_logs_dir(self) -> str:
+        """Where container logs lived before they moved to pod_logs_dir; moved from at start (edgelet.logs.migrate)."""
         return os.path.join(self.root_dir, "logs")
 
     @property
@@ -737,7 +750,7 @@ class Config:
                    "pull_progress_timeout)")
 
     def derived_paths(self) -> dict[str, str]:
-        return {name: getattr(self, name) for name in ("pods_dir", "logs_dir", "state_dir", "cache_dir", "images_dir")}
+        return {name: getattr(self, name) for name in ("pods_dir", "state_dir", "cache_dir", "images_dir")}
 
 
 # -- reading --------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from edgelet.config import format_duration, parse_duration
-from edgelet.errors import ConfigError, EdgeletError, YAMLError
+from edgelet.util.errors import ConfigError, EdgeletError, YAMLError
 from edgelet.images import auth, reference
 
 log = logging.getLogger(__name__)

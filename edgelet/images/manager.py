@@ -15,10 +15,10 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.cri import RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from edgelet.images import progress, reference
 from edgelet.images.auth import credentials_for
@@ -105,7 +105,7 @@ class _PullFailed(Exception):
 class ImageManager:
     """`ensure_image` gives the image reference to create a container with, or raises ImageError.
 
-    `runtime` is an `edgelet.cri.client.RuntimeClient`; `pull_backoff` an `edgelet.backoff.Backoff`
+    `runtime` is an `edgelet.cri.client.RuntimeClient`; `pull_backoff` an `edgelet.util.backoff.Backoff`
     (the kubelet uses 10 s doubling to 300 s); `max_parallel_pulls` bounds the pulls in flight (1: the
     kubelet's serialized pulls; None: no bound); `progress_timeout` cancels a pull with no progress for that
     long where the runtime does not (`edgelet.images.progress`; 0: never); `airgap` an

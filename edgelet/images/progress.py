@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import orjson
 
 from edgelet.config import format_duration, parse_duration
-from edgelet.errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 
 log = logging.getLogger(__name__)
 

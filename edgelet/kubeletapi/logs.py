@@ -1,6 +1,6 @@
 """/containerLogs: a container's CRI log files (rotated ones first) read with the PodLogOptions of the query.
 
-Lines, messages and their selection (since, tail, timestamps) are `edgelet.containerlogs`'s, shared with
+Lines, messages and their selection (since, tail, timestamps) are `edgelet.logs.reader`'s, shared with
 `edgelet logs`; here: the byte limit, batching for the event loop, and following the live file (reopened
 when rotation replaced it) until the container stops or the client goes.
 """
@@ -12,7 +12,8 @@ import os
 from collections.abc import AsyncIterator, Callable
 from typing import IO
 
-from edgelet.containerlogs import LineJoiner, render, select, since_filter
+from edgelet.logs.reader import LineJoiner, render, select, since_filter
+from edgelet.logs.rotation import open_log_file
 
 from .paths import LogOptions
 
@@ -50,7 +51,7 @@ async def read_logs(
     try:
         for path in files:
             try:
-                handles.append(open(path, "rb"))
+                handles.append(open(path, "rb") if path == live else open_log_file(path))
             except FileNotFoundError:
                 if path == live:
                     raise

@@ -13,14 +13,16 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Mapping, Protocol
 
-from .. import metrics, podutil
-from ..backoff import Backoff
+from edgelet.metrics import registry as metrics
+from edgelet.api import podutil
+from edgelet.util.backoff import Backoff
 from ..cri import runtime_v1_pb2 as pb
 from ..cri import CRIError, NotFound, RuntimeTimeout, create_in_flight, in_starting_state, start_in_flight
 from ..cri.client import RuntimeClient
-from ..errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
-from ..podutil import Pod
+from edgelet.kuberuntime.loglinks import link_name, make_link
+from edgelet.api.podutil import Pod
 from .actions import PodActions, compute_pod_actions, kill_grace_seconds, next_restart_count
 from .container import make_container_config
 from .security import SecuritySettings, needs_image_user, run_as_non_root_error
@@ -28,11 +30,11 @@ from .sandbox import make_sandbox_config, pod_log_dir
 from .startgate import StartGate
 from .startlog import StartLog
 from .termination import TerminationOrdering
-from .types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
 if TYPE_CHECKING:  # the collaborators, for their types only
     from ..images.manager import ImageManager
-    from ..objectstore import ObjectStore
+    from edgelet.api.objectstore import ObjectStore
     from ..volumes import VolumeManager
     from .resizer import Resizer
 
@@ -97,6 +99,7 @@ class RuntimeManager:
         *,
         logs_root: str,
         crash_backoff: Backoff,
+        container_logs_dir: str = "",
         cluster_dns: list[str] = (),
         cluster_domain: str = "cluster.local",
         runtime_handler: str = "",
@@ -115,6 +118,7 @@ class RuntimeManager:
         self._resizer = collaborators.resizer
         self._recorder = collaborators.recorder
         self._logs_root = logs_root
+        self._container_logs_dir = container_logs_dir  # where the collectors' links go; "" for none
         self._backoff = crash_backoff
         self._cluster_dns = list(cluster_dns)
         self._cluster_domain = cluster_domain
@@ -451,10 +455,21 @@ class RuntimeManager:
                 return False
         self._recorder.event(pod_ref(pod, name), NORMAL, "Started", f"Started container {name}")
         metrics.started_containers.labels(container_type).inc()
+        if self._container_logs_dir:
+            self._link_log(config, sandbox_config, container_id)
         result.started.append(name)
         log.info("pod %s: started container %s (%s, restart %d)", podutil.full_name(pod), name,
                  container_id[:13], restart_count)
         return await self._post_start(pod, container, container_id, result)
+
+    def _link_log(self, config: pb.ContainerConfig, sandbox_config: pb.PodSandboxConfig, container_id: str) -> None:
+        """The collectors' link to a started container's log, where the runtime has opened the file (as the
+        kubelet does after StartContainer)."""
+        target = os.path.join(sandbox_config.log_directory, config.log_path)
+        if os.path.exists(target):
+            meta = sandbox_config.metadata
+            make_link(self._container_logs_dir, link_name(meta.name, meta.namespace, config.metadata.name,
+                                                          container_id), target)
 
     async def _post_start(self, pod: Pod, container: dict, container_id: str, result: SyncResult) -> bool:
         """The container's postStart hook; when it fails the container is killed (the kubelet's
@@ -585,8 +600,8 @@ class RuntimeManager:
         """The CreateContainer config, with what it names on the host made ready: the mounts' files and the
         container's log directory (`log_directory`), written in a thread: a slow disk must not stall every other
         pod's work for each container started."""
-        from .env import expand_command, resolve_env
-        from .resources import linux_resources
+        from edgelet.api.env import expand_command, resolve_env
+        from edgelet.api.resources import linux_resources
 
         pod_ips = [pod_ip] if pod_ip else []
         env = resolve_env(pod, container, store=self._store, service_env=self._service_env(pod), node_ip=self._node_ip(),

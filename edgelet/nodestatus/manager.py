@@ -14,7 +14,7 @@ import random
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
-from edgelet.errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from edgelet.events import NO_EVENTS, Recorder, node_ref
 from edgelet.events.node import condition_events, condition_statuses
 from edgelet.kubeapi.client import ApiClient
@@ -32,7 +32,7 @@ from edgelet.nodestatus.setters import (
     missing_labels,
     pod_cidrs,
 )
-from edgelet.retry import Retrier
+from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
 

@@ -59,6 +59,8 @@ class AgentProcess:
                  server_address: str = "", request_timeout: str = "2m"):
         self.workdir = workdir
         self.root_dir = workdir / "root"
+        self.pod_logs_dir = workdir / "log" / "pods"  # the node's /var/log/pods and /var/log/containers
+        self.container_logs_dir = workdir / "log" / "containers"
         self.manifest_dir = workdir / "manifests"
         self.manifest_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "edgelet.toml"
@@ -67,6 +69,8 @@ class AgentProcess:
         self.config_path.write_text(textwrap.dedent(f"""\
             node_name = "{node_name}"
             root_dir = "{self.root_dir}"
+            pod_logs_dir = "{self.pod_logs_dir}"
+            container_logs_dir = "{self.container_logs_dir}"
             log_level = "debug"
 
             [runtime]
@@ -148,7 +152,10 @@ class AgentProcess:
 
 
 def busybox_pod(name: str, command: str, *, restart_policy: str = "Always", grace: int = 1,
-                host_network: bool = True, extra_container: str = "") -> str:
+                host_network: bool = True, extra_container: str = "", container_field: str = "") -> str:
+    """A busybox pod running `command` in its container `main`; `container_field` is one more field of that
+    container in YAML's flow style (`readinessProbe: {...}`)."""
+    field_line = f"\n              {container_field}" if container_field else ""
     return f"""\
         apiVersion: v1
         kind: Pod
@@ -162,7 +169,7 @@ def busybox_pod(name: str, command: str, *, restart_policy: str = "Always", grac
             - name: main
               image: docker.io/library/busybox:local
               imagePullPolicy: Never
-              command: ["sh", "-c", {json.dumps(command)}]
+              command: ["sh", "-c", {json.dumps(command)}]{field_line}
         {extra_container}"""
 
 

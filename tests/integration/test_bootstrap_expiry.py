@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from edgelet.bootstrap import ACTION_RECORD
 from edgelet.bootstrap.manager import CLIENT_KEY, ClientCertificateManager
-from edgelet.checkpoint import CheckpointStore
-from edgelet.cli_describe import describe_node
+from edgelet.util.checkpoint import CheckpointStore
+from edgelet.cli.describe import describe_node
 from edgelet.config import load_config
 from tests.kubeapi_double import ApiServerDouble, eventually
 from tests.kubeapi_double.joining import ClusterPKI

@@ -18,7 +18,7 @@ from conftest_registry import (  # noqa: F401  (fixtures)
     make_image,
 )
 
-from edgelet.backoff import Backoff
+from edgelet.util.backoff import Backoff
 from edgelet.images import credentialprovider, nodeauth
 from edgelet.images.manager import ImageError, ImageManager
 

@@ -24,7 +24,7 @@ import pytest
 from conftest_registry import base_images, registry  # noqa: F401  (fixtures)
 from link_proxy import running_link
 
-from edgelet.backoff import Backoff
+from edgelet.util.backoff import Backoff
 from edgelet.cri.client import RuntimeClient
 from edgelet.images.manager import ImageError, ImageManager
 from tests.conftest import containerd_release, private_containerd

@@ -20,7 +20,7 @@ from edgelet.config import (
     parse_duration,
     parse_quantity_bytes,
 )
-from edgelet.errors import ConfigError
+from edgelet.util.errors import ConfigError
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "edgelet.toml"
 
@@ -135,7 +135,7 @@ def test_default_node_name_is_the_lower_cased_host_name(monkeypatch):
 def test_derived_paths():
     config = parse_config({"node_name": "n", "root_dir": "/srv/edge"})
     assert config.derived_paths() == {
-        "pods_dir": "/srv/edge/pods", "logs_dir": "/srv/edge/logs", "state_dir": "/srv/edge/state",
+        "pods_dir": "/srv/edge/pods", "state_dir": "/srv/edge/state",
         "cache_dir": "/srv/edge/cache", "images_dir": "/srv/edge/images",
     }
     assert parse_config({"images": {"airgap_dir": "/media/usb"}}).images_dir == "/media/usb"

@@ -297,7 +297,7 @@ def test_docker_config_first_readable_file_wins_and_changes_are_read(tmp_path, c
 
 
 def test_run_and_check_config_refuse_a_provider_config_they_cannot_use(tmp_path, bin_dir, capsys):
-    from edgelet.cli import load_checked_config
+    from edgelet.cli.main import load_checked_config
 
     providers = tmp_path / "providers.json"
     providers.write_text(config(provider(matchImages=["r.io/*"])))

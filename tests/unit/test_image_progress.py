@@ -9,7 +9,7 @@ import json
 import pytest
 
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from edgelet.images import progress
 from edgelet.images.progress import RuntimeGuard, StallClock, choose_judge, runtime_guard
 

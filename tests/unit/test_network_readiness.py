@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.runtimestate import network_readiness
+from edgelet.kubelet.runtimestate import network_readiness
 
 NOT_READY = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
              "message:Network plugin returns error: cni plugin not initialized")
@@ -42,7 +42,7 @@ NET_POD = {"metadata": {"name": "web", "uid": "u2"}, "spec": {"containers": []}}
      (NET_POD, (False, NOT_READY), f"network is not ready: {NOT_READY}")],
 )
 def test_only_pods_on_the_pod_network_wait_for_it(pod, network, waits):
-    from edgelet.podsync import network_wait
+    from edgelet.kubelet.podsync import network_wait
 
     assert network_wait(pod, network) == waits
 
