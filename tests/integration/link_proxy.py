@@ -51,7 +51,9 @@ open, until `resume()`."""
         if self._server is not None:
             self._server.close()
         pumps = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in pumps:
+        if pumps:  # their connections are aborted: they end on their own
+            await asyncio.wait(pumps, timeout=1)
+        for task in pumps:  # one that does not (a stalled pump) is cancelled
             task.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
 
