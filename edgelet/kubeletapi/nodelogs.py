@@ -14,6 +14,7 @@ import asyncio
 import html
 import os
 import re
+import subprocess
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -213,9 +214,20 @@ async def file_chunks(path: str, deadline: float | None = None) -> AsyncIterator
         handle.close()
 
 
-async def _run(args: Sequence[str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(*args, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+# journalctl is started with subprocess (vfork in CPython), not the event loop's create_subprocess_exec: uvloop
+# fork()s, which runs gRPC's fork handlers in the child, and a child forked while CRI calls are in flight dies of
+# SIGSEGV before it execs (one in a few in a running agent). vfork runs no fork handlers.
+
+def _spawn(args: Sequence[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def resolve_file(q: NodeLogQuery, log_dir: str) -> str:
@@ -249,9 +261,11 @@ async def query_chunks(q: NodeLogQuery, log_dir: str, journal_dir: str = "") -> 
 
 async def _split_services(services: Sequence[str], journal_dir: str) -> tuple[list[str], list[str]]:
     try:
-        process = await _run(["journalctl", *journal_source(journal_dir), "--field", "_SYSTEMD_UNIT"])
-        units, _ = await asyncio.wait_for(process.communicate(), QUERY_DEADLINE)
-    except (OSError, TimeoutError):
+        done = await asyncio.to_thread(subprocess.run, ["journalctl", *journal_source(journal_dir), "--field",
+                                                        "_SYSTEMD_UNIT"], stdin=subprocess.DEVNULL,
+                                       capture_output=True, timeout=QUERY_DEADLINE)
+        units = done.stdout
+    except (OSError, subprocess.TimeoutExpired):
         units = b""
     text = units.decode(errors="replace")
     native = [s for s in services if logs_to_journal(s, text)]
@@ -262,7 +276,7 @@ async def _journal(q: NodeLogQuery, services: Sequence[str], journal_dir: str,
                    deadline: float) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     try:
-        process = await _run(["journalctl", *journalctl_args(q, services, journal_dir)])
+        process = await asyncio.to_thread(_spawn, ["journalctl", *journalctl_args(q, services, journal_dir)])
     except OSError:
         yield b"\nerror: journal output not available\n"
         return
@@ -270,16 +284,14 @@ async def _journal(q: NodeLogQuery, services: Sequence[str], journal_dir: str,
     try:
         while (remaining := deadline - loop.time()) > 0:
             try:
-                chunk = await asyncio.wait_for(process.stdout.read(_CHUNK), remaining)
+                chunk = await asyncio.wait_for(asyncio.to_thread(process.stdout.read1, _CHUNK), remaining)
             except TimeoutError:
                 return
             if not chunk:
                 return
             yield chunk
     finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
+        await asyncio.to_thread(_reap, process)  # killing it ends a read still waiting in its thread
 
 
 async def _service_file(log_dir: str, service: str, deadline: float) -> AsyncIterator[bytes]:
