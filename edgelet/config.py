@@ -624,6 +624,14 @@ class ShutdownConfig:
         return self.grace_period > 0
 
 
+@dataclass(frozen=True, slots=True)
+class CsiConfig:
+    """CSI node plugins: the directory where plugins put their registration sockets (the kubelet's; empty: none
+    are watched). Staging paths are under root_dir/plugins/kubernetes.io/csi, as the kubelet's under its root."""
+
+    plugins_registry: str = setting("/var/lib/kubelet/plugins_registry", _path())
+
+
 def _default_node_name() -> str:
     return socket.gethostname().lower()
 
@@ -656,6 +664,7 @@ class Config:
     gc: GCConfig = section(GCConfig)
     shutdown: ShutdownConfig = section(ShutdownConfig)
     security: SecurityConfig = section(SecurityConfig)
+    csi: CsiConfig = section(CsiConfig)
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
     #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)
@@ -665,9 +674,15 @@ class Config:
     #   cache/                                       API objects cached for offline restarts
     #   images/                                      air-gap image tarballs imported at start
     #   pki/                                         the node's certificates and keys from TLS bootstrap (0700)
+    #   plugins/kubernetes.io/csi/<driver>/<sha256 of the volume handle>/globalmount   CSI staging paths
     @property
     def pods_dir(self) -> str:
         return os.path.join(self.root_dir, "pods")
+
+    @property
+    def plugins_dir(self) -> str:
+        """The CSI staging tree (the kubelet's <root>/plugins)."""
+        return os.path.join(self.root_dir, "plugins")
 
     @property
     def logs_dir(self) -> str:
