@@ -506,6 +506,8 @@ class KubeletApiConfig:
     serving_cert: str = setting("self-signed", _choice("self-signed", "csr"))
     # What /logs/ serves and its node log queries read files from (the kubelet's /var/log).
     node_log_dir: str = setting("/var/log", _path(required=True))
+    # The journal node log queries read (journalctl --directory); "" = the system journal.
+    journal_dir: str = setting("", _path())
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):

@@ -119,7 +119,7 @@ def build_server(
         find_container=lookup.container, find_sandbox=lookup.sandbox, container_running=lookup.container_running,
         pods_json=pods_json, health_checks=health_checks, summary=stats.summary,
         metrics=metrics.exposition, probe_metrics=metrics.probes_exposition, cadvisor=cadvisor.scrape,
-        node_log_dir=config.kubelet_api.node_log_dir,
+        node_log_dir=config.kubelet_api.node_log_dir, journal_dir=config.kubelet_api.journal_dir,
     )
     return KubeletApiServer(settings.address, ssl_context=context, node=node,
                             authenticator=Authenticator(review, anonymous=settings.anonymous),

@@ -304,6 +304,9 @@ def test_kubelet_api_table():
     assert settings.kubelet_api.tls_cert_file == "/etc/edgelet/tls/kubelet.crt"
     assert Config().kubelet_api.address == "0.0.0.0:10250" and not Config().kubelet_api.anonymous
     assert parse_config({"kubelet_api": {"address": ""}}).kubelet_api.port == 0
+    assert Config().kubelet_api.journal_dir == ""  # the system journal
+    assert parse_config({"kubelet_api": {"journal_dir": "journal"}}, base_dir="/data").kubelet_api.journal_dir == \
+        "/data/journal"
 
 
 @pytest.mark.parametrize("table, key, words", [
