@@ -20,6 +20,7 @@ import asyncio
 import fnmatch
 import logging
 import os
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -252,25 +253,19 @@ def cache_key(key_type: str, image: str) -> str:
 async def run_plugin(provider: Provider, image: str, *, timeout: float = PLUGIN_TIMEOUT) -> bytes:
     """The plugin's stdout for a request about `image`; ProviderError when it fails."""
     request = orjson.dumps({"apiVersion": provider.api_version, "kind": REQUEST_KIND, "image": image})
+    # subprocess (vfork), not the loop's create_subprocess_exec: uvloop fork()s, and a child forked while CRI calls
+    # are in flight can die in gRPC's fork handlers before it execs (see kubeletapi/nodelogs.py).
     try:
-        process = await asyncio.create_subprocess_exec(
-            provider.executable, *provider.args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env={**os.environ, **provider.env})
+        process = await asyncio.to_thread(
+            subprocess.run, [provider.executable, *provider.args], input=request, capture_output=True,
+            timeout=timeout, env={**os.environ, **provider.env})
     except OSError as err:
         raise ProviderError(f"credential provider {provider.name}: cannot run {provider.executable}: "
                             f"{err.strerror or err}") from None
-    try:
-        async with asyncio.timeout(timeout):
-            stdout, stderr = await process.communicate(request)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
+    except subprocess.TimeoutExpired:  # subprocess.run killed and reaped it
         raise ProviderError(f"credential provider {provider.name}: no answer within {format_duration(timeout)}") \
             from None
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+    stdout, stderr = process.stdout, process.stderr
     if process.returncode != 0:
         # stderr is the plugin's own diagnostics; stdout (where credentials go) is never shown.
         said = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
