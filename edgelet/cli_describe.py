@@ -266,10 +266,17 @@ def describe_pod(pod: Mapping[str, Any], events: list[Mapping[str, Any]], now: f
 
 # -- get events -------------------------------------------------------------------------------------
 
-def describe_node(node_name: str, tunnel: Mapping[str, Any] | None, events: list[Mapping[str, Any]], now: float) -> str:
-    """`edgelet describe node`: what the node knows of itself offline, its konnectivity tunnel included (as
-    the agent last recorded it under root_dir/state)."""
+def describe_node(node_name: str, tunnel: Mapping[str, Any] | None, events: list[Mapping[str, Any]], now: float,
+                  devices: Mapping[str, Any] | None = None) -> str:
+    """`edgelet describe node`: what the node knows of itself offline, its device plugins' resources and its
+    konnectivity tunnel included (as the agent last recorded them under root_dir/state)."""
     lines = [f"Name:\t{node_name}"]
+    if devices:
+        for title, key in (("Capacity", "capacity"), ("Allocatable", "allocatable")):
+            lines += [f"{title}:", *(f"  {name}:\t{entry.get(key, 0)}" for name, entry in sorted(devices.items())
+                                     if isinstance(entry, Mapping))]
+        lines += ["Device Plugins:", *(f"  {name}:\t{entry.get('plugin') or '<not registered>'}"
+                                       for name, entry in sorted(devices.items()) if isinstance(entry, Mapping))]
     if tunnel is None:
         lines.append("Tunnel:\t<none>")
     else:
@@ -354,6 +361,7 @@ def describe_command(config, args: argparse.Namespace) -> int:
     """`edgelet describe pod NAME` or `node` (its flags are defined with the other commands' in edgelet.cli)."""
     pods, events = _read(config)
     if args.kind in ("node", "nodes", "no"):
+        from .cm.devicemanager.record import read_record
         from .tunnel.wiring import read_state
 
         if args.name and args.name != config.node_name:
@@ -361,7 +369,8 @@ def describe_command(config, args: argparse.Namespace) -> int:
             return EXIT_FAILURE
         node_events = select_events(events, namespace=None, for_object=f"node/{config.node_name}",
                                     node_name=config.node_name)
-        sys.stdout.write(describe_node(config.node_name, read_state(config.state_dir), node_events, time.time()))
+        sys.stdout.write(describe_node(config.node_name, read_state(config.state_dir), node_events, time.time(),
+                                       read_record(config.state_dir)))
         return EXIT_OK
     if not args.name:
         print("edgelet: describe pod needs the pod's NAME", file=sys.stderr)

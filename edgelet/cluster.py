@@ -81,6 +81,7 @@ class ClusterConnection:
         node_ip: str,
         runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
+        extended_resources_provider: Callable[[], Mapping[str, tuple[int, int]]] = dict,
         recorder: EventRecorder | None = None,
         could_have_running_containers: Callable[[str], bool] = lambda uid: False,
     ):
@@ -118,6 +119,7 @@ class ClusterConnection:
             runtime_version=runtime_version_provider,
             runtime_features=runtime_features_provider,
             pressure=pressure_provider,
+            extended_resources=extended_resources_provider,
             thresholds=pressure_thresholds(config.eviction),
             reserved=reserved_for_pods(config),
             max_pods=config.max_pods,

@@ -53,6 +53,8 @@ class NodeReport:
     runtime_features: Callable[[], RuntimeFeatures | None] = lambda: None  # runtimeHandlers, features
     # Whether `health` tells the runtime's verdict yet (its first Status call done); the first status waits for it.
     health_settled: Callable[[], bool] = lambda: True
+    # Device plugins' resources: name -> (capacity, allocatable).
+    extended_resources: Callable[[], Mapping[str, tuple[int, int]]] = dict
 
 
 class PodHandle(Protocol):
@@ -126,6 +128,7 @@ class ClusterApi:
             runtime_version_provider=report.runtime_version,
             runtime_features_provider=report.runtime_features,
             pressure_provider=report.pressure,
+            extended_resources_provider=report.extended_resources,
             node_labels=cluster.node_labels,
             update_frequency=cluster.node_status_update_frequency,
             report_frequency=cluster.node_status_report_frequency,

@@ -620,6 +620,16 @@ class ShutdownConfig:
         return self.grace_period > 0
 
 
+@dataclass(frozen=True, slots=True)
+class DevicesConfig:
+    """Device plugins and the pod resources API, on the kubelet's paths (plugins and monitoring agents hard-code
+    them): plugins register on `<plugin_dir>/kubelet.sock` (the kubelet's device-plugins directory); "" turns
+    device plugins off. `pod_resources_socket` serves v1.PodResourcesLister; "" turns it off."""
+
+    plugin_dir: str = setting("/var/lib/kubelet/device-plugins", _path())
+    pod_resources_socket: str = setting("/var/lib/kubelet/pod-resources/kubelet.sock", _path())
+
+
 def _default_node_name() -> str:
     return socket.gethostname().lower()
 
@@ -648,6 +658,7 @@ class Config:
     gc: GCConfig = section(GCConfig)
     shutdown: ShutdownConfig = section(ShutdownConfig)
     security: SecurityConfig = section(SecurityConfig)
+    devices: DevicesConfig = section(DevicesConfig)
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
     #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)
