@@ -279,27 +279,13 @@ class Agent:
         devices = self.device_manager
         sources = ResourceSources(
             active_pods=self.active_pods, container_devices=devices.container_devices,
-            container_cpus=self._exclusive_cpus, allocatable_devices=devices.healthy_devices,
-            allocatable_cpus=self._allocatable_cpus, topology=devices.topology)
+            container_cpus=self.cpu_manager.exclusive_cpus, allocatable_devices=devices.healthy_devices,
+            allocatable_cpus=self.cpu_manager.allocatable_cpus, topology=devices.topology)
         return DeviceServer(devices, pod_resources_socket=self.config.devices.pod_resources_socket,
                             add_pod_resources=partial(add_to_server, sources=sources))
 
     def _extended_resources(self) -> dict[str, tuple[int, int]]:
-        if self.device_manager is None:
-            return {}
-        return {name: (count.capacity, count.allocatable) for name, count in self.device_manager.capacity().items()}
-
-    def _exclusive_cpus(self, uid: str, container: str) -> frozenset[int]:
-        state = self.cpu_manager.state
-        return (state.assignments.get(uid) or {}).get(container, frozenset()) if state is not None else frozenset()
-
-    def _allocatable_cpus(self) -> frozenset[int]:
-        """The CPUs the static policy may give (none under the default policy, as the kubelet answers)."""
-        state = self.cpu_manager.state
-        if state is None:
-            return frozenset()
-        assigned = frozenset().union(*(cpus for containers in state.assignments.values() for cpus in containers.values()))
-        return (state.default | assigned) - self.config.cpu.reserved
+        return self.device_manager.node_resources() if self.device_manager is not None else {}
 
     def _release_resources(self, uid: str) -> None:
         """A terminated pod's exclusive CPUs and devices go back."""

@@ -25,7 +25,7 @@ PARSER_MODULES = (
     "edgelet.quantity",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:e8bdd683d41c847bda91ce1e6690493cfd7fcc96e30e1dbe41073706dc2078bd"
+PARSER_DIGEST = "sha256:465a5bcc1a5394c2df59c2aabfe5771b1f710e06c6760e671051f494509a0ad4"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

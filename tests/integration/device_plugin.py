@@ -26,7 +26,8 @@ class TestDevicePlugin(api_grpc.DevicePluginServicer):
     __test__ = False  # not a pytest class
 
     def __init__(self, plugin_dir: Path, resource: str, devices: list[str], *, endpoint: str = "",
-                 host_files: Path | None = None, preferred: Callable[[list[str], list[str], int], list[str]] | None = None,
+                 host_files: Path | None = None,
+                 preferred: Callable[[list[str], list[str], int], list[str]] | None = None,
                  pre_start_required: bool = False, version: str = "v1beta1"):
         self.plugin_dir = Path(plugin_dir)
         self.resource = resource

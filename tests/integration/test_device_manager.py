@@ -189,7 +189,8 @@ async def test_admission_allocation_and_restart_without_plugin(tmp_path, plugins
         assert (restored.envs, restored.devices) == (options.envs, options.devices)
         # A new pod cannot have devices until the plugin is back.
         assert node.admit(make_pod("u4", 1))[2] == (
-            "Allocate failed due to cannot allocate unregistered device example.com/camera, which is unexpected")
+            "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/camera, "
+            "which is unexpected")
         # u3 was admitted but never allocated: its container waits for the plugin.
         u3 = make_pod("u3", 1)
         assert node.admit(u3)[0]

@@ -77,7 +77,8 @@ def test_device_plugin_with_the_agent(agent, plugin, containerd):
     agent.start()
     wait_for(lambda: (agent.plugin_dir / "kubelet.sock").exists(), 30, what="kubelet.sock")
     plugin.start()
-    wait_for(lambda: node_resources(agent) == {CAM: ("2", "2")}, 30, what="the devices in the node's resources")
+    wait_for(lambda: node_resources(agent) == {CAM: ("2", "2")}, 30, interval=0.3,
+             what="the devices in the node's resources")
 
     # A pod asking for one camera runs with its device node, its mount and its variable.
     agent.write_manifest("viewer.yaml", device_pod("viewer", 1))
@@ -99,19 +100,20 @@ def test_device_plugin_with_the_agent(agent, plugin, containerd):
 
     # Health follows the plugin's stream; a plugin that stops takes its devices with it until it is back.
     plugin.set_health("cam1", UNHEALTHY)
-    wait_for(lambda: node_resources(agent) == {CAM: ("2", "1")}, 30, what="allocatable shrunk")
+    wait_for(lambda: node_resources(agent) == {CAM: ("2", "1")}, 30, interval=0.3, what="allocatable shrunk")
     plugin.stop()
-    wait_for(lambda: node_resources(agent) == {CAM: ("2", "0")}, 30, what="the plugin gone")
+    wait_for(lambda: node_resources(agent) == {CAM: ("2", "0")}, 30, interval=0.3, what="the plugin gone")
     plugin.set_health("cam1", HEALTHY)
     plugin.start()
-    wait_for(lambda: node_resources(agent) == {CAM: ("2", "2")}, 30, what="the plugin back")
+    wait_for(lambda: node_resources(agent) == {CAM: ("2", "2")}, 30, interval=0.3, what="the plugin back")
     assert plugin.registrations == 2
 
     # The agent restarts: the plugin sees kubelet.sock made anew and registers again; the pod keeps running.
     assert agent.stop() == 0
     agent.start()
     wait_for(lambda: plugin.registrations == 3, 30, what="the plugin registering with the restarted agent")
-    wait_for(lambda: node_resources(agent) == {CAM: ("2", "2")}, 30, what="the devices after the restart")
+    wait_for(lambda: node_resources(agent) == {CAM: ("2", "2")}, 30, interval=0.3,
+             what="the devices after the restart")
     pod = wait_for(lambda: (p := agent.pod("viewer")) and is_running(p) and p, 30, what="viewer still Running")
     assert container_state(pod)["containerID"] == container_id
     assert listed_devices(agent) == [("viewer-testnode", "main", [(CAM, ["cam0"])])]

@@ -260,3 +260,21 @@ def test_describe_node_shows_the_device_resources():
     assert lines[1:8] == ["Capacity:", f"{CAM}: 3", f"{TPU}: 1", "Allocatable:", f"{CAM}: 2", f"{TPU}: 0",
                           "Device Plugins:"]
     assert f"{TPU}: <not registered>" in lines
+
+
+@pytest.mark.parametrize("resources, problem", [
+    ({"limits": {CAM: "1"}}, None),
+    ({"limits": {CAM: "2"}, "requests": {CAM: "2"}}, None),
+    ({"limits": {CAM: "500m"}}, ("spec.containers[0].resources.limits.example.com/camera", "must be an integer")),
+    ({"requests": {CAM: "1"}}, ("spec.containers[0].resources.limits.example.com/camera",
+                                "Limit must be set for non overcommitable resources")),
+    ({"requests": {CAM: "1"}, "limits": {CAM: "2"}},
+     ("spec.containers[0].resources.requests.example.com/camera", "must be equal to example.com/camera limit")),
+])
+def test_manifests_ask_for_whole_devices_as_the_api_wants(resources, problem):
+    from edgelet.podconfig.validation import validate_pod
+
+    the_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "default", "uid": "u"},
+               "spec": {"restartPolicy": "Always", "containers": [
+                   {"name": "main", "image": "busybox", "imagePullPolicy": "Never", "resources": resources}]}}
+    assert validate_pod(the_pod) == ([problem] if problem else [])

@@ -98,7 +98,6 @@ class DeviceManager:
         self._serving: dict[str, asyncio.Task] = {}  # resource -> the task following its plugin
         self._devices: dict[str, dict[str, str]] = {}  # resource -> device id -> health, as last reported
         self._topology: dict[str, dict[str, tuple[int, ...]]] = {}  # resource -> device id -> NUMA nodes
-        self._registered_here: set[str] = set()  # resources a plugin registered in this agent's life
         self._stopped_at: dict[str, float] = {}  # resources whose plugin went away (or is not back yet): since
         self._removed: set[str] = set()  # resources whose grace period ended: reported as 0
         self._wake = asyncio.Event()
@@ -190,7 +189,6 @@ class DeviceManager:
             log.info("device manager: %s registers again; the earlier registration is replaced", resource)
         endpoint = Endpoint(resource, socket_path, request.options)
         self._endpoints[resource] = endpoint
-        self._registered_here.add(resource)
         self._serving[resource] = asyncio.get_running_loop().create_task(
             self._follow(endpoint), name=f"device-plugin {resource}")
         registrations.labels(resource).inc()
@@ -245,10 +243,9 @@ class DeviceManager:
         for resource, since in list(self._stopped_at.items()):
             if now - since >= self._stop_grace:
                 del self._stopped_at[resource]
-                self._devices.pop(resource, None)
+                if self._devices.pop(resource, None) is not None:
+                    self._removed.add(resource)  # reported as 0 from now on
                 self._topology.pop(resource, None)
-                self._registered_here.discard(resource)
-                self._removed.add(resource)
                 if self._state.registered.pop(resource, None) is not None:
                     self._save("the removal of " + resource)
                 log.info("device manager: %s has had no plugin for %.0fs; removed from the node's resources",
@@ -260,12 +257,16 @@ class DeviceManager:
     def capacity(self) -> dict[str, ResourceCount]:
         return node_resources(self._devices, serving=frozenset(self._endpoints), removed=self._removed)
 
+    def node_resources(self) -> dict[str, tuple[int, int]]:
+        """(capacity, allocatable) of each resource, for the Node's status."""
+        return {name: (count.capacity, count.allocatable) for name, count in self.capacity().items()}
+
     def healthy_devices(self) -> dict[str, frozenset[str]]:
-        """Each resource a plugin registered in this agent's life, with the devices it reports healthy now (none
-        while it is away)."""
-        return {resource: frozenset(d for d, h in self._devices.get(resource, {}).items() if h == HEALTHY)
+        """Each resource a plugin offers or offered (in this agent's life or before it, as the checkpoint says),
+        with the devices it reports healthy now (none while it is away)."""
+        return {resource: frozenset(d for d, h in health.items() if h == HEALTHY)
                 if resource in self._endpoints else frozenset()
-                for resource in self._registered_here}
+                for resource, health in self._devices.items()}
 
     def topology(self, resource: str, device: str) -> tuple[int, ...]:
         return self._topology.get(resource, {}).get(device, ())
