@@ -248,3 +248,17 @@ async def test_pod_resources_api(node, plugins):
         with pytest.raises(grpc.aio.AioRpcError) as missing:
             await lister.Get(pr.GetPodResourcesRequest(name="nope", namespace="default"))
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_devices_of_pods_gone_while_nobody_looked_go_back_after_two_passes(node, plugins):
+    """A pod deleted while the agent was down is never terminated here: housekeeping frees its devices once two
+    passes found it inactive (one pass may run between a source's listing and the pod's admission)."""
+    await start_plugin(node, plugins)
+    await eventually(lambda: node.manager.capacity() == {CAM: ResourceCount(3, 3)}, what="the devices")
+    assert node.admit(make_pod("u1", 3))[0]
+    del node.pods["u1"]
+    node.manager._release_inactive()
+    assert node.manager.container_devices("u1", "main") == {CAM: ("cam0", "cam1", "cam2")}
+    node.manager._release_inactive()
+    assert node.manager.container_devices("u1", "main") == {}
+    assert node.admit(make_pod("u2", 3))[0]

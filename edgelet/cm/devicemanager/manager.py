@@ -102,6 +102,7 @@ class DeviceManager:
         self._removed: set[str] = set()  # resources whose grace period ended: reported as 0
         self._wake = asyncio.Event()
         self._record: bytes = b""
+        self._inactive: set[str] = set()  # pods holding devices that the last housekeeping pass found inactive
 
     # -- life -----------------------------------------------------------------------------------------------
 
@@ -294,7 +295,6 @@ class DeviceManager:
         is given its devices, or the pod is refused."""
         if not any(extended_requests(container) for container in podutil.all_containers(pod)):
             return True, "", ""
-        self._release_inactive(keep=podutil.uid(pod))
         if problem := missing_resource_problem(pod, self._missing_for(pod)):
             resource, message = problem
             return False, f"OutOf{resource}", message
@@ -338,14 +338,18 @@ class DeviceManager:
             log.info("device manager: pod %s released its devices", uid)
             self._save("a release")
 
-    def _release_inactive(self, keep: str = "") -> None:
-        """The kubelet's UpdateAllocatedDevices: devices of pods no longer active go back, once every source has
-        told its pods."""
+    def _release_inactive(self) -> None:
+        """The kubelet's UpdateAllocatedDevices, for what no termination released (a pod deleted while the agent was
+        down, one a later admission check refused): devices of pods found inactive by two passes in a row go back,
+        once every source has told its pods. One pass is not enough: a source's pods count as told before the sync
+        loop has admitted each of them."""
         if not self._state.pod_devices or not self._sources_ready():
+            self._inactive = set()
             return
-        active = {podutil.uid(pod) for pod in self._active_pods()} | {keep}
-        for uid in sorted(set(self._state.pod_devices) - active):
+        inactive = set(self._state.pod_devices) - {podutil.uid(pod) for pod in self._active_pods()}
+        for uid in sorted(inactive & self._inactive):
             self.remove(uid)
+        self._inactive = inactive - self._inactive
 
     # -- container creation ---------------------------------------------------------------------------------
 
