@@ -31,7 +31,7 @@ class TestDevicePlugin(api_grpc.DevicePluginServicer):
                  pre_start_required: bool = False, version: str = "v1beta1"):
         self.plugin_dir = Path(plugin_dir)
         self.resource = resource
-        self.endpoint = endpoint or resource.replace("/", "-") + ".sock"
+        self.endpoint = endpoint or resource.rpartition("/")[2] + ".sock"  # short: a socket path has 107 bytes
         self.health = {device: HEALTHY for device in devices}
         self.host_files = host_files
         self._preferred = preferred
