@@ -28,7 +28,7 @@ class TestDevicePlugin(api_grpc.DevicePluginServicer):
     def __init__(self, plugin_dir: Path, resource: str, devices: list[str], *, endpoint: str = "",
                  host_files: Path | None = None,
                  preferred: Callable[[list[str], list[str], int], list[str]] | None = None,
-                 pre_start_required: bool = False, version: str = "v1beta1"):
+                 pre_start_required: bool = False, version: str = "v1beta1", cdi: bool = False):
         self.plugin_dir = Path(plugin_dir)
         self.resource = resource
         self.endpoint = endpoint or resource.rpartition("/")[2] + ".sock"  # short: a socket path has 107 bytes
@@ -38,6 +38,7 @@ class TestDevicePlugin(api_grpc.DevicePluginServicer):
         self.options = api.DevicePluginOptions(pre_start_required=pre_start_required,
                                                get_preferred_allocation_available=preferred is not None)
         self.version = version
+        self.cdi = cdi  # answer with CDI device names (<resource>=<device>) as well
         self.calls: list[tuple[str, tuple]] = []
         self.registrations = 0
         self._changed = threading.Condition()
@@ -94,6 +95,8 @@ class TestDevicePlugin(api_grpc.DevicePluginServicer):
             one.envs["TEST_DEVICES"] = ",".join(ids)
             one.annotations["example.com/devices"] = ",".join(ids)
             for device in ids:
+                if self.cdi:
+                    one.cdi_devices.add(name=f"{self.resource}={device}")
                 one.devices.add(container_path=f"/dev/{device}", host_path="/dev/null", permissions="rw")
                 if self.host_files is not None:
                     one.mounts.add(container_path=f"/run/devices/{device}", host_path=str(self.host_files / device),

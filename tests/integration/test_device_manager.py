@@ -221,13 +221,36 @@ async def test_plugin_gone_for_good_leaves_the_node(tmp_path, plugins):
         await node.stop()
 
 
-async def test_static_pod_asking_for_an_unknown_resource_is_refused(node):
-    pod = make_pod("u1", 1)
-    pod["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
-    assert node.admit(pod) == (False, "OutOfexample.com/camera", "Node didn't have enough resource: "
-                               "example.com/camera, requested: 1, used: 0, capacity: 0")
-    del pod["metadata"]["annotations"]  # an API pod: the scheduler placed it, the kubelet lets it be
-    assert node.admit(pod) == (True, "", "")
+async def test_static_pod_waits_for_its_plugin(node, plugins):
+    """On a device's boot the plugin registers after the static pods are admitted: a static pod waits for its
+    devices at its container's creation; an API pod is judged at once, as the kubelet judges it."""
+    static = make_pod("u1", 1)
+    static["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
+    assert node.admit(static) == (True, "", "")
+    with pytest.raises(DeviceError, match="waiting for the device plugin of example.com/camera to register"):
+        await node.manager.container_options(static, static["spec"]["containers"][0])
+    plugin = await start_plugin(node, plugins, devices=["cam0"])
+    await eventually(lambda: node.manager.capacity() == {CAM: ResourceCount(1, 1)}, what="the devices")
+    options = await node.manager.container_options(static, static["spec"]["containers"][0])
+    assert options.envs == [("TEST_DEVICES", "cam0")]
+    # A second static pod now that the plugin serves is judged at once.
+    second = make_pod("u2", 1)
+    second["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
+    assert node.admit(second)[1] == "UnexpectedAdmissionError"
+    # A waiting pod that finds too few devices keeps waiting, saying why.
+    third = make_pod("u3", 1)
+    third["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
+    plugin.stop()
+    await eventually(lambda: node.manager.capacity() == {CAM: ResourceCount(1, 0)}, what="the plugin gone")
+    assert node.admit(third) == (True, "", "")
+    await asyncio.to_thread(plugin.start)
+    await eventually(lambda: node.manager.capacity() == {CAM: ResourceCount(1, 1)}, what="the plugin back")
+    with pytest.raises(DeviceError, match="requested number of devices unavailable for example.com/camera. "
+                                          "Requested: 1, Available: 0; waiting for devices"):
+        await node.manager.container_options(third, third["spec"]["containers"][0])
+    node.manager.remove("u1")
+    assert (await node.manager.container_options(third, third["spec"]["containers"][0])).envs == [
+        ("TEST_DEVICES", "cam0")]
 
 
 async def test_pod_resources_api(node, plugins):

@@ -132,3 +132,28 @@ def test_device_plugin_with_the_agent(agent, plugin, containerd):
     assert logs.splitlines()[-3:] == ["has-device", "cam0", "TEST_DEVICES=cam0"]
     assert allocations(plugin) == [["cam0"]]
     assert node_resources(agent) == {CAM: ("2", "0")}
+
+
+def test_cdi_devices_reach_the_runtime(agent, tmp_path, containerd):
+    """The Allocate answer's CDI device names go to CRI CDI_devices; containerd (2.x: CDI on) applies the spec's
+    edits from its own spec directory (hack/local-containerd.sh)."""
+    if containerd.release != "2.1":
+        pytest.skip("CDI is on by default from containerd 2.0")
+    spec = {"cdiVersion": "0.6.0", "kind": CAM, "devices": [
+        {"name": name, "containerEdits": {"env": [f"CDI_CAMERA={name}"],
+                                          "deviceNodes": [{"path": f"/dev/cdi-{name}", "hostPath": "/dev/null"}]}}
+        for name in ("cam0", "cam1")]}
+    (containerd.state_dir / "cdi" / "edgelet-test-camera.json").write_text(json.dumps(spec))
+    plugin = TestDevicePlugin(agent.plugin_dir, CAM, ["cam0", "cam1"], cdi=True)
+    try:
+        agent.start()
+        wait_for(lambda: (agent.plugin_dir / "kubelet.sock").exists(), 30, what="kubelet.sock")
+        plugin.start()
+        agent.write_manifest("cdi.yaml", device_pod("cdi", 1, 'test -c /dev/cdi-cam0 && echo cdi-device; '
+                                                         'echo "CDI_CAMERA=$CDI_CAMERA"; exec sleep 3600'))
+        logs = wait_for(lambda: "CDI_CAMERA" in (out := agent.cli("logs", "cdi").stdout) and out, 60,
+                        what="the pod's output")
+        assert logs.splitlines() == ["cdi-device", "CDI_CAMERA=cam0"]
+    finally:
+        plugin.stop()
+        (containerd.state_dir / "cdi" / "edgelet-test-camera.json").unlink(missing_ok=True)

@@ -103,6 +103,7 @@ class DeviceManager:
         self._wake = asyncio.Event()
         self._record: bytes = b""
         self._inactive: set[str] = set()  # pods holding devices that the last housekeeping pass found inactive
+        self._deferred: set[str] = set()  # static pods admitted before their plugins served: they wait for devices
 
     # -- life -----------------------------------------------------------------------------------------------
 
@@ -256,7 +257,8 @@ class DeviceManager:
     # -- what the node offers -------------------------------------------------------------------------------
 
     def capacity(self) -> dict[str, ResourceCount]:
-        return node_resources(self._devices, serving=frozenset(self._endpoints), removed=self._removed)
+        return node_resources(self._devices, serving=frozenset(filter(self._serves, self._endpoints)),
+                              removed=self._removed)
 
     def node_resources(self) -> dict[str, tuple[int, int]]:
         """(capacity, allocatable) of each resource, for the Node's status."""
@@ -266,7 +268,7 @@ class DeviceManager:
         """Each resource a plugin offers or offered (in this agent's life or before it, as the checkpoint says),
         with the devices it reports healthy now (none while it is away)."""
         return {resource: frozenset(d for d, h in health.items() if h == HEALTHY)
-                if resource in self._endpoints else frozenset()
+                if self._serves(resource) else frozenset()
                 for resource, health in self._devices.items()}
 
     def topology(self, resource: str, device: str) -> tuple[int, ...]:
@@ -292,48 +294,73 @@ class DeviceManager:
 
     def admit(self, pod: Pod) -> tuple[bool, str, str]:
         """(admitted, reason, message) as the kubelet's resource allocation admit handler answers: every container
-        is given its devices, or the pod is refused."""
-        if not any(extended_requests(container) for container in podutil.all_containers(pod)):
+        is given its devices, or the pod is refused.
+
+        A static pod (no scheduler placed it) that needs a plugin not serving yet is admitted without devices and
+        waits for them at its first container's creation: on a device's boot its plugin (a static pod too, or a
+        service) registers after the pods are admitted, and a refusal would be for good."""
+        requested = {resource for container in podutil.all_containers(pod) for resource in extended_requests(container)}
+        if not requested:
             return True, "", ""
-        if problem := missing_resource_problem(pod, self._missing_for(pod)):
+        uid = podutil.uid(pod)
+        held = {resource for resources in (self._state.pod_devices.get(uid) or {}).values() for resource in resources}
+        if podutil.is_static(pod) and not all(self._serves(resource) for resource in requested - held):
+            if uid not in self._deferred:
+                self._deferred.add(uid)
+                log.info("device manager: pod %s waits for the device plugins of %s", podutil.full_name(pod),
+                         ", ".join(sorted(r for r in requested - held if not self._serves(r))))
+            return True, "", ""
+        # The kubelet's predicate: a resource the node reports as 0 (its plugin gone for good).
+        if problem := missing_resource_problem(pod, lambda name: name in self._removed and name not in held):
             resource, message = problem
             return False, f"OutOf{resource}", message
         try:
-            plan = plan_pod(pod, self._state.pod_devices, healthy=self.healthy_devices())
+            self._record_plan(pod)
         except AllocationError as exc:
             return False, ADMISSION_REASON, admission_message(exc)
-        uid = podutil.uid(pod)
-        if plan and plan != self._state.pod_devices.get(uid):
-            previous = self._state.pod_devices.get(uid)
-            self._state.pod_devices[uid] = plan
-            try:
-                self._require_checkpoint().save(self._state)
-            except OSError as exc:
-                if previous is None:
-                    del self._state.pod_devices[uid]
-                else:
-                    self._state.pod_devices[uid] = previous
-                return False, ADMISSION_REASON, admission_message(AllocationError(
-                    f"cannot record the device assignment in {self._require_checkpoint().path}: {exc}"))
-            for container, resources in sorted(plan.items()):
-                for resource, assignment in sorted(resources.items()):
-                    log.info("device manager: pod %s container %s gets %s %s", podutil.full_name(pod), container,
-                             resource, ",".join(assignment.device_ids))
         return True, "", ""
 
-    def _missing_for(self, pod: Pod) -> Callable[[str], bool]:
-        """Which extended resources the node lacks for the pod, as the kubelet's predicate sees them: those whose
-        plugin is gone for good (reported as 0). A pod no scheduler placed (a static pod) also lacks those no plugin
-        ever offered; a pod from the API server does not, as the kubelet lets the scheduler judge resources it does
-        not know (someone else may advertise them)."""
+    def _serves(self, resource: str) -> bool:
+        """A plugin serves the resource and has told its devices since it registered."""
+        return resource in self._endpoints and resource in self._devices and resource not in self._stopped_at
+
+    def _record_plan(self, pod: Pod) -> None:
+        """Gives the pod's containers their devices and records them; raises AllocationError."""
+        plan = plan_pod(pod, self._state.pod_devices, healthy=self.healthy_devices())
         uid = podutil.uid(pod)
-        held = {resource for resources in (self._state.pod_devices.get(uid) or {}).values() for resource in resources}
-        if not podutil.is_static(pod):
-            return lambda resource: resource in self._removed and resource not in held
-        return lambda resource: resource not in self._devices and resource not in held
+        previous = self._state.pod_devices.get(uid)
+        if not plan or plan == previous:
+            return
+        self._state.pod_devices[uid] = plan
+        try:
+            self._require_checkpoint().save(self._state)
+        except OSError as exc:
+            if previous is None:
+                del self._state.pod_devices[uid]
+            else:
+                self._state.pod_devices[uid] = previous
+            raise AllocationError(f"cannot record the device assignment in {self._require_checkpoint().path}: "
+                                  f"{exc}") from None
+        for container, resources in sorted(plan.items()):
+            for resource, assignment in sorted(resources.items()):
+                log.info("device manager: pod %s container %s gets %s %s", podutil.full_name(pod), container,
+                         resource, ",".join(assignment.device_ids))
+
+    def _plan_deferred(self, pod: Pod) -> None:
+        """A waiting static pod gets its devices once its plugins serve; raises DeviceError while it must wait."""
+        requested = {resource for container in podutil.all_containers(pod) for resource in extended_requests(container)}
+        waiting = sorted(resource for resource in requested if not self._serves(resource))
+        if waiting:
+            raise DeviceError(f"waiting for the device plugin of {', '.join(waiting)} to register")
+        try:
+            self._record_plan(pod)
+        except AllocationError as exc:
+            raise DeviceError(f"{exc}; waiting for devices") from None
+        self._deferred.discard(podutil.uid(pod))
 
     def remove(self, uid: str) -> None:
         """Frees the pod's devices (once it is terminated)."""
+        self._deferred.discard(uid)
         if self._state.pod_devices.pop(uid, None) is not None:
             log.info("device manager: pod %s released its devices", uid)
             self._save("a release")
@@ -354,10 +381,13 @@ class DeviceManager:
     # -- container creation ---------------------------------------------------------------------------------
 
     async def container_options(self, pod: Pod, container: dict) -> RunOptions | None:
-        """What the container's devices add to its CRI config (None: it has none). Asks the plugin for an
-        Allocate answer only when none is recorded; calls PreStartContainer where the plugin asked for it.
-        Raises DeviceError when the plugin is needed and away or fails."""
+        """What the container's devices add to its CRI config (None: it has none). A static pod admitted before
+        its plugins served gets its devices here. Asks the plugin for an Allocate answer only when none is recorded;
+        calls PreStartContainer where the plugin asked for it. Raises DeviceError when the plugin is needed and away
+        or fails, or the devices are not there yet."""
         uid, name = podutil.uid(pod), container.get("name", "")
+        if uid in self._deferred:
+            self._plan_deferred(pod)
         held = (self._state.pod_devices.get(uid) or {}).get(name)
         if not held:
             return None
