@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from edgelet import _core, _core_py  # noqa: E402  (both twins on purpose: the selector picks one)
 from edgelet.cri import runtime_v1_pb2 as pb  # noqa: E402
-from edgelet.kuberuntime import labels  # noqa: E402
+from edgelet.container import labels  # noqa: E402
 
 CONTAINERS_PER_POD = 2
 SIZES = (220, 1_000, 10_000)

@@ -37,7 +37,7 @@ from bench import bench_kubelet  # noqa: E402
 from bench import bench_kubelet_api  # noqa: E402
 from edgelet import core  # noqa: E402
 from edgelet.cri.client import RuntimeClient  # noqa: E402
-from edgelet.errors import EdgeletError  # noqa: E402
+from edgelet.util.errors import EdgeletError  # noqa: E402
 from tests.integration.agent_harness import unmount_under  # noqa: E402
 from tests.runtime_cleanup import empty_runtime, remove_pod_cgroups  # noqa: E402
 

@@ -14,18 +14,19 @@ from collections.abc import Iterable
 PARSER_MODULES = (
     "edgelet._yaml",  # its source, edgelet/_yaml.pyx
     "edgelet._yaml_py",
-    "edgelet.errors",
-    "edgelet.kubetime",
+    "edgelet.api",
+    "edgelet.api.kubetime",
+    "edgelet.api.limits",
+    "edgelet.api.podutil",
+    "edgelet.api.quantity",
     "edgelet.podconfig.defaults",
-    "edgelet.podconfig.limits",
     "edgelet.podconfig.manifest",
     "edgelet.podconfig.schema",
     "edgelet.podconfig.validation",
-    "edgelet.podutil",
-    "edgelet.quantity",
+    "edgelet.util.errors",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:465a5bcc1a5394c2df59c2aabfe5771b1f710e06c6760e671051f494509a0ad4"
+PARSER_DIGEST = "sha256:3774fdd9ef47c7fb689fdbf10ccde51539d85fa752406e1c1e788df9f9533a3a"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 import grpc
 
-from edgelet import metrics, podutil
+from edgelet.api import podutil
+from edgelet.metrics import registry as metrics
 from edgelet.podresources import podresources_v1_pb2 as api
 from edgelet.podresources import podresources_v1_pb2_grpc as api_grpc
-from edgelet.podutil import Pod
+from edgelet.api.podutil import Pod
 
 SERVER_API_VERSION = "v1"
 

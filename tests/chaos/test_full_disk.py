@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from edgelet import checkpoint
+from edgelet.util import checkpoint
 from edgelet.podconfig.manifest import load_manifest_file
 from tests.chaos.harness import ChaosAgent, checkpoint_problem
 from tests.integration.agent_harness import busybox_pod, unmount_under, wait_for

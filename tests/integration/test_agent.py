@@ -12,7 +12,7 @@ import pytest
 
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 
 from tests.integration.agent_harness import (
     AgentProcess,

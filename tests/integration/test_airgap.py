@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest_registry import base_images, image_config_id, make_image  # noqa: F401  (fixtures)
 
-from edgelet.backoff import Backoff
+from edgelet.util.backoff import Backoff
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.airgap import AirgapImages
 from edgelet.images.archive import ArchiveError, index_archive

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from edgelet import metrics
+from edgelet.metrics import registry as metrics
 from edgelet.cri import CRIError, NotFound, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient

@@ -8,7 +8,7 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 
-from edgelet import metrics
+from edgelet.metrics import registry as metrics
 from edgelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from edgelet.events.apisink import ApiEventSink
 from edgelet.kubeapi import ApiClient

@@ -9,7 +9,8 @@ import os
 import shutil
 import time
 
-from edgelet import checkpoint, podutil
+from edgelet.util import checkpoint
+from edgelet.api import podutil
 from edgelet.podconfig.config import Op, PodConfig
 from edgelet.podconfig import file as file_source
 from edgelet.podconfig.file import FileSource, ManifestScanner, ParsedManifests

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from edgelet.checkpoint import CheckpointStore
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.status import manager as status_manager
 from edgelet.status.manager import StatusManager
 from edgelet.volumes.hosts import write_hosts_file

@@ -13,7 +13,7 @@ from conftest_registry import base_images, image_config_id, make_image, registry
 
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.gc import ImageGC
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 from edgelet.kuberuntime.gc import ContainerGC
 from tests.runtime_cleanup import empty_runtime
 

@@ -10,11 +10,11 @@ import uuid
 
 import pytest
 
-from edgelet.backoff import Backoff
+from edgelet.util.backoff import Backoff
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageManager
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.prober.hooks import HookRunner
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

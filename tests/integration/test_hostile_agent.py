@@ -13,14 +13,14 @@ import uuid
 
 import pytest
 
-from edgelet.backoff import Backoff
+from edgelet.util.backoff import Backoff
 from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageManager
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
-from edgelet.kuberuntime.types import ContainerState
-from edgelet.pleg import GenericPLEG
+from edgelet.container.runtime import ContainerState
+from edgelet.pleg.generic import GenericPLEG
 from edgelet.podconfig.defaults import apply_defaults
 from tests.integration.agent_harness import (
     REPO,

@@ -19,7 +19,7 @@ from conftest_registry import (  # noqa: F401  (fixtures)
     registry,
 )
 
-from edgelet.backoff import Backoff
+from edgelet.util.backoff import Backoff
 from edgelet.images.manager import ImageError, ImageManager
 
 pytestmark = pytest.mark.containerd

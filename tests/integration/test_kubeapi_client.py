@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
-from edgelet.errors import PermanentError, TemporaryError
+from edgelet.util.errors import PermanentError, TemporaryError
 from edgelet.kubeapi import (
     AlreadyExists,
     ApiClient,

@@ -14,10 +14,10 @@ import urllib.request
 
 import pytest
 
-from edgelet.checkpoint import CORRUPT_DIR, key_to_filename
+from edgelet.util.checkpoint import CORRUPT_DIR, key_to_filename
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 from tests.integration.agent_harness import free_port, wait_for
 from tests.integration.test_cluster import (
     agent,  # noqa: F401  (fixture)

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from edgelet import core
-from edgelet.pleg import GenericPLEG
+from edgelet.pleg.generic import GenericPLEG
 
 from tests.integration.test_pleg_cache import start_pod
 

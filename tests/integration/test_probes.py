@@ -14,7 +14,7 @@ import pytest
 
 from edgelet.kuberuntime.container import make_container_config
 from edgelet.kuberuntime.sandbox import make_sandbox_config
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus
+from edgelet.container.runtime import ContainerState, ContainerStatus
 from edgelet.prober.manager import ProbeManager
 from edgelet.prober.probes import (
     HttpGetter,

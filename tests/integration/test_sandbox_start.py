@@ -13,11 +13,11 @@ import uuid
 
 import pytest
 
-from edgelet.backoff import Backoff
-from edgelet.errors import EdgeletError
+from edgelet.util.backoff import Backoff
+from edgelet.util.errors import EdgeletError
 from edgelet.images.manager import ImageManager
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
-from edgelet.kuberuntime.types import PodRuntimeStatus
+from edgelet.container.runtime import PodRuntimeStatus
 from edgelet.volumes import VolumeManager
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

@@ -10,8 +10,8 @@ import httpx
 import pytest
 import uvloop
 
-from edgelet.metrics import Counter, Registry
-from edgelet.server import (
+from edgelet.metrics.registry import Counter, Registry
+from edgelet.server.http import (
     ListenAddress, ListenError, OpsServer, bind_all, bound_ip_socket, healthz_reply, parse_address,
 )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from edgelet import metrics
+from edgelet.metrics import registry as metrics
 from edgelet.config import TunnelConfig
 from edgelet.tunnel import konnectivity_pb2 as pb
 from edgelet.tunnel import konnectivity_pb2_grpc as pb_grpc

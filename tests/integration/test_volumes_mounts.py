@@ -13,7 +13,7 @@ import stat
 
 import pytest
 
-from edgelet.objectstore import ObjectStore
+from edgelet.api.objectstore import ObjectStore
 from edgelet.volumes import VolumeError, VolumeManager, subpath
 from edgelet.volumes.hosts import pod_hosts_file
 from edgelet.volumes.mountutil import MNT_DETACH, mounts_under, read_mounts, remove_tree, unmount
@@ -451,8 +451,8 @@ async def remove_pod(cri, manager, sandbox_id, container_id):
 async def test_a_container_sees_env_mounts_and_resources_as_built(manager, store, cri, containerd):
     """The CRI fields built here, handed to the real containerd: what runs inside must match."""
     from edgelet.cri import runtime_v1_pb2 as pb
-    from edgelet.kuberuntime.env import expand_command, resolve_env
-    from edgelet.kuberuntime.resources import linux_resources
+    from edgelet.api.env import expand_command, resolve_env
+    from edgelet.api.resources import linux_resources
 
     store.put(_secret("app", password=b"hunter2"))
     store.put({"kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "hello", "motd": "welcome"}})

@@ -21,7 +21,7 @@ from edgelet.kuberuntime.actions import (
     pod_sandbox_changed,
     should_restart,
 )
-from edgelet.kuberuntime.types import (
+from edgelet.container.runtime import (
     ContainerState,
     ContainerStatus,
     PodRuntimeStatus,

@@ -15,7 +15,7 @@ import xxhash
 
 from edgelet import _core_py
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # An explicit pure-Python run (no build) skips the compiled variants; otherwise they must load.

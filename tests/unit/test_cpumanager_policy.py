@@ -13,7 +13,7 @@ from edgelet.cm.cpumanager.policy import (
     take_by_topology,
     validate_state,
 )
-from edgelet.cm.cpuset import format_cpuset, parse_cpuset
+from edgelet.util.cpuset import format_cpuset, parse_cpuset
 from edgelet.cm.topology import build_topology, topology_from_cpus
 from edgelet.config import ConfigError, parse_config
 

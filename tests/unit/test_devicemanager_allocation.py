@@ -252,7 +252,7 @@ def test_node_status_carries_the_extended_resources():
 
 
 def test_describe_node_shows_the_device_resources():
-    from edgelet.cli_describe import describe_node
+    from edgelet.cli.describe import describe_node
 
     text = describe_node("edge-1", None, [], 0.0, {CAM: {"capacity": 3, "allocatable": 2, "plugin": "/dp/cam.sock"},
                                                    TPU: {"capacity": 1, "allocatable": 0, "plugin": ""}})

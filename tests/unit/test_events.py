@@ -9,7 +9,7 @@ import logging
 import orjson
 import pytest
 
-from edgelet import metrics
+from edgelet.metrics import registry as metrics
 from edgelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from edgelet.events.correlator import COMBINED_PREFIX, EventCorrelator, repeat_patch
 from edgelet.events.locallog import EventLog, read_events

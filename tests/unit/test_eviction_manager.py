@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from edgelet import metrics
+from edgelet.metrics import registry as metrics
 from edgelet.config import Threshold
 from edgelet.eviction.manager import EvictionManager
 from edgelet.eviction.signals import Observation

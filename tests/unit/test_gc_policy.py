@@ -15,7 +15,7 @@ from edgelet.kuberuntime.gc import (
     select_log_dirs_to_remove,
     select_sandboxes_to_remove,
 )
-from edgelet.kuberuntime.types import ContainerState, SandboxState
+from edgelet.container.runtime import ContainerState, SandboxState
 
 GIB = 1 << 30
 CAPACITY = 100 * GIB

@@ -8,8 +8,8 @@ import pytest
 from edgelet.kubeletapi import PodLookup
 from edgelet.kubeletapi.paths import parse_route
 from edgelet.kubeletapi.server import NotFoundError
-from edgelet.kuberuntime.types import PodRuntimeStatus
-from edgelet.podmanager import PodManager
+from edgelet.container.runtime import PodRuntimeStatus
+from edgelet.pod.manager import PodManager
 
 NODE = "edge-1"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.status.mirror import mirror_pod, plan_mirrors, pod_key, split_mirror_pods
 
 NODE = "edge-1"

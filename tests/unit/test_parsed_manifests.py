@@ -9,7 +9,8 @@ import time
 import orjson
 import pytest
 
-from edgelet import checkpoint, podutil
+from edgelet.util import checkpoint
+from edgelet.api import podutil
 from edgelet.podconfig import file as file_source
 from edgelet.podconfig.file import PARSED_KIND, ManifestScanner, ParsedManifests
 

@@ -12,9 +12,9 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.events.model import pod_ref
-from edgelet.kuberuntime.types import PodRuntimeStatus
+from edgelet.container.runtime import PodRuntimeStatus
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate, merge_source
 from edgelet.podconfig import file as file_source
 from edgelet.podconfig.file import RACY_NS, ManifestScanner, is_manifest_name

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.errors import ConfigError
+from edgelet.util.errors import ConfigError
 from edgelet.prober.hooks import remaining_grace
 from edgelet.prober.probes import (
     HOOK_HANDLERS,

@@ -6,7 +6,7 @@ import pytest
 
 from edgelet.kuberuntime.resize import (Applied, applied_resources, desired_applied, feasibility, format_memory,
                                         plan_resize, pod_requests)
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.status.extras import add_newer_fields
 from edgelet.kuberuntime.resizer import ResizeView
 

@@ -3,7 +3,7 @@ profiles, the privileged sandbox, masked /proc paths, runAsNonRoot, sysctl and A
 
 import pytest
 
-from edgelet.admission import apparmor_check, sysctl_check
+from edgelet.lifecycle.admission import apparmor_check, sysctl_check
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.kuberuntime import security
 from edgelet.kuberuntime.container import security_context

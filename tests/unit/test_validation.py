@@ -18,7 +18,7 @@ from edgelet.podconfig.validation import (
     qualified_name_error,
     validate_pod,
 )
-from edgelet.quantity import NANO, format_bytes, parse_quantity, to_int_ceil, to_millis_ceil
+from edgelet.api.quantity import NANO, format_bytes, parse_quantity, to_int_ceil, to_millis_ceil
 
 
 def valid_pod() -> dict[str, Any]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.podconfig.validation import qualified_name_error
-from edgelet.podutil import Pod
-from edgelet.quantity import NANO, parse_quantity
+from edgelet.api.podutil import Pod
+from edgelet.api.quantity import NANO, parse_quantity
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from edgelet.checkpoint import CheckpointStore
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.cm.devicemanager.allocation import Assignment, PodDevices
 
 CHECKPOINT_KIND = "device-manager"

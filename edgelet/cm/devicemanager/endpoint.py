@@ -12,7 +12,7 @@ import grpc
 from grpc import aio
 
 from edgelet.cm.devicemanager import deviceplugin_v1beta1_pb2 as api
-from edgelet.errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 
 log = logging.getLogger(__name__)
 

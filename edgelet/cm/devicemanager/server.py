@@ -14,7 +14,7 @@ from grpc import aio
 from edgelet.cm.devicemanager import deviceplugin_v1beta1_pb2 as api
 from edgelet.cm.devicemanager import deviceplugin_v1beta1_pb2_grpc as api_grpc
 from edgelet.cm.devicemanager.manager import DeviceManager, RegistrationError
-from edgelet.server import ListenAddress, ListenError
+from edgelet.server.http import ListenAddress, ListenError
 
 log = logging.getLogger(__name__)
 
