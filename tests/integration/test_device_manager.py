@@ -36,11 +36,12 @@ class Node:
     """A device manager with its gRPC server, as the agent wires them."""
 
     def __init__(self, tmp_path, *, stop_grace: float = 300.0, sources_ready=lambda: True):
+        # The plugins' sockets are looked at every 0.1 s here (5 s in the agent).
         self.plugin_dir = tmp_path / "dp"
         self.pods: dict[str, dict] = {}
         self.manager = DeviceManager(str(self.plugin_dir), state_dir=str(tmp_path / "state"),
                                      active_pods=lambda: list(self.pods.values()), stop_grace=stop_grace,
-                                     sources_ready=sources_ready)
+                                     sources_ready=sources_ready, socket_check_period=0.1)
         self.pod_resources_socket = str(tmp_path / "pr" / "kubelet.sock")
         sources = ResourceSources(
             active_pods=lambda: list(self.pods.values()), container_devices=self.manager.container_devices,
@@ -285,3 +286,14 @@ async def test_devices_of_pods_gone_while_nobody_looked_go_back_after_two_passes
     node.manager._release_inactive()
     assert node.manager.container_devices("u1", "main") == {}
     assert node.admit(make_pod("u2", 3))[0]
+
+
+async def test_a_plugin_whose_socket_vanishes_is_dropped(node, plugins):
+    plugin = await start_plugin(node, plugins)
+    await eventually(lambda: node.manager.capacity() == {CAM: ResourceCount(3, 3)}, what="the devices")
+    plugin.socket_path.unlink()  # its process and stream live on
+    await eventually(lambda: node.manager.capacity() == {CAM: ResourceCount(3, 0)}, what="the plugin dropped")
+    assert node.admit(make_pod("u1", 1))[2].startswith("Allocate failed due to no healthy devices present")
+    await asyncio.to_thread(plugin.serve)
+    await asyncio.to_thread(plugin.register)
+    await eventually(lambda: node.manager.capacity() == {CAM: ResourceCount(3, 3)}, what="the plugin back")

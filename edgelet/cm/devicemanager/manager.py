@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 KUBELET_SOCKET = "kubelet.sock"
 ENDPOINT_STOP_GRACE = 300.0  # the kubelet's endpointStopGracePeriod
 HOUSEKEEPING_PERIOD = 30.0
+# How often the plugins' sockets are looked at while plugins are registered: one whose socket was removed is dropped
+# even while its process (and so its stream) lives on.
+SOCKET_CHECK_PERIOD = 5.0
 
 registrations = metrics.Counter(
     "kubelet_device_plugin_registration_total",
@@ -85,7 +88,7 @@ class DeviceManager:
 
     def __init__(self, plugin_dir: str, *, state_dir: str, active_pods: Callable[[], Iterable[Pod]],
                  sources_ready: Callable[[], bool] = lambda: True, clock: Callable[[], float] = time.monotonic,
-                 stop_grace: float = ENDPOINT_STOP_GRACE):
+                 stop_grace: float = ENDPOINT_STOP_GRACE, socket_check_period: float = SOCKET_CHECK_PERIOD):
         self.plugin_dir = plugin_dir
         self.socket_path = os.path.join(plugin_dir, KUBELET_SOCKET)
         self._record_path = record_path(state_dir)
@@ -93,6 +96,7 @@ class DeviceManager:
         self._sources_ready = sources_ready
         self._clock = clock
         self._stop_grace = stop_grace
+        self._socket_check_period = socket_check_period
         self._checkpoint: DeviceCheckpoint | None = None
         self._state = DeviceState()
         self._endpoints: dict[str, Endpoint] = {}  # resource -> the plugin serving it now
@@ -149,12 +153,19 @@ class DeviceManager:
                 log.warning("device manager: cannot remove the stale socket %s: %s", path, exc)
 
     async def run(self) -> None:
-        """Ends the grace period of plugins that went away, and releases the devices of pods no longer active."""
+        """Drops plugins whose socket is gone, ends the grace period of plugins that went away, and releases the
+        devices of pods no longer active."""
+        next_housekeeping = 0.0
         while True:
             self._wake.clear()
+            self._check_sockets()
             self._expire()
-            self._release_inactive()
+            if self._clock() >= next_housekeeping:
+                self._release_inactive()
+                next_housekeeping = self._clock() + HOUSEKEEPING_PERIOD
             delays = [at + self._stop_grace - self._clock() for at in self._stopped_at.values()]
+            if self._endpoints:
+                delays.append(self._socket_check_period)
             try:
                 await asyncio.wait_for(self._wake.wait(), max(min([HOUSEKEEPING_PERIOD, *delays]), 0.05))
             except TimeoutError:
@@ -195,6 +206,7 @@ class DeviceManager:
         self._serving[resource] = asyncio.get_running_loop().create_task(
             self._follow(endpoint), name=f"device-plugin {resource}")
         registrations.labels(resource).inc()
+        self._wake.set()  # its socket is looked at from now on
         log.info("device manager: device plugin %s registered at %s", resource, socket_path)
 
     async def _follow(self, endpoint: Endpoint) -> None:
@@ -240,6 +252,14 @@ class DeviceManager:
                     "registers again", resource, endpoint.socket_path, reason)
         self._write_record()
         self._wake.set()
+
+    def _check_sockets(self) -> None:
+        for resource, endpoint in list(self._endpoints.items()):
+            if not os.path.exists(endpoint.socket_path):
+                task = self._serving.pop(resource, None)
+                if task is not None:
+                    task.cancel()
+                self._plugin_gone(endpoint, f"its socket {endpoint.socket_path} is gone")
 
     def _expire(self) -> None:
         now = self._clock()
