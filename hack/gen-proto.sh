@@ -2,8 +2,9 @@
 # Regenerates the Python modules of edgelet's .proto files: the CRI subset (edgelet/cri/runtime_v1.proto,
 # messages and gRPC stubs) and the gRPC health protocol subset the grpc probe calls
 # (edgelet/prober/health_v1.proto, messages only) and the konnectivity agent protocol subset
-# (edgelet/tunnel/konnectivity.proto, messages and gRPC stubs), the kubelet's device plugin API
-# (edgelet/cm/devicemanager/deviceplugin_v1beta1.proto) and pod resources API
+# (edgelet/tunnel/konnectivity.proto, messages and gRPC stubs), the CSI node and plugin registration subsets
+# (edgelet/csi/csi.proto and pluginregistration.proto, messages and gRPC stubs), and the kubelet's device plugin
+# API (edgelet/cm/devicemanager/deviceplugin_v1beta1.proto) and pod resources API
 # (edgelet/podresources/podresources_v1.proto), messages and gRPC stubs.
 #
 # Usage: hack/gen-proto.sh [--check]
@@ -38,6 +39,8 @@ generate() {
 generate edgelet/cri runtime_v1.proto 1
 generate edgelet/prober health_v1.proto 0
 generate edgelet/tunnel konnectivity.proto 1
+generate edgelet/csi csi.proto 1
+generate edgelet/csi pluginregistration.proto 1
 generate edgelet/cm/devicemanager deviceplugin_v1beta1.proto 1
 generate edgelet/podresources podresources_v1.proto 1
 
@@ -67,6 +70,8 @@ PY
 render edgelet/cri runtime_v1_pb2
 render edgelet/prober health_v1_pb2
 render edgelet/tunnel konnectivity_pb2
+render edgelet/csi csi_pb2
+render edgelet/csi pluginregistration_pb2
 render edgelet/cm/devicemanager deviceplugin_v1beta1_pb2
 render edgelet/podresources podresources_v1_pb2
 
@@ -81,6 +86,8 @@ sibling() {
 }
 sibling edgelet/cri runtime_v1
 sibling edgelet/tunnel konnectivity
+sibling edgelet/csi csi
+sibling edgelet/csi pluginregistration
 sibling edgelet/cm/devicemanager deviceplugin_v1beta1
 sibling edgelet/podresources podresources_v1
 
@@ -88,6 +95,9 @@ status=0
 for f in edgelet/cri/runtime_v1_pb2.py edgelet/cri/runtime_v1_pb2.pyi edgelet/cri/runtime_v1_pb2_grpc.py \
         edgelet/prober/health_v1_pb2.py edgelet/prober/health_v1_pb2.pyi \
         edgelet/tunnel/konnectivity_pb2.py edgelet/tunnel/konnectivity_pb2.pyi edgelet/tunnel/konnectivity_pb2_grpc.py \
+        edgelet/csi/csi_pb2.py edgelet/csi/csi_pb2.pyi edgelet/csi/csi_pb2_grpc.py \
+        edgelet/csi/pluginregistration_pb2.py edgelet/csi/pluginregistration_pb2.pyi \
+        edgelet/csi/pluginregistration_pb2_grpc.py \
         edgelet/cm/devicemanager/deviceplugin_v1beta1_pb2.py edgelet/cm/devicemanager/deviceplugin_v1beta1_pb2.pyi \
         edgelet/cm/devicemanager/deviceplugin_v1beta1_pb2_grpc.py \
         edgelet/podresources/podresources_v1_pb2.py edgelet/podresources/podresources_v1_pb2.pyi \

@@ -25,6 +25,7 @@ from edgelet.cm.cpumanager.manager import CPUManager
 from edgelet.cm.cpumanager.state import CPUStateStore
 from edgelet.config import Config
 from edgelet.logs.rotation import LogRotator
+from edgelet.kuberuntime.logmigration import migrate_pod_logs
 from edgelet.cri.client import RuntimeClient
 from edgelet.util.errors import EdgeletError
 from edgelet.events import WARNING, EventRecorder, node_ref, pod_ref
@@ -39,7 +40,7 @@ from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
 from edgelet.kuberuntime.resizer import Resizer
 from edgelet.kuberuntime.security import SECCOMP_DIR, SecuritySettings
 from edgelet.nodestatus.facts import MEMINFO, default_ipv4_address, read_meminfo
-from edgelet.api.objectstore import ObjectStore, referenced_objects
+from edgelet.api.objectstore import ObjectStore, referenced_objects, with_bound_volumes
 from edgelet.cm.cgroups import node_allocatable
 from edgelet.cm.podcgroups import PodCgroups
 from edgelet.pleg.generic import GenericPLEG
@@ -57,12 +58,14 @@ from edgelet.server.http import Listener, OpsServer, bind_all
 from edgelet.status.manager import StatusManager, pod_list, status_dir
 from edgelet.status.view import Heartbeat, present_pods
 from edgelet.kubelet.syncloop import SyncLoop
-from edgelet.util.tasks import TaskGroup
+from edgelet.util.tasks import TaskGroup, wait_set
 from edgelet.volumes import VolumeManager
+from edgelet.volumes.claims import node_labels
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 5.0
+PLUGINS_FIRST_SCAN = 3.0  # seconds the first pod sync waits for CSI plugins already installed to register
 # Threads for blocking file I/O: two keep a burst's writes from queueing behind one slow write on a 2-core device.
 IO_THREADS = 2
 
@@ -148,13 +151,17 @@ class Agent:
         )
         self.container_gc = ContainerGC(
             self.runtime, self.pod_manager.uid_set,
-            logs_dir=config.logs_dir,
+            logs_dir=config.logs_dir, container_logs_dir=config.container_logs_dir,
             policy=GCPolicy(config.gc.container_min_age, config.gc.max_per_pod_container, config.gc.max_containers),
             sources_ready=self.pod_config.all_sources_ready,
         )
         self.volumes = VolumeManager(config.pods_dir, store=self.store, node_name=self.node_name,
+                                     node_labels=node_labels(self.node_name,
+                                                             config.cluster.node_labels if config.cluster else {}),
                                      node_allocatable=self.node_allocatable,
                                      cluster_domain=config.pods.cluster_domain)
+        self.plugin_watcher, self.csi_plugins = self._make_plugin_watcher()
+        self._csinode = None  # the CSINode object's writer (cluster mode with a plugin registry)
         self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
                                       max_files=config.logs.container_log_max_files)
 
@@ -177,6 +184,7 @@ class Agent:
             Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks,
                           recorder=self.recorder, resizer=self.resizer, devices=self.device_manager),
             logs_root=config.logs_dir,
+            container_logs_dir=config.container_logs_dir,
             crash_backoff=Backoff(config.backoff.crashloop_initial, config.backoff.crashloop_max),
             cluster_dns=list(config.pods.cluster_dns),
             cluster_domain=config.pods.cluster_domain,
@@ -249,6 +257,20 @@ class Agent:
         self.kubelet_api, self.serving_certificate = (
             self._make_kubelet_api() if self.cluster is not None and config.kubelet_api.address else (None, None))
 
+    def _make_plugin_watcher(self):
+        """CSI node plugins registering through [csi] plugins_registry (the watcher and the registry are small; gRPC
+        and the volume code load with the first plugin or CSI volume)."""
+        if not self.config.csi.plugins_registry:
+            return None, None
+        from edgelet.csi.drivers import DriverRegistry
+        from edgelet.csi.registration import CSI_PLUGIN, CsiPluginHandler
+        from edgelet.csi.watcher import PluginWatcher
+
+        drivers = DriverRegistry()
+        self.volumes.use_csi(drivers, self.config.plugins_dir)
+        handler = CsiPluginHandler(drivers, on_registered=self.volumes.unstage_unused_csi)
+        return PluginWatcher(self.config.csi.plugins_registry, {CSI_PLUGIN: handler}), handler
+
     def _make_cluster(self):
         """The control-plane side (imported only when a cluster is configured: it costs memory)."""
         from edgelet.cluster.connection import ClusterConnection
@@ -303,6 +325,13 @@ class Agent:
                                              max_age=cluster.service_account_token_max_age))
         self.runtime_manager.use_service_env(self.cluster.services.env_for)
         self.runtime_manager.fetch_objects_with(self.cluster.objects.fetch_missing)
+        if self.csi_plugins is not None:
+            from edgelet.csi.csinode import CsiNodeUpdater
+
+            self.volumes.use_csi_api(self.cluster.client)
+            csinode = CsiNodeUpdater(self.cluster.client, self.node_name, lambda: self.cluster.node_status.node_uid)
+            self.csi_plugins.use_csinode(csinode)
+            self._csinode = csinode  # started with the plugin watcher
 
     def _admit_supplemental_groups(self, pod: Pod) -> Verdict:
         features = self.runtime_state.features  # None: the runtime has not said, so it cannot be relied on
@@ -471,6 +500,7 @@ class Agent:
                                  self.pod_manager.translate_pod_uid),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
                 cluster_ca=self.cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
+                claimed_volumes=self.volumes.claimed_volumes, csi_volume_stats=self.volumes.csi_volume_stats,
             )
         except (EdgeletError, OSError) as exc:
             log.error("kubelet API not started: %s", exc)
@@ -552,12 +582,28 @@ class Agent:
 
     async def _on_runtime_ready(self) -> None:
         """After the first relist, before the first pod sync: the managers that need the runtime start, and
-        air-gap archives are imported first so that pods that need them find them."""
+        air-gap archives are imported first so that pods that need them find them; logs a node kept under root_dir
+        move to pod_logs_dir before any container is started."""
+        config = self.config
+        try:
+            copy = await migrate_pod_logs(config.legacy_logs_dir, config.pod_logs_dir, config.container_logs_dir,
+                                          self.runtime)
+            if copy is not None:
+                self._tasks.start("logs:copy-from-root-dir", copy)
+        except (EdgeletError, OSError) as exc:
+            log.error("moving container logs from %s to %s: %s", config.legacy_logs_dir, config.pod_logs_dir, exc)
         try:
             await self.airgap.start()
             await self.airgap.scan()
         except (EdgeletError, OSError) as exc:
             log.error("air-gap images in %s: %s", self.config.images_dir, exc)
+        if self.plugin_watcher is not None:
+            self._tasks.start("plugin-watcher", self.plugin_watcher.run())
+            if self._csinode is not None:
+                self._tasks.start("csinode", self._csinode.run())
+            # Drivers already installed register before the first pod sync needs them (bounded: a plugin that
+            # does not answer must not hold the pods up).
+            await wait_set(self.plugin_watcher.scanned, PLUGINS_FIRST_SCAN)
         self._tasks.start("airgap-images", self.airgap.run())
         self._tasks.start("image-gc", self.image_gc.run())
         self._tasks.start("container-gc", self.container_gc.run())
@@ -571,11 +617,11 @@ class Agent:
         self.update_status_line()
 
     def _on_object_changed(self, kind: str, namespace: str, name: str, obj: dict | None) -> None:
-        """A ConfigMap or Secret changed (a refresh from the API, a local manifest): the pods that read it sync now,
-        so their volumes follow it at once rather than at each pod's periodic resync."""
+        """An object changed (a refresh from the API, a local manifest): the pods that read it sync now, so their
+        volumes follow it at once rather than at each pod's periodic resync (and a claim bound at last starts them)."""
         key = (kind, namespace, name)
         for uid, pod in self.pod_manager.pods().items():
-            if key in referenced_objects(pod):
+            if key in with_bound_volumes(referenced_objects(pod), lambda claim: self.store.get(*claim)):
                 self.loop.sync_if_known(uid)
 
     def _on_pod_removed(self, pod: Pod) -> None:

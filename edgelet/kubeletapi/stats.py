@@ -4,18 +4,21 @@ ListPodSandboxStats / ListContainerStats; the kubelet's Summary shape (stats/v1a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from edgelet.cadvisor.procfs import parse_net_dev
 from edgelet.cri import RuntimeCallError
 from edgelet.metrics.registry import escape_label_value
 from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
+from edgelet.eviction.usage import directory_usage
 from edgelet.container import labels
 
 log = logging.getLogger(__name__)
@@ -72,18 +75,6 @@ def parse_proc_stat(text: str, clock_ticks: int) -> tuple[int, int]:
     return busy, boot
 
 
-def parse_net_dev(text: str) -> dict[str, tuple[int, int, int, int]]:
-    """(rx bytes, rx errors, tx bytes, tx errors) by interface from /proc/net/dev, loopback left out."""
-    interfaces = {}
-    for line in text.splitlines()[2:]:
-        name, _, rest = line.partition(":")
-        fields = rest.split()
-        name = name.strip()
-        if name and name != "lo" and len(fields) >= 11:
-            interfaces[name] = (int(fields[0]), int(fields[2]), int(fields[8]), int(fields[10]))
-    return interfaces
-
-
 def default_route_interface(route_text: str) -> str:
     """The interface of the IPv4 default route in /proc/net/route ("" when there is none)."""
     for line in route_text.splitlines()[1:]:
@@ -111,6 +102,17 @@ def fs_stats(timestamp_ns: int, vfs: os.statvfs_result, used_bytes: int | None =
              "usedBytes": used_bytes if used_bytes is not None else (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize}
     if vfs.f_files:
         stats.update(inodesFree=vfs.f_ffree, inodes=vfs.f_files, inodesUsed=vfs.f_files - vfs.f_ffree)
+    return stats
+
+
+def volume_stats(timestamp_ns: int, name: str, vfs: os.statvfs_result, used: tuple[int, int],
+                 claim: tuple[str, str] | None = None) -> dict[str, Any]:
+    """A pod volume's VolumeStats: its filesystem's capacity and what is free, the bytes and inodes below it."""
+    stats = {**fs_stats(timestamp_ns, vfs, used[0]), "name": name}
+    if "inodes" in stats:
+        stats["inodesUsed"] = used[1]
+    if claim is not None:
+        stats["pvcRef"] = {"name": claim[1], "namespace": claim[0]}
     return stats
 
 
@@ -151,10 +153,13 @@ class PodStats:
     cpu: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
     network: dict[str, Any] | None = None
+    volumes: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"podRef": self.ref, "startTime": rfc3339(self.start_ns or time.time_ns()),
                                "containers": self.containers}
+        if self.volumes:
+            out["volume"] = self.volumes
         for key, value in (("cpu", self.cpu), ("memory", self.memory), ("network", self.network)):
             if value is not None:
                 out[key] = value
@@ -249,18 +254,53 @@ def _read(path: str) -> str:
         return file.read()
 
 
+# -- volumes -------------------------------------------------------------------------------------
+
+VOLUME_STATS_PERIOD = 60.0  # the kubelet's volumeStatsAggPeriod
+
+
+class UsageCache:
+    """What each volume directory uses on disk (du-like bytes and inodes on one filesystem, as the eviction manager
+    measures emptyDirs), measured again once older than `period` seconds: a walk of a large volume costs I/O, and
+    /stats/summary is scraped often."""
+
+    def __init__(self, period: float = VOLUME_STATS_PERIOD, clock: Callable[[], float] = time.monotonic,
+                 measure: Callable[[str], tuple[int, int]] = directory_usage):
+        self.period = period
+        self._clock = clock
+        self._measure = measure
+        self._taken: dict[str, tuple[float, tuple[int, int]]] = {}
+
+    def usage(self, path: str) -> tuple[int, int]:
+        """Blocking (a walk when stale): call from a thread."""
+        now = self._clock()
+        taken = self._taken.get(path)
+        if taken is None or now - taken[0] >= self.period:
+            taken = self._taken[path] = (now, self._measure(path))
+        return taken[1]
+
+    def forget_except(self, paths: set[str]) -> None:
+        for path in [p for p in self._taken if p not in paths]:
+            del self._taken[path]
+
+
 class SummaryProvider:
     """Gathers one Summary per call; keeps the previous CPU samples to derive usageNanoCores."""
 
     def __init__(self, runtime: Any, *, node_name: str, root_dir: str, logs_dir: str,
                  container_start: Callable[[str], int] = lambda container_id: 0,
-                 pod_sandbox: Callable[[str], Any] = lambda pod_uid: None) -> None:
+                 pod_sandbox: Callable[[str], Any] = lambda pod_uid: None,
+                 claimed_volumes: Callable[[str], list[Any]] = lambda pod_uid: [],
+                 csi_volume_stats: Callable[[str], Awaitable[dict[str, int] | None]] | None = None) -> None:
         self._runtime = runtime
         self._node_name = node_name
         self._root_dir = root_dir
         self._logs_dir = logs_dir
         self._container_start = container_start
         self._pod_sandbox = pod_sandbox
+        self._claimed_volumes = claimed_volumes  # a pod's claims (volumes.manager.ClaimedPath)
+        self._csi_volume_stats = csi_volume_stats
+        self._usage = UsageCache()
         self._sandbox_pids: dict[str, int] = {}  # sandbox id -> its first process, whose netns is the pod's
         self._rates = CpuRates()
         self._sandbox_stats_supported = True
@@ -320,15 +360,38 @@ class SummaryProvider:
             pod.containers.append(container_json(stats, self._rates, start, logs_fs))
             pod.start_ns = min(filter(None, (pod.start_ns, start)), default=0)
         sandboxes_seen: set[str] = set()
+        volume_paths: set[str] = set()
         for uid, pod in pods.items():
             if pod.cpu is None or pod.memory is None:
                 cpu, memory = sum_pod_usage(pod.containers, now)
                 pod.cpu, pod.memory = pod.cpu or cpu, pod.memory or memory
             if pod.network is None:
                 pod.network = await self._pod_network(uid, now, sandboxes_seen)
+            if claimed := self._claimed_volumes(uid):
+                pod.volumes = await self._pod_volume_stats(claimed, now)
+                volume_paths.update(volume.path for volume in claimed)
         self._sandbox_pids = {sid: pid for sid, pid in self._sandbox_pids.items() if sid in sandboxes_seen}
+        self._usage.forget_except(volume_paths)
         self._rates.forget_except(["/", *(s.attributes.id for s in containers), *("pod:" + u for u in pods)])
         return sorted(pods.values(), key=lambda p: (p.ref["namespace"], p.ref["name"]))
+
+    async def _pod_volume_stats(self, claimed: list[Any], now: int) -> list[dict[str, Any]]:
+        """A CSI volume's from its driver (NodeGetVolumeStats) where it reports them, else statvfs and a walk of the
+        directory (once a period, see UsageCache)."""
+        found = []
+        for volume in claimed:
+            reported = await self._csi_volume_stats(volume.path) if volume.csi and self._csi_volume_stats else None
+            if reported:
+                found.append({"time": rfc3339(now), **reported, "name": volume.volume,
+                              "pvcRef": {"name": volume.claim, "namespace": volume.namespace}})
+                continue
+            try:
+                vfs, used = await asyncio.to_thread(lambda: (os.statvfs(volume.path), self._usage.usage(volume.path)))
+            except OSError as err:
+                log.debug("volume %s: no stats: %s", volume.volume, err)
+                continue
+            found.append(volume_stats(now, volume.volume, vfs, used, (volume.namespace, volume.claim)))
+        return found
 
     async def _pod_network(self, pod_uid: str, now: int, seen: set[str]) -> dict[str, Any] | None:
         """A pod network's counters from /proc/<sandbox pid>/net/dev; None for host-network pods (whose

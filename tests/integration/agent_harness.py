@@ -52,6 +52,11 @@ def unmount_under(directory: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
+# Test agents watch no plugin registry unless a test gives one: the host's /var/lib/kubelet/plugins_registry (the
+# default) may hold the sockets of other agents' plugins.
+NO_PLUGIN_REGISTRY = '\n[csi]\nplugins_registry = ""\n'
+
+
 class AgentProcess:
     """One edgelet agent with its own root_dir and manifest directory."""
 
@@ -59,6 +64,8 @@ class AgentProcess:
                  server_address: str = "", request_timeout: str = "2m"):
         self.workdir = workdir
         self.root_dir = workdir / "root"
+        self.pod_logs_dir = workdir / "log" / "pods"  # the node's /var/log/pods and /var/log/containers
+        self.container_logs_dir = workdir / "log" / "containers"
         self.manifest_dir = workdir / "manifests"
         self.manifest_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "edgelet.toml"
@@ -70,6 +77,8 @@ class AgentProcess:
         self.config_path.write_text(textwrap.dedent(f"""\
             node_name = "{node_name}"
             root_dir = "{self.root_dir}"
+            pod_logs_dir = "{self.pod_logs_dir}"
+            container_logs_dir = "{self.container_logs_dir}"
             log_level = "debug"
 
             [runtime]
@@ -90,7 +99,7 @@ class AgentProcess:
             [devices]
             plugin_dir = "{self.plugin_dir}"
             pod_resources_socket = "{self.pod_resources_socket}"
-            """) + extra_toml)
+            """) + extra_toml + ("" if "[csi]" in extra_toml else NO_PLUGIN_REGISTRY))
         self.proc: subprocess.Popen | None = None
         self.env: dict[str, str] = {}  # added to the agent's environment (e.g. LD_PRELOAD)
 
@@ -155,7 +164,10 @@ class AgentProcess:
 
 
 def busybox_pod(name: str, command: str, *, restart_policy: str = "Always", grace: int = 1,
-                host_network: bool = True, extra_container: str = "") -> str:
+                host_network: bool = True, extra_container: str = "", container_field: str = "") -> str:
+    """A busybox pod running `command` in its container `main`; `container_field` is one more field of that
+    container in YAML's flow style (`readinessProbe: {...}`)."""
+    field_line = f"\n              {container_field}" if container_field else ""
     return f"""\
         apiVersion: v1
         kind: Pod
@@ -169,7 +181,7 @@ def busybox_pod(name: str, command: str, *, restart_policy: str = "Always", grac
             - name: main
               image: docker.io/library/busybox:local
               imagePullPolicy: Never
-              command: ["sh", "-c", {json.dumps(command)}]
+              command: ["sh", "-c", {json.dumps(command)}]{field_line}
         {extra_container}"""
 
 
