@@ -667,6 +667,16 @@ class CsiConfig:
     plugins_registry: str = setting("/var/lib/kubelet/plugins_registry", _path())
 
 
+@dataclass(frozen=True, slots=True)
+class DevicesConfig:
+    """Device plugins and the pod resources API, on the kubelet's paths (plugins and monitoring agents hard-code
+    them): plugins register on `<plugin_dir>/kubelet.sock` (the kubelet's device-plugins directory); "" turns
+    device plugins off. `pod_resources_socket` serves v1.PodResourcesLister; "" turns it off."""
+
+    plugin_dir: str = setting("/var/lib/kubelet/device-plugins", _path())
+    pod_resources_socket: str = setting("/var/lib/kubelet/pod-resources/kubelet.sock", _path())
+
+
 def _default_node_name() -> str:
     return socket.gethostname().lower()
 
@@ -700,6 +710,7 @@ class Config:
     shutdown: ShutdownConfig = section(ShutdownConfig)
     security: SecurityConfig = section(SecurityConfig)
     csi: CsiConfig = section(CsiConfig)
+    devices: DevicesConfig = section(DevicesConfig)
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
     #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)

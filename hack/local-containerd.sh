@@ -219,6 +219,9 @@ if "${EDGELET_IMAGE_PULL_PROGRESS_TIMEOUT:-}":
     if "image_pull_progress_timeout" not in text:
         sys.exit("local-containerd: EDGELET_IMAGE_PULL_PROGRESS_TIMEOUT: this containerd has no image_pull_progress_timeout")
     settings[images, "image_pull_progress_timeout"] = '"${EDGELET_IMAGE_PULL_PROGRESS_TIMEOUT:-}"'
+if version == 3:
+    # CDI specs of this instance's own (tests write them there), not the machine's /etc/cdi.
+    settings[(runtime, "cdi_spec_dirs")] = '["$state_dir/cdi"]'
 section, out, seen = "", [], set()
 for line in text.splitlines(keepends=True):
     header = re.match(r"\s*\[(.+)\]\s*$", line)
@@ -238,7 +241,7 @@ PY
 
 write_cni() {
     local subnet="$1" bridge="$2"
-    mkdir -p "$state_dir/cni" "$state_dir/cni-ipam"
+    mkdir -p "$state_dir/cni" "$state_dir/cni-ipam" "$state_dir/cdi"
     # containerd sets up the pod's loopback itself (loopback plugin from bin_dir); this is eth0.
     cat >"$state_dir/cni/10-edgelet.conflist" <<JSON
 {

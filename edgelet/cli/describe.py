@@ -268,12 +268,19 @@ def describe_pod(pod: Mapping[str, Any], events: list[Mapping[str, Any]], now: f
 # -- get events -------------------------------------------------------------------------------------
 
 def describe_node(node_name: str, tunnel: Mapping[str, Any] | None, events: list[Mapping[str, Any]], now: float,
-                  bootstrap: str | None = None) -> str:
-    """`edgelet describe node`: what the node knows of itself offline, its konnectivity tunnel included (as
-    the agent last recorded it under root_dir/state), and what an operator must do for it to join again."""
+                  bootstrap: str | None = None, devices: Mapping[str, Any] | None = None) -> str:
+    """`edgelet describe node`: what the node knows of itself offline, its device plugins' resources and its
+    konnectivity tunnel included (as the agent last recorded them under root_dir/state), and what an operator must
+    do for it to join again."""
     lines = [f"Name:\t{node_name}"]
     if bootstrap:
         lines.append(f"Bootstrap:\t{bootstrap}")
+    if devices:
+        for title, key in (("Capacity", "capacity"), ("Allocatable", "allocatable")):
+            lines += [f"{title}:", *(f"  {name}:\t{entry.get(key, 0)}" for name, entry in sorted(devices.items())
+                                     if isinstance(entry, Mapping))]
+        lines += ["Device Plugins:", *(f"  {name}:\t{entry.get('plugin') or '<not registered>'}"
+                                       for name, entry in sorted(devices.items()) if isinstance(entry, Mapping))]
     if tunnel is None:
         lines.append("Tunnel:\t<none>")
     else:
@@ -369,6 +376,7 @@ def describe_command(config, args: argparse.Namespace) -> int:
     """`edgelet describe pod NAME` or `node` (its flags are defined with the other commands' in edgelet.cli.main)."""
     pods, events = _read(config)
     if args.kind in ("node", "nodes", "no"):
+        from edgelet.cm.devicemanager.record import read_record
         from edgelet.tunnel.wiring import read_state
 
         if args.name and args.name != config.node_name:
@@ -377,7 +385,8 @@ def describe_command(config, args: argparse.Namespace) -> int:
         node_events = select_events(events, namespace=None, for_object=f"node/{config.node_name}",
                                     node_name=config.node_name)
         sys.stdout.write(describe_node(config.node_name, read_state(config.state_dir), node_events, time.time(),
-                                       _bootstrap_action(config.state_dir)))
+                                       _bootstrap_action(config.state_dir),
+                                       devices=read_record(config.state_dir)))
         return EXIT_OK
     if not args.name:
         print("edgelet: describe pod needs the pod's NAME", file=sys.stderr)

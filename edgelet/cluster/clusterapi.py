@@ -56,6 +56,8 @@ class NodeReport:
     health_settled: Callable[[], bool] = lambda: True
     # Hands the Node's spec.podCIDR to the runtime (CRI UpdateRuntimeConfig); None: nobody takes it.
     pod_cidr_handler: Callable[[str], Awaitable[None]] | None = None
+    # Device plugins' resources: name -> (capacity, allocatable).
+    extended_resources: Callable[[], Mapping[str, tuple[int, int]]] = dict
 
 
 class PodHandle(Protocol):
@@ -129,6 +131,7 @@ class ClusterApi:
             runtime_version_provider=report.runtime_version,
             runtime_features_provider=report.runtime_features,
             pressure_provider=report.pressure,
+            extended_resources_provider=report.extended_resources,
             node_labels=cluster.node_labels,
             register_taints=tuple(parse_taint(taint) for taint in cluster.register_with_taints),
             on_pod_cidr=report.pod_cidr_handler,

@@ -179,6 +179,8 @@ class Agent:
             sources_ready=self.pod_config.all_sources_ready, reserved=config.cpu.reserved,
             reconcile_period=config.cpu.reconcile_period,
         )
+        # Device plugins (imported only with [devices] plugin_dir set, the default: the kubelet's path).
+        self.device_manager = self._make_device_manager() if config.devices.plugin_dir else None
         self.pod_cgroups = PodCgroups(config.cgroups, self.runtime, allocatable, active_pods=self.active_pods)
         self.resizer = Resizer(self.runtime, node_allocatable=self.node_allocatable, active_pods=self.active_pods,
                                recorder=self.recorder, pod_cgroup_limits=self.pod_cgroups.set_limits,
@@ -186,7 +188,7 @@ class Agent:
         self.runtime_manager = RuntimeManager(
             self.runtime,
             Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks,
-                          recorder=self.recorder, resizer=self.resizer),
+                          recorder=self.recorder, resizer=self.resizer, devices=self.device_manager),
             logs_root=config.logs_dir,
             container_logs_dir=config.container_logs_dir,
             crash_backoff=Backoff(config.backoff.crashloop_initial, config.backoff.crashloop_max),
@@ -213,7 +215,7 @@ class Agent:
         self.syncer = PodSyncer(
             pod_manager=self.pod_manager, pleg=self.pleg, runtime_manager=self.runtime_manager, prober=self.prober,
             status=self.status, volumes=self.volumes, node_ip=self.node_ip, recorder=self.recorder,
-            release_resources=self.cpu_manager.remove, on_removed=self._on_pod_removed,
+            release_resources=self._release_resources, on_removed=self._on_pod_removed,
             network=self.runtime_state.network,
         )
         self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated,
@@ -241,6 +243,7 @@ class Agent:
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
                              sysctl_check(config.security.allowed_unsafe_sysctls, os.uname().release),
+                             *([lambda pod: Verdict(*self.device_manager.admit(pod))] if self.device_manager else []),
                              lambda pod: Verdict(*self.cpu_manager.admit(pod)),
                              self._admit_supplemental_groups,
                              apparmor_check(host_apparmor_enabled())]
@@ -288,7 +291,36 @@ class Agent:
             runtime_features_provider=lambda: self.runtime_state.features,
             could_have_running_containers=self.workers.could_have_running_containers,
             pod_cidr_handler=self.runtime.update_pod_cidr, config_path=self.config_path,
+            extended_resources_provider=self._extended_resources,
         )
+
+    def _make_device_manager(self):
+        from edgelet.cm.devicemanager.manager import DeviceManager
+
+        return DeviceManager(self.config.devices.plugin_dir, state_dir=self.config.state_dir,
+                             active_pods=self.active_pods, sources_ready=self.pod_config.all_sources_ready)
+
+    def _device_server(self):
+        """The registration socket and the pod resources API (one gRPC server)."""
+        from edgelet.cm.devicemanager.server import DeviceServer
+        from edgelet.podresources.server import ResourceSources, add_to_server
+
+        devices = self.device_manager
+        sources = ResourceSources(
+            active_pods=self.active_pods, container_devices=devices.container_devices,
+            container_cpus=self.cpu_manager.exclusive_cpus, allocatable_devices=devices.healthy_devices,
+            allocatable_cpus=self.cpu_manager.allocatable_cpus, topology=devices.topology)
+        return DeviceServer(devices, pod_resources_socket=self.config.devices.pod_resources_socket,
+                            add_pod_resources=functools.partial(add_to_server, sources=sources))
+
+    def _extended_resources(self) -> dict[str, tuple[int, int]]:
+        return self.device_manager.node_resources() if self.device_manager is not None else {}
+
+    def _release_resources(self, uid: str) -> None:
+        """A terminated pod's exclusive CPUs and devices go back."""
+        self.cpu_manager.remove(uid)
+        if self.device_manager is not None:
+            self.device_manager.remove(uid)
 
     def _serve_cluster_identity(self) -> None:
         """What pods of a cluster node get from it: service-account tokens (TokenRequest as the node), the Services'
@@ -388,6 +420,8 @@ class Agent:
                                        pods_json=self._pods_json, registry=metrics.REGISTRY))
         if self.kubelet_api is not None:
             listeners.append(self.kubelet_api)
+        if self.device_manager is not None:
+            listeners.append(self._device_server())
         return listeners
 
     def _pods_json(self) -> bytes:
@@ -399,6 +433,8 @@ class Agent:
         """Runs until SIGTERM/SIGINT; containers keep running after the agent stops."""
         listeners = self.listeners()
         try:
+            if self.device_manager is not None:
+                self.device_manager.start()  # its checkpoint before any plugin can register
             await bind_all(listeners)  # a taken port stops us here, before any pod is touched
         except EdgeletError:
             await self.runtime.close()
@@ -492,6 +528,8 @@ class Agent:
         if self.cluster is not None:
             await self.cluster.close()
         await self.workers.stop()
+        if self.device_manager is not None:
+            await self.device_manager.close()
         await self.prober.close()
         await self.hooks.close()
         await self.airgap.close()
@@ -581,6 +619,8 @@ class Agent:
         self._tasks.start("container-gc", self.container_gc.run())
         self._tasks.start("eviction", self.eviction.run())
         self._tasks.start("cpu-manager", self.cpu_manager.run())
+        if self.device_manager is not None:
+            self._tasks.start("device-manager", self.device_manager.run())
         self._tasks.start("pod-cgroups", self.pod_cgroups.run(
             lambda: set(self.pod_manager.uid_set()) | self.pleg.runtime_pod_uids()))
         self.notifier.ready()

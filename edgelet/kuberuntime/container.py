@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from edgelet.api import podutil
@@ -152,3 +154,23 @@ def make_container_config(
     if resources:
         config.linux.resources.CopyFrom(pb.LinuxContainerResources(**resources))
     return config
+
+
+def add_device_options(config: pb.ContainerConfig, options: Any) -> None:
+    """Adds what the container's device plugins answered (the kubelet's DeviceRunContainerOptions: `envs`, `mounts`
+    and `devices` as tuples, `annotations`, `cdi_devices` names). Their variables and mounts come before the
+    container's own, as the kubelet orders them, so the container's own variable of the same name wins; the
+    kubelet's annotations win over theirs."""
+    own_envs = list(config.envs)
+    del config.envs[:]
+    config.envs.extend([pb.KeyValue(key=key, value=value) for key, value in options.envs] + own_envs)
+    own_mounts = list(config.mounts)
+    del config.mounts[:]
+    config.mounts.extend([pb.Mount(container_path=container_path, host_path=host_path, readonly=read_only)
+                          for container_path, host_path, read_only in options.mounts] + own_mounts)
+    config.devices.extend(pb.Device(container_path=container_path, host_path=host_path, permissions=permissions)
+                          for container_path, host_path, permissions in options.devices)
+    own_annotations = dict(config.annotations)
+    config.annotations.clear()
+    config.annotations.update({**options.annotations, **own_annotations})
+    config.CDI_devices.extend(pb.CDIDevice(name=name) for name in options.cdi_devices)

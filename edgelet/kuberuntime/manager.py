@@ -24,7 +24,7 @@ from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from edgelet.kuberuntime.loglinks import link_name, make_link
 from edgelet.api.podutil import Pod
 from .actions import PodActions, compute_pod_actions, kill_grace_seconds, next_restart_count
-from .container import make_container_config
+from .container import add_device_options, make_container_config
 from .security import SecuritySettings, needs_image_user, run_as_non_root_error
 from .sandbox import make_sandbox_config, pod_log_dir
 from .startgate import StartGate
@@ -71,6 +71,13 @@ class SyncResult:
         self.requeue_after = delay if self.requeue_after is None else min(self.requeue_after, delay)
 
 
+class DeviceOptions(Protocol):
+    """What the manager asks of the device manager (edgelet.cm.devicemanager): what a container's devices add to
+    its config, None when it has none; an EdgeletError when they cannot be given now."""
+
+    async def container_options(self, pod: Pod, container: dict) -> Any: ...
+
+
 class LifecycleHooks(Protocol):
     """What the manager asks of the hook runner (edgelet.prober.HookRunner, which imports this module)."""
 
@@ -88,6 +95,7 @@ class Collaborators:
     store: ObjectStore | None = None  # ConfigMaps and Secrets for env and pull secrets
     hooks: LifecycleHooks | None = None
     resizer: Resizer | None = None  # in-place resizes
+    devices: DeviceOptions | None = None  # device plugins' devices, mounts and variables
     recorder: Recorder = NO_EVENTS  # the kubelet's container and sandbox events
 
 
@@ -116,6 +124,7 @@ class RuntimeManager:
         self._store = collaborators.store
         self._hooks = collaborators.hooks
         self._resizer = collaborators.resizer
+        self._devices = collaborators.devices
         self._recorder = collaborators.recorder
         self._logs_root = logs_root
         self._container_logs_dir = container_logs_dir  # where the collectors' links go; "" for none
@@ -613,7 +622,8 @@ class RuntimeManager:
         if cpuset := self._cpuset_for(pod, container):  # exclusive CPUs of the static CPU policy
             resources["cpuset_cpus"] = cpuset
         image_user = await self._image_user(pod, container, image_ref)
-        return make_container_config(
+        devices = await self._devices.container_options(pod, container) if self._devices is not None else None
+        config = make_container_config(
             pod, container,
             image_ref=image_ref,
             restart_count=restart_count,
@@ -621,6 +631,9 @@ class RuntimeManager:
             env=env, command=command, args=args, mounts=mounts,
             resources=resources, pid_target=pid_target, settings=self._security, image_user=image_user,
         )
+        if devices is not None:
+            add_device_options(config, devices)
+        return config
 
     async def _image_user(self, pod: Pod, container: dict, image_ref: str) -> tuple[int | None, str]:
         """The image's (uid, username) where runAsNonRoot must be checked against it, as the kubelet's

@@ -57,6 +57,7 @@ class NodeStatusManager:
         runtime_version_provider: Callable[[], str | Awaitable[str]] = lambda: "",
         runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
+        extended_resources_provider: Callable[[], Mapping[str, tuple[int, int]]] = dict,
         node_labels: Mapping[str, str] | None = None,
         register_taints: tuple[Mapping[str, str], ...] = (),
         on_pod_cidr: Callable[[str], Awaitable[None]] | None = None,
@@ -87,6 +88,7 @@ class NodeStatusManager:
         self._runtime_version_provider = runtime_version_provider
         self._runtime_features_provider = runtime_features_provider
         self._pressure_provider = pressure_provider
+        self._extended_resources_provider = extended_resources_provider
         self._node_labels = dict(node_labels or {})
         self._register_taints = register_taints
         # The kubelet hands spec.podCIDR to the runtime (CRI UpdateRuntimeConfig) once the node IPAM controller
@@ -240,6 +242,7 @@ class NodeStatusManager:
             facts = await _resolve(self._facts_provider())
             health = dict(self._health_provider())
             pressure = dict(self._pressure_provider()) if self._pressure_provider else None
+            extended_resources = dict(self._extended_resources_provider())
         except Exception as e:  # a provider's failure must cost one update, never the loop
             raise _InputsUnavailable(f"cannot gather node facts: {e}") from e
         try:
@@ -259,6 +262,7 @@ class NodeStatusManager:
             daemon_port=self._daemon_port,
             runtime_features=self._runtime_features_provider(),
             register_taints=self._register_taints,
+            extended_resources=extended_resources,
         )
 
 

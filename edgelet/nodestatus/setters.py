@@ -80,6 +80,8 @@ class StatusInputs:
     daemon_port: int = 0
     runtime_features: RuntimeFeatures | None = None  # None until the runtime answered a Status call
     register_taints: tuple[Mapping[str, str], ...] = ()  # spec.taints of a Node this agent creates
+    # Device plugins' resources: name -> (capacity, allocatable); 0 for a resource whose plugin is gone for good.
+    extended_resources: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 
@@ -114,6 +116,7 @@ def set_capacity(node: Node, inputs: StatusInputs) -> None:
         "memory": f"{facts.memory_bytes // 1024}Ki",
         "ephemeral-storage": f"{facts.fs_capacity_bytes // 1024}Ki",
         "pods": str(inputs.max_pods),
+        **{name: str(capacity) for name, (capacity, _) in sorted(inputs.extended_resources.items())},
     }
     reserved = inputs.reserved
     memory = max(facts.memory_bytes - reserved.memory_bytes - inputs.thresholds.memory_available_bytes, 0)
@@ -123,6 +126,7 @@ def set_capacity(node: Node, inputs: StatusInputs) -> None:
         "memory": f"{memory // 1024}Ki",
         "ephemeral-storage": str(storage),
         "pods": str(inputs.max_pods),
+        **{name: str(allocatable) for name, (_, allocatable) in sorted(inputs.extended_resources.items())},
     }
 
 

@@ -26,7 +26,7 @@ PARSER_MODULES = (
     "edgelet.util.errors",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:9d084c9c0b8ddf639996c4bfa1876b0b4f826b77b1f3ed74d090c0fa4eecc40d"
+PARSER_DIGEST = "sha256:3774fdd9ef47c7fb689fdbf10ccde51539d85fa752406e1c1e788df9f9533a3a"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

@@ -70,6 +70,9 @@ class AgentProcess:
         self.manifest_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "edgelet.toml"
         self.log_path = workdir / "agent.log"
+        # The kubelet's device plugin and pod resources sockets, in the test's own directory.
+        self.plugin_dir = workdir / "device-plugins"
+        self.pod_resources_socket = workdir / "pod-resources" / "kubelet.sock"
         self.node_name = node_name
         self.config_path.write_text(textwrap.dedent(f"""\
             node_name = "{node_name}"
@@ -92,6 +95,10 @@ class AgentProcess:
 
             [server]
             address = "{server_address}"
+
+            [devices]
+            plugin_dir = "{self.plugin_dir}"
+            pod_resources_socket = "{self.pod_resources_socket}"
             """) + extra_toml + ("" if "[csi]" in extra_toml else NO_PLUGIN_REGISTRY))
         self.proc: subprocess.Popen | None = None
         self.env: dict[str, str] = {}  # added to the agent's environment (e.g. LD_PRELOAD)

@@ -165,6 +165,21 @@ class CPUManager:
             return ""
         return format_cpuset(self._policy.cpuset(self._state, podutil.uid(pod), container.get("name", "")))
 
+    def exclusive_cpus(self, uid: str, container: str) -> frozenset[int]:
+        """The container's exclusive CPUs (none under the "none" policy): the pod resources API's cpu_ids."""
+        if self._state is None:
+            return frozenset()
+        return (self._state.assignments.get(uid) or {}).get(container, frozenset())
+
+    def allocatable_cpus(self) -> frozenset[int]:
+        """The CPUs the static policy may give pods, the reserved ones left out (none under the "none" policy, as
+        the kubelet answers GetAllocatableResources)."""
+        if self._state is None:
+            return frozenset()
+        assigned = frozenset().union(*(cpus for containers in self._state.assignments.values()
+                                       for cpus in containers.values()))
+        return (self._state.default | assigned) - self._reserved
+
     def remove(self, uid: str) -> None:
         """Returns the pod's exclusive CPUs to the shared pool (call it once the pod is terminated)."""
         if not self.static or self._state is None or uid not in self._state.assignments:
