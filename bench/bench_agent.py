@@ -391,7 +391,7 @@ def parse_scrape(metrics_text: str) -> Scrape:
                   pleg_evented=bool(evented and float(evented.group(1))))
 
 
-async def scrape(agent: "AgentProcess") -> Scrape:
+async def scrape(agent: AgentProcess) -> Scrape:
     status, body = await agent.http_get("/metrics")
     if status != 200:
         raise RuntimeError(f"GET /metrics answered {status}")

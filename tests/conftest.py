@@ -19,7 +19,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.runtime_cleanup import recorded, remove_pod_cgroups, run_ctr
+# The helper modules' asserts are the tests' too: rewritten as the test modules' are, they hold at -OO (the pure
+# suite runs so, as the package ships), where a plain assert would vanish. Before any of them is imported.
+pytest.register_assert_rewrite("tests.helpers", "tests.runtime_cleanup", "tests.scrape", "tests.logind_double",
+                               "tests.kubeapi_double", "tests.unit", "tests.integration", "tests.e2e", "tests.chaos",
+                               "tests.conformance", "bench")
+
+from tests.runtime_cleanup import recorded, remove_pod_cgroups, run_ctr  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONTAINERD = REPO_ROOT / "hack" / "local-containerd.sh"
@@ -95,7 +101,8 @@ def _wait_until_ready(endpoint: str, images: tuple[str, ...]) -> None:
                 missing = [
                     ref
                     for ref in images
-                    if not image_service.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=ref)), timeout=5).image.id
+                    if not image_service.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=ref)),
+                                                     timeout=5).image.id
                 ]
                 if not not_ready and not missing:
                     return

@@ -27,7 +27,8 @@ import pytest
 
 from tests.e2e.conftest import free_port
 from tests.e2e.test_pods import pod_manifest
-from tests.integration.agent_harness import is_running, port_open, wait_for
+from tests.helpers import wait_for
+from tests.integration.agent_harness import is_running, port_open
 
 pytestmark = pytest.mark.containerd
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import condition, container_status, pod_phase, wait_pod
-from tests.integration.agent_harness import wait_for
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.containerd
 

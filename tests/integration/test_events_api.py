@@ -4,7 +4,7 @@ while the server is down and sent when it is back, stale ones dropped, a refused
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 

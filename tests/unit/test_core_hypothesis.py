@@ -244,7 +244,8 @@ def test_newest_first_agrees_and_is_the_snapshots_order(creply, sreply):
         assert COMPILED.newest_first(records) == PURE.newest_first(records)
     snapshot, _ = COMPILED.relist(None, sreply[1], creply[1])
     for uid in snapshot.pod_uids():
-        assert [r for r in COMPILED.newest_first(snapshot.containers.values()) if r[1] == uid] == snapshot.containers_of(uid)
+        assert [r for r in COMPILED.newest_first(snapshot.containers.values())
+                if r[1] == uid] == snapshot.containers_of(uid)
         assert [r for r in PURE.newest_first(snapshot.sandboxes.values()) if r[1] == uid] == snapshot.sandboxes_of(uid)
 
 

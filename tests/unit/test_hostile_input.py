@@ -81,7 +81,7 @@ def test_document_problem_depth_is_iterative():
 
 
 def test_active_deadline_beyond_int64_names_file_and_field():
-    text = pod_yaml("big", "").replace("spec: {", "spec: {activeDeadlineSeconds: %d, " % 2**70)
+    text = pod_yaml("big", "").replace("spec: {", f"spec: {{activeDeadlineSeconds: {2**70}, ")
     with pytest.raises(ConfigError) as caught:
         parse(text)
     assert (caught.value.path, caught.value.key) == ("/m/pod.yaml", "spec.activeDeadlineSeconds")
@@ -368,7 +368,8 @@ async def test_a_pod_failing_the_same_way_is_logged_once(caplog):
         ("[gc]\nmax_containers = 9999999999999", "gc.max_containers", "at most 2147483647"),
         ("x = " + "[" * 5000 + "]" * 5000, "", "nested more than"),
         ("max_pods = 1" + "0" * 5000, "", "out of range"),  # beyond Python's int-from-text limit
-        (".".join(["a"] * 10_000) + " = 1", "", "more than 64 dot-separated parts in one key or value (line 2)"),  # quadratic in tomllib
+        (".".join(["a"] * 10_000) + " = 1", "",
+         "more than 64 dot-separated parts in one key or value (line 2)"),  # quadratic in tomllib
         ("[" + ".".join(['"a"'] * 100) + "]", "", "more than 64 dot-separated parts"),
     ],
 )

@@ -174,7 +174,8 @@ print(json.dumps(sorted(name for name, module in sys.modules.items() if module i
 
 def modules_run_loads(config: pathlib.Path) -> set[str]:
     """The modules `edgelet run --config CONFIG` has loaded once its listeners are bound (in a fresh process)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", _RUN_IMPORTS, str(config)], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr

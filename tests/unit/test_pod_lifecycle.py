@@ -15,10 +15,10 @@ import pytest
 from edgelet import core
 from edgelet.config import SyncConfig
 from edgelet.errors import EdgeletError
-from edgelet.kubetime import format_time
 from edgelet.kuberuntime.cache import PodCache
 from edgelet.kuberuntime.manager import SyncResult
 from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.kubetime import format_time
 from edgelet.pleg import PodLifecycleEvent
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate
 from edgelet.podmanager import PodManager
@@ -230,7 +230,7 @@ class Node:
             try:
                 await asyncio.wait_for(self.workers.wait_idle(), 0.02)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
 
 

@@ -11,7 +11,6 @@ from edgelet.prober.probes import (
     HOOK_HANDLERS,
     ProbeSpec,
     decode_health_response,
-    serving_status_name,
     encode_health_request,
     expand_static,
     http_headers,
@@ -20,11 +19,13 @@ from edgelet.prober.probes import (
     parse_handler,
     parse_probe,
     resolve_port,
+    serving_status_name,
     user_agent,
 )
 from edgelet.prober.results import ProbeError, ProbeType, Result
 
-CONTAINER = {"name": "app", "ports": [{"name": "http", "containerPort": 8080}, {"name": "admin", "containerPort": 9000}]}
+CONTAINER = {"name": "app",
+             "ports": [{"name": "http", "containerPort": 8080}, {"name": "admin", "containerPort": 9000}]}
 
 
 def parse(probe, probe_type=ProbeType.READINESS):

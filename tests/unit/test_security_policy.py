@@ -110,7 +110,8 @@ NO_APPARMOR = "Cannot enforce AppArmor: AppArmor is not enabled on the host"
         (pod(annotations={"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}), False, ""),
         (pod({"appArmorProfile": {"type": "RuntimeDefault"}}), True, ""),
         (pod(container_sc={"appArmorProfile": {"type": "Localhost", "localhostProfile": " "}}), True,
-         "Cannot enforce AppArmor: invalid empty AppArmor profile name: {'type': 'Localhost', 'localhostProfile': ' '}"),
+         "Cannot enforce AppArmor: invalid empty AppArmor profile name: "
+         "{'type': 'Localhost', 'localhostProfile': ' '}"),
     ],
 )
 def test_apparmor_admission(p, host_enabled, expected):
