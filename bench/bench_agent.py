@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import procstat
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from edgelet.kuberuntime import labels
 from edgelet.podconfig import inotify
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,7 +98,8 @@ def agent_environment() -> dict[str, str]:
 def compile_bytecode() -> None:
     """Writes the bytecode of everything `edgelet run` imports, as installing the package does (the bundle
     carries it), so that no measured start compiles modules from source."""
-    subprocess.run([sys.executable, "-c", "import edgelet.cli, edgelet.agent; edgelet.cli.build_parser()"],
+    subprocess.run([sys.executable, "-c",
+                    "import edgelet.cli.main, edgelet.kubelet.agent; edgelet.cli.main.build_parser()"],
                    env=agent_environment(), cwd=REPO, check=True)
 
 

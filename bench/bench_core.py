@@ -16,8 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from edgelet import _core, _core_py  # both twins on purpose: the selector picks one
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.kuberuntime import labels
 
 CONTAINERS_PER_POD = 2
 SIZES = (220, 1_000, 10_000)

@@ -37,7 +37,8 @@ KONNECTIVITY_SERVER = Path(os.environ.get("EDGELET_CACHE", "/var/cache/edgelet")
 
 CHILD = textwrap.dedent("""\
     import asyncio, json, os, sys, time
-    import edgelet.agent, edgelet.cli, edgelet.kubeapi.client, edgelet.nodestatus.manager  # a cluster node's set
+    # a cluster node's set
+    import edgelet.kubelet.agent, edgelet.cli.main, edgelet.kubeapi.client, edgelet.nodestatus.manager
 
     def memory():
         rss = private = 0

@@ -39,7 +39,7 @@ from bench import (
 )
 from edgelet import core
 from edgelet.cri.client import RuntimeClient
-from edgelet.errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from tests.integration.agent_harness import unmount_under
 from tests.runtime_cleanup import empty_runtime, remove_pod_cgroups
 

@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 import orjson
 
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 
 include "_core_xxh64.pxi"  # XXH64 over a pointer and a length
 include "_core_wire.pxi"   # protobuf wire reading, bounded by the buffer's end
@@ -56,6 +56,15 @@ CONTAINER_RECORD_FIELDS = (
     "id", "pod_uid", "sandbox_id", "name", "state", "created_at", "attempt", "hash", "restart_count",
 )
 SANDBOX_RECORD_FIELDS = ("id", "pod_uid", "name", "namespace", "state", "created_at", "attempt")
+
+# The fields by name where the relist reads them, at the places both kinds share; and each kind's width.
+cdef enum:
+    R_ID = 0
+    R_POD_UID = 1
+    R_STATE = 4
+    R_CREATED_AT = 5
+    CONTAINER_WIDTH = 9
+    SANDBOX_WIDTH = 7
 
 # The kubelet's plegState of a runtime object.
 cdef enum PlegState:

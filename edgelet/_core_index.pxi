@@ -58,7 +58,7 @@ cdef class _Index:
 
     cdef object mapping(self):
         if self.view is None:
-            self.view = MappingProxyType({r[0]: r for r in self.records if r is not None})
+            self.view = MappingProxyType({r[R_ID]: r for r in self.records if r is not None})
         return self.view
 
     cdef dict pods(self):
@@ -104,7 +104,7 @@ cdef Py_ssize_t _index_find(_Index index, const unsigned char* id, Py_ssize_t si
         if slot.hash == h and slot.id_size == size and memcmp(slot.id, id, min(size, INLINE_ID)) == 0:
             if size <= INLINE_ID:
                 return i
-            full = _utf8_of(<str>(<tuple>index.records[slot.pos])[0], &full_size)
+            full = _utf8_of(<str>(<tuple>index.records[slot.pos])[R_ID], &full_size)
             if memcmp(full + INLINE_ID, id + INLINE_ID, size - INLINE_ID) == 0:
                 return i
         i = (i + 1) & index.mask
@@ -113,7 +113,7 @@ cdef Py_ssize_t _index_find(_Index index, const unsigned char* id, Py_ssize_t si
 cdef int _index_append(_Index index, tuple record) except -1:
     """Add a record whose id is not in the index yet; the caller keeps the load at most 3/4."""
     cdef Py_ssize_t size
-    cdef const unsigned char* id = _utf8_of(<str>record[0], &size)
+    cdef const unsigned char* id = _utf8_of(<str>record[R_ID], &size)
     cdef uint64_t h = _id_hash(id, size)
     cdef Py_ssize_t pos = len(index.records)
     cdef Py_ssize_t i = <Py_ssize_t>(h & <uint64_t>index.mask)
@@ -122,8 +122,8 @@ cdef int _index_append(_Index index, tuple record) except -1:
         i = (i + 1) & index.mask
     slot = &index.slots[i]
     slot.hash = h
-    slot.created_at = record[5]
-    slot.state = record[4]
+    slot.created_at = record[R_CREATED_AT]
+    slot.state = record[R_STATE]
     slot.pos = <int32_t>pos
     slot.id_size = size
     memcpy(slot.id, id, min(size, INLINE_ID))

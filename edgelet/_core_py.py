@@ -13,7 +13,7 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 
 __all__ = [
     "HASH_VERSION",
@@ -53,8 +53,9 @@ CONTAINER_RECORD_FIELDS = (
     "id", "pod_uid", "sandbox_id", "name", "state", "created_at", "attempt", "hash", "restart_count",
 )  # fmt: skip
 SANDBOX_RECORD_FIELDS = ("id", "pod_uid", "name", "namespace", "state", "created_at", "attempt")
-_STATE = 4
-_CREATED_AT = 5
+# The fields by name where the relist reads them, at the places both kinds share; and each kind's width.
+_ID, _POD_UID, _STATE, _CREATED_AT = 0, 1, 4, 5
+_CONTAINER_WIDTH, _SANDBOX_WIDTH = 9, 7
 
 # The kubelet's plegState of a runtime object.
 _RUNNING, _EXITED, _UNKNOWN, _NON_EXISTENT = range(4)
@@ -199,20 +200,20 @@ def parse_sandboxes(wire: bytes) -> list[SandboxRecord]:
 def newest_first(records: Iterable[RecordT]) -> list[RecordT]:
     """Container or sandbox records, newest first: created_at, then id, descending (a total order, so
     every caller sees the same one)."""
-    return sorted(records, key=lambda r: (r[_CREATED_AT], r[0]), reverse=True)
+    return sorted(records, key=lambda r: (r[_CREATED_AT], r[_ID]), reverse=True)
 
 
 def _by_pod_newest_first(records: Iterable[tuple]) -> dict[str, list[tuple]]:
     by_pod: dict[str, list[tuple]] = {}
     for record in newest_first(records):
-        by_pod.setdefault(record[1], []).append(record)
+        by_pod.setdefault(record[_POD_UID], []).append(record)
     return by_pod
 
 
 def _checked(records: Mapping[str, tuple], width: int, what: str) -> dict[str, tuple]:
     out = dict(records)
     for key, record in out.items():
-        if not (isinstance(key, str) and isinstance(record, tuple) and len(record) == width and record[0] == key):
+        if not (isinstance(key, str) and isinstance(record, tuple) and len(record) == width and record[_ID] == key):
             raise ValueError(f"{what}[{key!r}] must be a {width}-tuple whose first item is its str key")
         key.encode()  # an id that is no valid UTF-8 could never come from the runtime
         state, created_at = record[_STATE], record[_CREATED_AT]
@@ -232,7 +233,8 @@ class Snapshot:
     __slots__ = ("_containers", "_sandboxes", "_containers_view", "_sandboxes_view", "_by_pod")
 
     def __init__(self, containers: Mapping[str, tuple], sandboxes: Mapping[str, tuple]) -> None:
-        self._set(_checked(containers, 9, "containers"), _checked(sandboxes, 7, "sandboxes"))
+        self._set(_checked(containers, _CONTAINER_WIDTH, "containers"),
+                  _checked(sandboxes, _SANDBOX_WIDTH, "sandboxes"))
 
     @classmethod
     def _make(cls, containers: dict[str, tuple], sandboxes: dict[str, tuple]) -> Snapshot:
@@ -257,7 +259,7 @@ class Snapshot:
 
     def pod_uids(self) -> set[str]:
         """Every pod uid seen on a container or a sandbox."""
-        return {r[1] for r in self._containers.values()} | {r[1] for r in self._sandboxes.values()}
+        return {r[_POD_UID] for r in self._containers.values()} | {r[_POD_UID] for r in self._sandboxes.values()}
 
     def _index(self) -> tuple[dict, dict]:
         if self._by_pod is None:
@@ -322,10 +324,10 @@ def _relist_kind(
         previous = old.get(id_)
         before = _NON_EXISTENT if previous is None else pleg.get(previous[_STATE], _UNKNOWN)
         record = seen[id_] if previous is not None else fresh[id_]
-        _emit(events, record[1], id_, before, pleg.get(record[_STATE], _UNKNOWN))
+        _emit(events, record[_POD_UID], id_, before, pleg.get(record[_STATE], _UNKNOWN))
     for id_, previous in old.items():
         if id_ not in seen:
-            _emit(events, previous[1], id_, pleg.get(previous[_STATE], _UNKNOWN), _NON_EXISTENT)
+            _emit(events, previous[_POD_UID], id_, pleg.get(previous[_STATE], _UNKNOWN), _NON_EXISTENT)
     if not touched and len(seen) == len(old):
         return old  # snapshots are immutable, so an unchanged mapping is shared
     new = {id_: seen[id_] for id_ in old if id_ in seen}

@@ -2,7 +2,7 @@
 # by _core.pyx after the item decoders and the index.
 
 def _age(record):
-    return (record[5], record[0])
+    return (record[R_CREATED_AT], record[R_ID])
 
 
 def newest_first(records):
@@ -14,17 +14,17 @@ def newest_first(records):
 cdef dict _by_pod_newest_first(list records):
     cdef dict by_pod = {}
     for record in newest_first(records):
-        by_pod.setdefault(record[1], []).append(record)
+        by_pod.setdefault(record[R_POD_UID], []).append(record)
     return by_pod
 
 
 cdef list _checked(records, Py_ssize_t width, str what):
     cdef list out = []
     for key, record in dict(records).items():
-        if not (isinstance(key, str) and isinstance(record, tuple) and len(record) == width and record[0] == key):
+        if not (isinstance(key, str) and isinstance(record, tuple) and len(record) == width and record[R_ID] == key):
             raise ValueError(f"{what}[{key!r}] must be a {width}-tuple whose first item is its str key")
         key.encode()  # an id that is no valid UTF-8 could never come from the runtime
-        state, created_at = record[4], record[5]
+        state, created_at = record[R_STATE], record[R_CREATED_AT]
         if not (isinstance(state, int) and isinstance(created_at, int)
                 and -2**31 <= state < 2**31 and -2**63 <= created_at < 2**63):
             raise ValueError(f"{what}[{key!r}]: state must be an int32 and created_at an int64")
@@ -39,8 +39,8 @@ cdef class Snapshot:
     cdef _Index _sandboxes
 
     def __init__(self, containers, sandboxes):
-        self._containers = _index_of(_checked(containers, 9, "containers"))
-        self._sandboxes = _index_of(_checked(sandboxes, 7, "sandboxes"))
+        self._containers = _index_of(_checked(containers, CONTAINER_WIDTH, "containers"))
+        self._sandboxes = _index_of(_checked(sandboxes, SANDBOX_WIDTH, "sandboxes"))
 
     @property
     def containers(self):
@@ -222,7 +222,7 @@ cdef _Index _relist_kind(_Index old, wire, bint sandbox, list events):
                     if repeated:
                         changed.pop(slot, None)
                 else:
-                    changed[slot] = walk.decode((<tuple>old.records[old_slot.pos])[0])
+                    changed[slot] = walk.decode((<tuple>old.records[old_slot.pos])[R_ID])
             else:
                 id_ = walk.id_text()
                 if id_ in fresh:
@@ -239,11 +239,11 @@ cdef _Index _relist_kind(_Index old, wire, bint sandbox, list events):
             candidates.sort()  # seqs are distinct, so records are never compared
         for _, slot, record in candidates:
             before = PLEG_NON_EXISTENT if slot < 0 else _pleg(old.slots[slot].state, sandbox)
-            _emit(events, record[1], record[0], before, _pleg(record[4], sandbox))
+            _emit(events, record[R_POD_UID], record[R_ID], before, _pleg(record[R_STATE], sandbox))
         if matched < old.live:
             for pos, record in enumerate(old.records):
                 if record is not None and first_seen[old.slot_of[pos]] == 0:
-                    _emit(events, record[1], record[0], _pleg(record[4], sandbox), PLEG_NON_EXISTENT)
+                    _emit(events, record[R_POD_UID], record[R_ID], _pleg(record[R_STATE], sandbox), PLEG_NON_EXISTENT)
 
         if not changed and not fresh and matched == old.live:
             return old
@@ -257,8 +257,8 @@ cdef _Index _relist_kind(_Index old, wire, bint sandbox, list events):
             return _index_of(records + list(fresh.values()))
         index = _index_copy(old)
         for slot, record in changed.items():
-            index.slots[slot].state = record[4]
-            index.slots[slot].created_at = record[5]
+            index.slots[slot].state = record[R_STATE]
+            index.slots[slot].created_at = record[R_CREATED_AT]
             index.records[index.slots[slot].pos] = record
         if matched < old.live:
             for pos, record in enumerate(old.records):

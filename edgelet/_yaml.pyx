@@ -14,7 +14,7 @@ that the loader meets the error where PyYAML would, after the documents before i
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stddef cimport size_t
 
-from edgelet.errors import YAMLError
+from edgelet.util.errors import YAMLError
 
 
 cdef extern from "yaml.h" nogil:

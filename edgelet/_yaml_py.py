@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import yaml
 
-from edgelet.errors import YAMLError
+from edgelet.util.errors import YAMLError
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from edgelet.cm.cpuset import parse_cpuset
-from edgelet.errors import ConfigError
-from edgelet.podconfig.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
+from edgelet.util.cpuset import parse_cpuset
+from edgelet.util.errors import ConfigError
+from edgelet.api.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
 from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
-from edgelet.quantity import NANO, format_bytes, parse_quantity, parse_quantity_bytes
+from edgelet.api.quantity import NANO, format_bytes, parse_quantity, parse_quantity_bytes
 
 __all__ = [
     "Config", "ConfigError", "format_duration", "format_effective", "load_config", "parse_config",

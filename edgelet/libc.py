@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from edgelet.core import NO_EXTENSIONS
+import os
 
-if NO_EXTENSIONS:
+# Read here as edgelet.core reads it, not imported from there: the C library calls (util/, volumes/) would
+# otherwise load the PLEG's hot path and tie those packages to the runtime's in a circle.
+if os.environ.get("EDGELET_NO_EXTENSIONS") == "1":
     from edgelet import _libc_py as _impl
 else:
     try:

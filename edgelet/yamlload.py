@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from edgelet.errors import YAMLError
+from edgelet.util.errors import YAMLError
 
 # EDGELET_NO_EXTENSIONS=1 runs every compiled module's twin, as edgelet.core reads it (not imported from there:
 # the parsed-manifest record's key covers every module a parse imports, and the hot path is not one of them).

@@ -22,6 +22,6 @@ if __name__ == "__main__":
     if getattr(sys, "frozen", False):
         restore_library_path(os.environ)
 
-    from edgelet.cli import main
+    from edgelet.cli.main import main
 
     sys.exit(main())

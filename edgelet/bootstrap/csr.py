@@ -1,6 +1,6 @@
 """CertificateSigningRequests as the kubelet makes them, and when to make the next one.
 
-Key generation and the PKCS#10 signature use `cryptography` in a child process (edgelet.keygen): the agent
+Key generation and the PKCS#10 signature use `cryptography` in a child process (edgelet.bootstrap.keygen): the agent
 never loads it.
 """
 
@@ -35,7 +35,7 @@ def new_key_and_request(common_name: str, organization: str, *, dns_names: tuple
 
     Blocking (a child process makes them): call it from a thread in async code. Raises KeygenError.
     """
-    from edgelet.keygen import in_child
+    from edgelet.bootstrap.keygen import in_child
 
     made = in_child({"kind": "csr", "common_name": common_name, "organization": organization,
                      "dns_names": list(dns_names), "ip_addresses": list(ip_addresses)})

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from edgelet.backoff import JitteredBackoff
+from edgelet.util.backoff import JitteredBackoff
 from edgelet.bootstrap.csr import (
     CLIENT_SIGNER, CLIENT_USAGES, NODES_GROUP, SERVING_SIGNER, SERVING_USAGES, csr_object, csr_outcome,
     new_key_and_request, node_user, rotation_deadline,
@@ -26,13 +26,13 @@ from edgelet.bootstrap.csr import (
 from edgelet.bootstrap.discovery import bundle_hashes, discover_ca
 from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError
 from edgelet.bootstrap.x509 import Certificate, CertificateError, first_certificate, pem_blocks
-from edgelet.checkpoint import CheckpointStore, key_to_filename
+from edgelet.util.checkpoint import CheckpointStore, key_to_filename
 from edgelet.config import ClusterConfig
-from edgelet.errors import ConfigError, EdgeletError, TemporaryError
+from edgelet.util.errors import ConfigError, EdgeletError, TemporaryError
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError, Unauthorized
 from edgelet.kubeapi.kubeconfig import KubeConfig, KubeconfigError, ssl_context
-from edgelet.kubetime import format_time
+from edgelet.api.kubetime import format_time
 
 log = logging.getLogger(__name__)
 

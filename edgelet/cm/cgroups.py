@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .. import podutil
-from ..kuberuntime import qos
-from ..kuberuntime.resources import (QUOTA_PERIOD, MIN_SHARES, container_quantity, effective_request,
-                                     milli_cpu_to_shares, milli_cpu_to_quota, pod_total)
-from ..quantity import parse_quantity, to_int_ceil, to_millis_ceil
+from edgelet.api import podutil
+from edgelet.api import qos
+from edgelet.api.resources import (QUOTA_PERIOD, MIN_SHARES, container_quantity, effective_request, milli_cpu_to_shares,
+                                   milli_cpu_to_quota, pod_total)
+from edgelet.api.quantity import parse_quantity, to_int_ceil, to_millis_ceil
 
 CGROUPFS = "cgroupfs"
 SYSTEMD = "systemd"

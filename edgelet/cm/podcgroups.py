@@ -21,14 +21,14 @@ import logging
 import os
 from typing import Callable, Iterable
 
-from .. import podutil
+from edgelet.api import podutil
 from ..config import CgroupsConfig
 from ..cri import CRIError
 from ..cri import runtime_v1_pb2 as pb
 from ..cri.client import RuntimeClient
-from ..errors import TemporaryError
-from ..kuberuntime import qos
-from ..kuberuntime.resources import MIN_SHARES, QUOTA_PERIOD, milli_cpu_to_shares
+from edgelet.util.errors import TemporaryError
+from edgelet.api import qos
+from edgelet.api.resources import MIN_SHARES, QUOTA_PERIOD, milli_cpu_to_shares
 from . import cgroups
 from .cgroups import Allocatable, CgroupName, CgroupResources
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from edgelet.cm.cpuset import parse_cpuset
+from edgelet.util.cpuset import parse_cpuset
 
 SYSFS_CPU = "/sys/devices/system/cpu"
 

@@ -3,7 +3,7 @@
 The errors live here, free of grpc imports, so callers can catch them without loading the client.
 """
 
-from edgelet.errors import EdgeletError, PermanentError, TemporaryError
+from edgelet.util.errors import EdgeletError, PermanentError, TemporaryError
 
 
 class RuntimeCallError(EdgeletError):

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from edgelet import metrics
+from edgelet.metrics import registry as metrics
 from edgelet.cri import CRIError, NotFound, RuntimeCallError, RuntimeTimeout, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
 

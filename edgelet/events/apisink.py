@@ -16,11 +16,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
-from .. import metrics
+from edgelet.metrics import registry as metrics
 from ..kubeapi.client import ApiClient
 from ..kubeapi.errors import ApiError, NotFound, ServerError
-from ..kubetime import parse_time
-from ..retry import Retrier
+from edgelet.api.kubetime import parse_time
+from edgelet.util.retry import Retrier
 from .correlator import Correlation, repeat_patch
 from .model import EVENT_TTL, Event
 

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from ..kubetime import format_time
+from edgelet.api.kubetime import format_time
 from .model import Event, event_name
 
 COMBINED_PREFIX = "(combined from similar events): "

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .. import podutil
-from ..kubetime import format_time
+from edgelet.api import podutil
+from edgelet.api.kubetime import format_time
 
 Event = dict[str, Any]
 ObjectRef = dict[str, str]

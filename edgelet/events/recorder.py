@@ -11,7 +11,7 @@ import time
 from collections import deque
 from typing import Callable, Protocol
 
-from .. import metrics
+from edgelet.metrics import registry as metrics
 from .correlator import Correlation, EventCorrelator
 from .locallog import EventLog
 from .model import ObjectRef, make_event

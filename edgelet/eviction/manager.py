@@ -15,13 +15,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from edgelet import metrics, podutil
+from edgelet.metrics import registry as metrics
+from edgelet.api import podutil
 from edgelet.config import Threshold
-from edgelet.errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from edgelet.eviction import policy
 from edgelet.eviction import signals as sig
 from edgelet.eviction.usage import PodUsage
-from edgelet.podutil import Pod
+from edgelet.api.podutil import Pod
 
 log = logging.getLogger(__name__)
 

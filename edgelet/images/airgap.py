@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from edgelet.checkpoint import CheckpointStore
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.cri import RuntimeUnavailable
-from edgelet.errors import EdgeletError, PermanentError, TemporaryError
+from edgelet.util.errors import EdgeletError, PermanentError, TemporaryError
 from edgelet.images import reference
-from edgelet.tasks import wait_set
+from edgelet.util.tasks import wait_set
 from edgelet.podconfig.inotify import (
     IN_CLOSE_WRITE,
     IN_DELETE,

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from edgelet.errors import PermanentError
+from edgelet.util.errors import PermanentError
 from edgelet.images import reference
 
 MEDIA_OCI_INDEX = "application/vnd.oci.image.index.v1+json"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from edgelet.errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from edgelet.images import reference
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.cri import RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from edgelet.images import reference
 from edgelet.images.auth import credentials_for
@@ -106,7 +106,7 @@ class _PullFailed(Exception):
 class ImageManager:
     """`ensure_image` gives the image reference to create a container with, or raises ImageError.
 
-    `runtime` is an `edgelet.cri.client.RuntimeClient`; `pull_backoff` an `edgelet.backoff.Backoff`
+    `runtime` is an `edgelet.cri.client.RuntimeClient`; `pull_backoff` an `edgelet.util.backoff.Backoff`
     (the kubelet uses 10 s doubling to 300 s); `pull_timeout` bounds one pull attempt (None: the
     runtime client's own deadline); `airgap` an `edgelet.images.airgap.AirgapImages` or None;
     `recorder` gets the kubelet's image events (Pulling, Pulled, Failed, BackOff, ...).

@@ -20,7 +20,7 @@ import h11
 import orjson
 
 from edgelet.images.archive import Blob
-from edgelet.server import start_tcp_server
+from edgelet.server.http import start_tcp_server
 
 log = logging.getLogger(__name__)
 

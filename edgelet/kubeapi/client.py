@@ -1,4 +1,4 @@
-"""Async client for the Kubernetes REST API on edgelet.http11 (HTTP/1.1, keep-alive, timeouts).
+"""Async client for the Kubernetes REST API on edgelet.util.http11 (HTTP/1.1, keep-alive, timeouts).
 
 Requests return decoded JSON dicts; failures raise the types of `edgelet.kubeapi.errors`.
 `watch` streams line-delimited JSON events and turns ERROR events into exceptions.
@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Mapping
 import orjson
 
 from edgelet import __version__
-from edgelet.http11 import HttpError, HttpTimeout, Pool, target
+from edgelet.util.http11 import HttpError, HttpTimeout, Pool, target
 from edgelet.kubeapi.errors import ApiError, Gone, ServerError, WatchStreamError, error_from_status
 from edgelet.kubeapi.kubeconfig import KubeConfig, load_kubeconfig, read_token_file, ssl_context
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgelet.errors import CredentialsRefused, EdgeletError, PermanentError, TemporaryError
+from edgelet.util.errors import CredentialsRefused, EdgeletError, PermanentError, TemporaryError
 
 
 class ApiError(EdgeletError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping
 
 from edgelet import yamlload
-from edgelet.errors import ConfigError, YAMLError
+from edgelet.util.errors import ConfigError, YAMLError
 
 
 class KubeconfigError(ConfigError):

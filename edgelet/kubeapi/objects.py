@@ -21,11 +21,11 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import orjson
 
-from edgelet import podutil
-from edgelet.checkpoint import CheckpointStore
+from edgelet.api import podutil
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError, NotFound, ServerError
-from edgelet.objectstore import (
+from edgelet.api.objectstore import (
     CONFIGMAP,
     SECRET,
     InvalidObjectError,
@@ -35,9 +35,9 @@ from edgelet.objectstore import (
     references,
     validate_object,
 )
-from edgelet.podutil import Pod
-from edgelet.retry import Retrier
-from edgelet.tasks import wait_set
+from edgelet.api.podutil import Pod
+from edgelet.util.retry import Retrier
+from edgelet.util.tasks import wait_set
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.config import Config
 from edgelet.kubeapi.kubeconfig import load_kubeconfig
-from edgelet.kuberuntime.types import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
-from edgelet.podutil import Pod
-from edgelet.server import HealthCheck
+from edgelet.container.runtime import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.api.podutil import Pod
+from edgelet.server.http import HealthCheck
 
 from .auth import Authenticator, Authorizer
 from .certs import ensure_self_signed, server_context

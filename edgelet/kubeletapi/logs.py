@@ -1,6 +1,6 @@
 """/containerLogs: a container's CRI log files (rotated ones first) read with the PodLogOptions of the query.
 
-Lines, messages and their selection (since, tail, timestamps) are `edgelet.containerlogs`'s, shared with
+Lines, messages and their selection (since, tail, timestamps) are `edgelet.logs.reader`'s, shared with
 `edgelet logs`; here: the byte limit, batching for the event loop, and following the live file (reopened
 when rotation replaced it) until the container stops or the client goes.
 """
@@ -12,7 +12,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from typing import IO
 
-from edgelet.containerlogs import LineJoiner, render, select, since_filter
+from edgelet.logs.reader import LineJoiner, render, select, since_filter
 
 from .paths import LogOptions
 

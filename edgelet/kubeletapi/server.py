@@ -17,11 +17,11 @@ from urllib.parse import parse_qs, urlsplit
 import h11
 import orjson
 
-from edgelet.containerlogs import LogsError, container_log_files, find_pod_dir
+from edgelet.logs.reader import LogsError, container_log_files, find_pod_dir
 from edgelet.cri import NotFound, RuntimeCallError
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from edgelet.server import HealthCheck, HttpServer, Reply, error_reply, healthz_reply, run_health_checks
+from edgelet.metrics.registry import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from edgelet.server.http import HealthCheck, HttpServer, Reply, error_reply, healthz_reply, run_health_checks
 
 from .auth import Attributes, Authenticator, Authorizer, forbidden_message
 from .logs import read_logs

@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from edgelet.cri import RuntimeCallError
-from edgelet.metrics import escape_label_value
+from edgelet.metrics.registry import escape_label_value
 from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 
 log = logging.getLogger(__name__)
 

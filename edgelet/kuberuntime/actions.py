@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection
 
-from edgelet import podutil
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
+from edgelet.api import podutil
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
 Hasher = Callable[[str, str], str]
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import orjson
 
-from .. import podutil
+from edgelet.api import podutil
 from ..cri import runtime_v1_pb2 as pb
-from ..podutil import Pod
-from . import labels, security
+from edgelet.api.podutil import Pod
+from edgelet.container import labels
+
+from . import security
 from .security import SecuritySettings
 
 _PROPAGATION = {"None": 0, "HostToContainer": 1, "Bidirectional": 2}

@@ -13,14 +13,15 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Mapping, Protocol
 
-from .. import metrics, podutil
-from ..backoff import Backoff
+from edgelet.metrics import registry as metrics
+from edgelet.api import podutil
+from edgelet.util.backoff import Backoff
 from ..cri import runtime_v1_pb2 as pb
 from ..cri import CRIError, NotFound, RuntimeTimeout, create_in_flight, in_starting_state, start_in_flight
 from ..cri.client import RuntimeClient
-from ..errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
-from ..podutil import Pod
+from edgelet.api.podutil import Pod
 from .actions import PodActions, compute_pod_actions, kill_grace_seconds, next_restart_count
 from .container import make_container_config
 from .security import SecuritySettings, needs_image_user, run_as_non_root_error
@@ -28,11 +29,11 @@ from .sandbox import make_sandbox_config, pod_log_dir
 from .startgate import StartGate
 from .startlog import StartLog
 from .termination import TerminationOrdering
-from .types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
 if TYPE_CHECKING:  # the collaborators, for their types only
     from ..images.manager import ImageManager
-    from ..objectstore import ObjectStore
+    from edgelet.api.objectstore import ObjectStore
     from ..volumes import VolumeManager
     from .resizer import Resizer
 
@@ -585,8 +586,8 @@ class RuntimeManager:
         """The CreateContainer config, with what it names on the host made ready: the mounts' files and the
         container's log directory (`log_directory`), written in a thread: a slow disk must not stall every other
         pod's work for each container started."""
-        from .env import expand_command, resolve_env
-        from .resources import linux_resources
+        from edgelet.api.env import expand_command, resolve_env
+        from edgelet.api.resources import linux_resources
 
         pod_ips = [pod_ip] if pod_ip else []
         env = resolve_env(pod, container, store=self._store, service_env=self._service_env(pod), node_ip=self._node_ip(),

@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from .. import podutil
-from ..podutil import Pod
-from ..quantity import to_int_ceil, to_millis_ceil
-from . import qos
-from .resources import MIN_SHARES, QUOTA_PERIOD, SHARES_PER_CPU, effective_request, linux_resources
-from .types import ContainerState, PodRuntimeStatus
+from edgelet.api import podutil
+from edgelet.api.podutil import Pod
+from edgelet.api.quantity import to_int_ceil, to_millis_ceil
+from edgelet.api import qos
+from edgelet.api.resources import MIN_SHARES, QUOTA_PERIOD, SHARES_PER_CPU, effective_request, linux_resources
+from edgelet.container.runtime import ContainerState, PodRuntimeStatus
 
 INFEASIBLE = "Infeasible"
 DEFERRED = "Deferred"

@@ -13,18 +13,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
-from .. import podutil
+from edgelet.api import podutil
 from ..cm.cgroups import CgroupResources, pod_resources, widest
 from ..cri import runtime_v1_pb2 as pb
-from ..errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 from ..events import NO_EVENTS, WARNING, Recorder, pod_ref
-from ..kubetime import format_time
-from ..podutil import Pod
-from ..quantity import parse_quantity, to_int_ceil, to_millis_ceil
+from edgelet.api.kubetime import format_time
+from edgelet.api.podutil import Pod
+from edgelet.api.quantity import parse_quantity, to_int_ceil, to_millis_ceil
 from .resize import (DEFERRED, RESIZE_IN_PROGRESS, RESIZE_PENDING, Applied, ContainerChange, ResizePlan,
                      applied_resources, plan_resize, pod_requests)
-from .resources import QUOTA_PERIOD, linux_resources
-from .types import ContainerStatus, PodRuntimeStatus
+from edgelet.api.resources import QUOTA_PERIOD, linux_resources
+from edgelet.container.runtime import ContainerStatus, PodRuntimeStatus
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 
-from .. import podutil
+from edgelet.api import podutil
 from ..cri import runtime_v1_pb2 as pb
-from ..podutil import Pod
-from . import labels, security
+from edgelet.api.podutil import Pod
+from . import security
+from edgelet.container import labels
 
 NAMESPACE_POD = 0  # runtime.v1.NamespaceMode
 NAMESPACE_CONTAINER = 1

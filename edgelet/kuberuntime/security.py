@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .. import podutil
+from edgelet.api import podutil
 from ..cri import runtime_v1_pb2 as pb
-from ..errors import EdgeletError
-from ..podutil import Pod
+from edgelet.util.errors import EdgeletError
+from edgelet.api.podutil import Pod
 
 # The kubelet's <root-dir>/seccomp: where Localhost seccomp profiles live.
 SECCOMP_DIR = "seccomp"

@@ -11,7 +11,7 @@ import contextlib
 import time
 from typing import Callable, Collection
 
-from .. import podutil
+from edgelet.api import podutil
 
 
 def termination_dependencies(pod: podutil.Pod, running: Collection[str]) -> dict[str, set[str]]:

@@ -15,10 +15,10 @@ import random
 import time
 from typing import Any, Awaitable, Callable
 
-from edgelet.kubetime import format_micro_time
+from edgelet.api.kubetime import format_micro_time
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound
-from edgelet.retry import Retrier
+from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from edgelet.nodestatus.setters import (
     material_view,
     missing_labels,
 )
-from edgelet.retry import Retrier
+from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
 

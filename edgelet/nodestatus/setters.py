@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from edgelet import KUBELET_COMPAT_VERSION, __version__
-from edgelet.kubetime import format_time
-from edgelet.kuberuntime.types import RuntimeFeatures
-from edgelet.quantity import cpu_quantity
+from edgelet.api.kubetime import format_time
+from edgelet.container.runtime import RuntimeFeatures
+from edgelet.api.quantity import cpu_quantity
 
 KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}-edgelet.{__version__}"  # the suffix says who actually runs
 

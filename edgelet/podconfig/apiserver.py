@@ -17,12 +17,12 @@ import time
 from typing import Any, Awaitable, Callable
 
 from edgelet.kubeapi.client import ApiClient
-from edgelet.errors import cut_long_values
+from edgelet.util.errors import cut_long_values
 from edgelet.kubeapi.errors import ApiError, Gone, WatchStreamError
 from edgelet.podconfig.config import SourceHandle
-from edgelet.podconfig.limits import document_problem
+from edgelet.api.limits import document_problem
 from edgelet.podconfig.validation import validate_object_meta
-from edgelet.retry import Retrier
+from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class ApiServerSource:
     """Keeps the merger's "api" source equal to the pods the API server binds to `node_name`.
 
     The reflector itself serves other kinds too: a subclass names its `KIND`, `PATH`, `selector` and `problem`
-    (edgelet.kubeapi.services lists and watches Services this way).
+    (edgelet.cluster.services lists and watches Services this way).
     """
 
     KIND = "pod"

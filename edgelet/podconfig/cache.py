@@ -18,9 +18,10 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import orjson
 
-from .. import core, podutil
-from ..checkpoint import SUFFIX, CheckpointStore
-from ..podutil import Pod
+from .. import core
+from edgelet.api import podutil
+from edgelet.util.checkpoint import SUFFIX, CheckpointStore
+from edgelet.api.podutil import Pod
 from .apiserver import pod_problem
 from .config import SourceHandle
 

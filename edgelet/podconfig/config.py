@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.podconfig.defaults import now_rfc3339nano
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ import json
 import time
 from typing import Any
 
-from edgelet import podutil
-from edgelet.kubetime import format_micro_time
+from edgelet.api import podutil
+from edgelet.api.kubetime import format_micro_time
 
 DEFAULT_SCHEDULER = "default-scheduler"
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"

@@ -15,9 +15,10 @@ from typing import Any
 
 import orjson
 
-from edgelet import podutil, yamlload
-from edgelet.checkpoint import CheckpointStore
-from edgelet.errors import ConfigError
+from edgelet import yamlload
+from edgelet.api import podutil
+from edgelet.util.checkpoint import CheckpointStore
+from edgelet.util.errors import ConfigError
 from edgelet.podconfig import inotify
 from edgelet.podconfig.config import SourceHandle
 from edgelet.podconfig.defaults import now_rfc3339nano

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from edgelet import podutil
-from edgelet.errors import ConfigError
+from edgelet.api import podutil
+from edgelet.util.errors import ConfigError
 from edgelet.podconfig.config import SourceHandle
 from edgelet.podconfig.manifest import MAX_MANIFEST_BYTES, ManifestObjects, parse_manifest, publish_objects
 

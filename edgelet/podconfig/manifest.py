@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgelet import podutil, yamlload
-from edgelet.errors import ConfigError, YAMLError
+from edgelet import yamlload
+from edgelet.api import podutil
+from edgelet.util.errors import ConfigError, YAMLError
 from edgelet.podconfig.defaults import apply_defaults, make_static
-from edgelet.podconfig.limits import MAX_DEPTH, document_problem
+from edgelet.api.limits import MAX_DEPTH, document_problem
 from edgelet.podconfig.schema import LIST, OBJECTS, unknown_fields
 from edgelet.podconfig.validation import Problems, configmap_key_error, validate_object_meta, validate_pod
 

@@ -14,18 +14,19 @@ from collections.abc import Iterable
 PARSER_MODULES = (
     "edgelet._yaml",  # its source, edgelet/_yaml.pyx
     "edgelet._yaml_py",
-    "edgelet.errors",
-    "edgelet.kubetime",
+    "edgelet.api",
+    "edgelet.api.kubetime",
+    "edgelet.api.limits",
+    "edgelet.api.podutil",
+    "edgelet.api.quantity",
     "edgelet.podconfig.defaults",
-    "edgelet.podconfig.limits",
     "edgelet.podconfig.manifest",
     "edgelet.podconfig.schema",
     "edgelet.podconfig.validation",
-    "edgelet.podutil",
-    "edgelet.quantity",
+    "edgelet.util.errors",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:e8bdd683d41c847bda91ce1e6690493cfd7fcc96e30e1dbe41073706dc2078bd"
+PARSER_DIGEST = "sha256:9d084c9c0b8ddf639996c4bfa1876b0b4f826b77b1f3ed74d090c0fa4eecc40d"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

@@ -7,8 +7,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from edgelet.podconfig.limits import INT32_MAX, INT64_MAX, describe_int
-from edgelet.quantity import parse_quantity
+from edgelet.api.limits import INT32_MAX, INT64_MAX, describe_int
+from edgelet.api.quantity import parse_quantity
 
 Problems = list[tuple[str, str]]
 

@@ -13,9 +13,9 @@ import time
 from typing import Any, Callable, Mapping
 
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.errors import ConfigError, EdgeletError
+from edgelet.util.errors import ConfigError, EdgeletError
 from edgelet.events import NO_EVENTS, WARNING, Recorder, pod_ref
 from edgelet.kuberuntime.manager import MINIMUM_GRACE_SECONDS
 

@@ -14,10 +14,10 @@ import random
 import time
 from typing import Any, Callable, Mapping
 
-from edgelet import podutil
-from edgelet.errors import ConfigError
+from edgelet.api import podutil
+from edgelet.util.errors import ConfigError
 from edgelet.events import NO_EVENTS, Recorder
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus
+from edgelet.container.runtime import ContainerState, ContainerStatus
 
 from .probes import Prober, ProbeSpec, parse_probe
 from .results import Outcome, ProbeType, Result, ResultsCache

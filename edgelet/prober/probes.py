@@ -1,6 +1,6 @@
 """The probe and hook actions: their spec (parsed and checked once) and the checks themselves.
 
-exec runs through CRI ExecSync, httpGet through edgelet.http11, tcpSocket is a plain connect and grpc calls
+exec runs through CRI ExecSync, httpGet through edgelet.util.http11, tcpSocket is a plain connect and grpc calls
 grpc.health.v1.Health/Check with the messages generated from health_v1.proto. The rules follow the kubelet's
 pkg/probe: failures are verdicts about the container; errors (nothing could be asked) are not.
 """
@@ -20,9 +20,9 @@ from grpc import StatusCode, aio
 
 from edgelet import KUBELET_COMPAT_VERSION
 from edgelet.cri import RuntimeCallError
-from edgelet.errors import ConfigError, EdgeletError
-from edgelet.http11 import Connection, HttpError, Origin
-from edgelet.kuberuntime.env import expand
+from edgelet.util.errors import ConfigError, EdgeletError
+from edgelet.util.http11 import Connection, HttpError, Origin
+from edgelet.api.env import expand
 from edgelet.prober import health_v1_pb2
 
 from .results import Outcome, ProbeError, ProbeType, Result

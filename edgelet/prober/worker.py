@@ -10,10 +10,11 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Mapping
 
-from edgelet import metrics, podutil
+from edgelet.metrics import registry as metrics
+from edgelet.api import podutil
 from edgelet.events import NO_EVENTS, WARNING, Recorder, pod_ref
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus
-from edgelet.tasks import wait_set
+from edgelet.container.runtime import ContainerState, ContainerStatus
+from edgelet.util.tasks import wait_set
 
 from .probes import ProbeSpec
 from .results import INITIAL_RESULT, Outcome, ProbeError, ProbeType, Result, ResultsCache

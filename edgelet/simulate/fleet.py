@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.kubeconfig import KubeConfig, ssl_context
 from edgelet.simulate.node import HollowNode, Timings
-from edgelet.tasks import TaskGroup, wait_set
+from edgelet.util.tasks import TaskGroup, wait_set
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """One hollow node: the agent's own Node registration and status, Lease, API pod source, pod status sync and
-events, wired by the same `edgelet.clusterapi.ClusterApi` as the agent's cluster connection, over the in-memory
+events, wired by the same `edgelet.cluster.clusterapi.ClusterApi` as the agent's cluster connection, over the in-memory
 `HollowRuntime`.
 
 Machine facts and health are constants (a healthy node that never changes), so whatever the control plane
@@ -18,18 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgelet import __version__
-from edgelet.clusterapi import ClusterApi, NodeReport
+from edgelet.cluster.clusterapi import ClusterApi, NodeReport
 from edgelet.config import ClusterConfig
 from edgelet.events import NORMAL, EventRecorder, node_ref
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Forbidden, Invalid, NotFound, Unauthorized
 from edgelet.nodestatus.setters import NodeInfo
 from edgelet.podconfig.config import PodConfig
-from edgelet.podmanager import PodManager
-from edgelet.retry import Retrier
+from edgelet.pod.manager import PodManager
+from edgelet.util.retry import Retrier
 from edgelet.simulate.runtime import HollowRuntime
 from edgelet.status.manager import StatusManager
-from edgelet.tasks import TaskGroup
+from edgelet.util.tasks import TaskGroup
 
 log = logging.getLogger(__name__)
 

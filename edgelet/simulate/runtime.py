@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.events import NO_EVENTS, NORMAL, Recorder, pod_ref
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate
-from edgelet.podutil import Pod
+from edgelet.api.podutil import Pod
 from edgelet.status.generate import generate_pod_status
 from edgelet.status.manager import StatusManager
 

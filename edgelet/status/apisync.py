@@ -19,15 +19,15 @@ import time
 from collections import Counter
 from typing import Any, Awaitable, Callable
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError, Conflict, NotFound, ServerError, Unauthorized
-from edgelet.podmanager import PodManager
-from edgelet.podutil import Pod
-from edgelet.retry import Retrier
+from edgelet.pod.manager import PodManager
+from edgelet.api.podutil import Pod
+from edgelet.util.retry import Retrier
 from edgelet.status.apidiff import FieldPath, api_view, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.status.manager import StatusManager
-from edgelet.tasks import wait_set
+from edgelet.util.tasks import wait_set
 from edgelet.status.mirror import Key, MirrorPods, mirror_is_current, pod_key as _key, pod_path, report_refusal
 
 log = logging.getLogger(__name__)

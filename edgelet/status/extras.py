@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .. import podutil
+from edgelet.api import podutil
 from ..kuberuntime.resize import RESIZE_IN_PROGRESS, RESIZE_PENDING
 from ..kuberuntime.resizer import ResizeView, reported_applied
-from ..kuberuntime.types import ContainerStatus, PodRuntimeStatus
+from edgelet.container.runtime import ContainerStatus, PodRuntimeStatus
 from .generate import KUBELET_CONDITIONS, POD_SCHEDULED
 
 # The conditions whose observedGeneration the kubelet sets (PodScheduled is the scheduler's).

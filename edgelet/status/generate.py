@@ -11,12 +11,12 @@ import copy
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from edgelet import podutil
-from edgelet.kubetime import format_time
+from edgelet.api import podutil
+from edgelet.api.kubetime import format_time
 from edgelet.kuberuntime.actions import has_any_regular_container_created, pod_sandbox_changed, should_restart
-from edgelet.kuberuntime.qos import qos_class
+from edgelet.api.qos import qos_class
 from edgelet.kuberuntime.termmessage import trim_pod_messages
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
 PENDING = "Pending"
 RUNNING = "Running"

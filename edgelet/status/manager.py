@@ -16,10 +16,11 @@ from typing import Any, Callable
 
 import orjson
 
-from .. import core, podutil
-from ..checkpoint import CheckpointStore
-from ..podconfig.limits import document_problem
-from ..podutil import Pod
+from .. import core
+from edgelet.api import podutil
+from edgelet.util.checkpoint import CheckpointStore
+from edgelet.api.limits import document_problem
+from edgelet.api.podutil import Pod
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
-from edgelet import podutil
-from edgelet.backoff import Backoff
+from edgelet.api import podutil
+from edgelet.util.backoff import Backoff
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound, ServerError, Unauthorized
-from edgelet.podmanager import PodManager
-from edgelet.podutil import Pod
+from edgelet.pod.manager import PodManager
+from edgelet.api.podutil import Pod
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 
 import orjson
 
-from .. import podutil
-from ..kubetime import format_time
-from ..podutil import Pod
+from edgelet.api import podutil
+from edgelet.api.kubetime import format_time
+from edgelet.api.podutil import Pod
 
 log = logging.getLogger(__name__)
 

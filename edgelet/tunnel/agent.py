@@ -15,10 +15,10 @@ from typing import Callable
 
 import grpc
 
-from edgelet import metrics
+from edgelet.metrics import registry as metrics
 from edgelet.config import TunnelConfig
-from edgelet.retry import Retrier
-from edgelet.tasks import wait_set
+from edgelet.util.retry import Retrier
+from edgelet.util.tasks import wait_set
 from edgelet.tunnel import konnectivity_pb2 as pb
 from edgelet.tunnel.splice import TlsSplice, tls_context
 from edgelet.tunnel.policy import (AGENT_ID, AGENT_IDENTIFIERS, SERVER_COUNT, SERVER_ID, Destinations,

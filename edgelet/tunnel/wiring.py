@@ -1,4 +1,4 @@
-"""The tunnel built from the agent's config and cluster connection: what it announces, what it may dial, the
+"""The tunnel built from the agent's config and its client certificates: what it announces, what it may dial, the
 node's own client certificate for each new stream, and the state record `edgelet describe node` reads."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from edgelet.checkpoint import replace_file
+from edgelet.util.checkpoint import replace_file
 from edgelet.config import Config
-from edgelet.errors import ConfigError
+from edgelet.util.errors import ConfigError
 from edgelet.tunnel.agent import TlsMaterial, Tunnel
 from edgelet.tunnel.policy import Destinations, agent_identifiers
 
 if TYPE_CHECKING:
-    from edgelet.cluster import ClusterConnection
+    from edgelet.bootstrap.manager import ClientCertificateManager
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +38,21 @@ def read_pem_file(path: str, what: str) -> bytes:
     return pem
 
 
-def tunnel_credentials(config: Config, connection: ClusterConnection) -> TlsMaterial:
-    """CA, key and certificate for the next stream. Read at every connection, so a rotated certificate (a token
-    join's, or the files a kubeconfig names) serves the next stream while the open ones carry on."""
+def tunnel_credentials(config: Config, certificates: ClientCertificateManager | None) -> TlsMaterial:
+    """CA, key and certificate for the next stream: a token join's `certificates`, or (None) the files the
+    kubeconfig names. Read at every connection, so a rotated certificate serves the next stream while the open
+    ones carry on."""
     cluster = config.cluster
     assert cluster is not None and cluster.tunnel is not None
     kubeconfig = None
-    if connection.certificates is None:
+    if certificates is None:
         from edgelet.kubeapi.kubeconfig import load_kubeconfig
 
         kubeconfig = load_kubeconfig(cluster.kubeconfig)
     if cluster.tunnel.ca_file:
         ca = read_pem_file(cluster.tunnel.ca_file, "the konnectivity-server CA (cluster.tunnel.ca_file)")
     elif kubeconfig is None:
-        ca = connection.certificates.ca_pem
+        ca = certificates.ca_pem
         if ca is None:
             raise RuntimeError("the cluster CA is not known yet")
     elif kubeconfig.ca_data is not None:
@@ -62,8 +63,8 @@ def tunnel_credentials(config: Config, connection: ClusterConnection) -> TlsMate
         raise ConfigError(cluster.kubeconfig, "certificate-authority",
                           "names no CA for konnectivity-server: set [cluster.tunnel] ca_file")
     if kubeconfig is None:
-        current = connection.certificates.current
-        if current is None or not connection.certificates.valid():
+        current = certificates.current
+        if current is None or not certificates.valid():
             raise RuntimeError("the node has no valid client certificate yet")
         return ca, current.key_pem, current.cert_pem
     key = kubeconfig.client_key_data or (kubeconfig.client_key_file and read_pem_file(
@@ -117,7 +118,7 @@ def read_state(directory: str) -> dict | None:
     return state if isinstance(state, dict) else None
 
 
-def build_tunnel(config: Config, *, node_ip: str, connection: ClusterConnection) -> Tunnel:
+def build_tunnel(config: Config, *, node_ip: str, certificates: ClientCertificateManager | None) -> Tunnel:
     """Raises ConfigError for an unreadable [cluster.tunnel] ca_file (at start, not at the first dial)."""
     cluster = config.cluster
     assert cluster is not None and cluster.tunnel is not None
@@ -129,7 +130,7 @@ def build_tunnel(config: Config, *, node_ip: str, connection: ClusterConnection)
                                       settings.allowed_destinations)
     record = StateRecord(config.state_dir)
     tunnel = Tunnel(settings, node_name=config.node_name, identifiers=agent_identifiers(config.node_name, addresses),
-                    destinations=destinations, credentials=lambda: tunnel_credentials(config, connection),
+                    destinations=destinations, credentials=lambda: tunnel_credentials(config, certificates),
                     on_change=record.changed)
     record.tunnel = tunnel
     return tunnel

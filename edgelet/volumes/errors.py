@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import EdgeletError
+from edgelet.util.errors import EdgeletError
 
 
 class VolumeError(EdgeletError):

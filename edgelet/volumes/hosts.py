@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from .. import podutil
-from ..checkpoint import replace_file
-from ..podutil import Pod
+from edgelet.api import podutil
+from edgelet.util.checkpoint import replace_file
+from edgelet.api.podutil import Pod
 
 MANAGED_HEADER = "# Kubernetes-managed hosts file.\n"
 MANAGED_HEADER_HOST_NETWORK = "# Kubernetes-managed hosts file (host network).\n"

@@ -14,9 +14,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import podutil
-from ..podutil import Pod
-from ..quantity import parse_quantity, to_int_ceil
+from edgelet.api import podutil
+from edgelet.api.podutil import Pod
+from edgelet.api.quantity import parse_quantity, to_int_ceil
 from . import plugins
 from .atomic_writer import FileProjection, path_error
 from .errors import VolumeError

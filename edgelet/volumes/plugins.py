@@ -9,10 +9,10 @@ import os
 import stat
 from typing import Any, Mapping
 
-from .. import podutil
-from ..kuberuntime.resources import ResourceError, pod_memory_limit
-from ..podutil import Pod
-from ..quantity import parse_quantity, to_int_ceil
+from edgelet.api import podutil
+from edgelet.api.resources import ResourceError, pod_memory_limit
+from edgelet.api.podutil import Pod
+from edgelet.api.quantity import parse_quantity, to_int_ceil
 from .atomic_writer import FileProjection, write_payload
 from .errors import VolumeError
 from .mountutil import MountInfo, is_mount_point, mount

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol
 
-from .. import podutil
-from ..kuberuntime.env import metadata_field_value
-from ..kuberuntime.resources import ResourceError, resource_field_value
-from ..objectstore import InvalidObjectError, configmap_binary_data, configmap_data, secret_data
-from ..podutil import Pod
+from edgelet.api import podutil
+from edgelet.api.env import metadata_field_value
+from edgelet.api.resources import ResourceError, resource_field_value
+from edgelet.api.objectstore import InvalidObjectError, configmap_binary_data, configmap_data, secret_data
+from edgelet.api.podutil import Pod
 from .atomic_writer import FileProjection
 from .errors import VolumeError
 from .tokens import fs_user, token_file_mode

@@ -11,7 +11,7 @@ import posixpath
 import stat
 from typing import Mapping
 
-from ..kuberuntime.env import expand
+from edgelet.api.env import expand
 from .errors import VolumeError
 from .mountutil import MS_BIND, MountInfo, is_mount_point, mount
 

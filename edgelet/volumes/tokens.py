@@ -18,10 +18,10 @@ from typing import Any, Callable, Protocol
 
 import orjson
 
-from .. import podutil
-from ..errors import EdgeletError
+from edgelet.api import podutil
+from edgelet.util.errors import EdgeletError
 from ..events import NO_EVENTS, WARNING, Recorder, pod_ref
-from ..podutil import Pod
+from edgelet.api.podutil import Pod
 from .errors import VolumeError
 
 log = logging.getLogger(__name__)

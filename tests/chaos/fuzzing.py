@@ -18,17 +18,17 @@ import orjson
 import yaml
 from hypothesis import strategies as st
 
-from edgelet import podutil
-from edgelet.admission import admit, rejected_status
+from edgelet.api import podutil
+from edgelet.api.qos import qos_class
+from edgelet.api.resources import linux_resources
+from edgelet.container.runtime import PodRuntimeStatus
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.errors import ConfigError
 from edgelet.kuberuntime.actions import compute_pod_actions
 from edgelet.kuberuntime.container import make_container_config
-from edgelet.kuberuntime.qos import qos_class
-from edgelet.kuberuntime.resources import linux_resources
 from edgelet.kuberuntime.sandbox import make_sandbox_config
-from edgelet.kuberuntime.types import PodRuntimeStatus
+from edgelet.lifecycle.admission import admit, rejected_status
 from edgelet.status.generate import generate_pod_status
+from edgelet.util.errors import ConfigError
 
 CASE_SECONDS = 5
 # An error that echoes a 1 MB field value whole floods the log of a small device.

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import grpc
 
-from edgelet import checkpoint
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri import runtime_v1_pb2_grpc as pb_grpc
-from edgelet.kuberuntime import labels
+from edgelet.util import checkpoint
 from tests.integration.agent_harness import AgentProcess, free_port
 from tests.runtime_cleanup import empty_runtime_at
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from edgelet.checkpoint import CheckpointStore
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.volumes.atomic_writer import FileProjection, write_payload
 
 WRITERS = ("checkpoint", "checkpoint-batch", "volume", "etc-hosts")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgelet import checkpoint
+from edgelet.util import checkpoint
 from tests.chaos.harness import ChaosAgent, Runtime, checkpoint_kind, checkpoint_problem
 from tests.helpers import busybox_manifest, wait_for
 from tests.integration.cluster_harness import CLUSTER_TOML, api_pod, running_in_api

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from edgelet import checkpoint
 from edgelet.podconfig.manifest import load_manifest_file
+from edgelet.util import checkpoint
 from tests.chaos.harness import ChaosAgent, checkpoint_problem
 from tests.helpers import busybox_manifest, wait_for
 from tests.integration.agent_harness import unmount_under

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from edgelet import config as edgelet_config
-from edgelet.errors import EdgeletError
+from edgelet.api.objectstore import InvalidObjectError, validate_object
 from edgelet.kubeapi.objects import cleaned
-from edgelet.objectstore import InvalidObjectError, validate_object
 from edgelet.podconfig.apiserver import pod_problem
 from edgelet.podconfig.manifest import parse_manifest
+from edgelet.util.errors import EdgeletError
 from tests.chaos.fuzzing import (
     WILD,
     Outcome,

@@ -345,7 +345,7 @@ def _store_expired_certificate(plane: ControlPlane, agent: AgentProcess) -> None
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    from edgelet.checkpoint import CheckpointStore
+    from edgelet.util.checkpoint import CheckpointStore
 
     ca_key = serialization.load_pem_private_key((plane.dir / "pki" / "ca.key").read_bytes(), None)
     ca = x509.load_pem_x509_certificate((plane.dir / "pki" / "ca.crt").read_bytes())

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 from tests.helpers import wait_for
 from tests.integration.agent_harness import AgentProcess
 from tests.integration.cri_harness import runtime_objects

@@ -10,7 +10,7 @@ import uuid
 
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from edgelet.kuberuntime import labels
+from edgelet.container import labels
 
 
 def sandbox_config(containerd, *, host_network: bool = True, labels: dict[str, str] | None = None):

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.kuberuntime import labels
 from tests.helpers import busybox_manifest, wait_for
 from tests.integration.agent_harness import AgentProcess, container_state, fails_first_run_pod, is_running
 from tests.integration.cri_harness import SocketProxy, runtime_objects

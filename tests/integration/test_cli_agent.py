@@ -262,7 +262,7 @@ def test_a_burst_of_pods_wakes_no_more_io_threads_than_the_agent_allows(agent):
     """asyncio's default pool would grow to CPUs + 4 threads under a burst (about 200 KiB each); the agent's
     blocking file I/O shares IO_THREADS. By name: gRPC's threads have their own, Python's are all `python`: the
     event loop's, the logind signal reader's where a system bus answers, and the I/O pool's."""
-    from edgelet.agent import IO_THREADS
+    from edgelet.kubelet.agent import IO_THREADS
 
     agent.start()
     for index in range(8):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from edgelet.api.resources import linux_resources
 from edgelet.cm.cpumanager import CPUManager, CPUStateStore
-from edgelet.cm.cpuset import format_cpuset, parse_cpuset
 from edgelet.cm.topology import discover
 from edgelet.kuberuntime.container import make_container_config
-from edgelet.kuberuntime.resources import linux_resources
 from edgelet.kuberuntime.sandbox import make_sandbox_config
-from edgelet.pleg import GenericPLEG
+from edgelet.pleg.generic import GenericPLEG
+from edgelet.util.cpuset import format_cpuset, parse_cpuset
 from tests.helpers import busybox_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from edgelet import metrics
 from edgelet.cri import CRIError, NotFound, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
+from edgelet.metrics import registry as metrics
 from tests.integration.cri_harness import container_config, sandbox_config, start_pod
 from tests.runtime_cleanup import empty_runtime
 from tests.scrape import sample_value

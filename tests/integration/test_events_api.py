@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from edgelet import metrics
 from edgelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from edgelet.events.apisink import ApiEventSink
 from edgelet.kubeapi import ApiClient
+from edgelet.metrics import registry as metrics
 from tests.kubeapi_double import ApiServerDouble
 
 POD = {"metadata": {"name": "web", "namespace": "default", "uid": "u-1"}, "spec": {"containers": [{"name": "main"}]}}

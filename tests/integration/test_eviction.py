@@ -12,13 +12,13 @@ import asyncio
 
 import pytest
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.config import Threshold
+from edgelet.container.runtime import ContainerState
 from edgelet.eviction import EvictionManager, NodeSignals, PodUsageReader, image_fs_mountpoint
 from edgelet.kuberuntime.container import make_container_config
 from edgelet.kuberuntime.sandbox import make_sandbox_config
-from edgelet.kuberuntime.types import ContainerState
-from edgelet.pleg import GenericPLEG
+from edgelet.pleg.generic import GenericPLEG
 from tests.helpers import busybox_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

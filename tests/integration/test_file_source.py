@@ -9,10 +9,11 @@ import os
 import shutil
 import time
 
-from edgelet import checkpoint, podutil
+from edgelet.api import podutil
 from edgelet.podconfig import file as file_source
 from edgelet.podconfig.config import Op, PodConfig
 from edgelet.podconfig.file import FileSource, ManifestScanner, ParsedManifests
+from edgelet.util import checkpoint
 from tests.helpers import eventually
 
 NODE = "node1"

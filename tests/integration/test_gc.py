@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.gc import ImageGC
-from edgelet.kuberuntime import labels
 from edgelet.kuberuntime.gc import ContainerGC
 from tests.integration.registry_harness import image_config_id, make_image
 from tests.runtime_cleanup import empty_runtime

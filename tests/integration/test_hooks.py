@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from edgelet.backoff import Backoff
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageManager
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.prober.hooks import HookRunner
+from edgelet.util.backoff import Backoff
 from tests.helpers import busybox_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

@@ -13,15 +13,15 @@ import uuid
 
 import pytest
 
-from edgelet.backoff import Backoff
+from edgelet.container import labels
+from edgelet.container.runtime import ContainerState
 from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageManager
-from edgelet.kuberuntime import labels
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
-from edgelet.kuberuntime.types import ContainerState
-from edgelet.pleg import GenericPLEG
+from edgelet.pleg.generic import GenericPLEG
 from edgelet.podconfig.defaults import apply_defaults
+from edgelet.util.backoff import Backoff
 from tests.helpers import busybox_manifest, eventually, wait_for
 from tests.integration.agent_harness import REPO, AgentProcess, container_state, is_running
 from tests.integration.cri_harness import SocketProxy, runtime_objects

@@ -1,4 +1,4 @@
-"""edgelet.http11 held to httpx, the library it replaces: the same scripted server bytes on loopback give both
+"""edgelet.util.http11 held to httpx, the library it replaces: the same scripted server bytes on loopback give both
 clients the same status, headers and body (Content-Length, chunked, close-delimited, 1xx first, no body, a
 streamed watch), both refuse what is not HTTP, both reuse a kept-alive connection, and both send the same
 request line and query for the API paths the agent uses."""
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from edgelet.http11 import HttpError, Pool, target
+from edgelet.util.http11 import HttpError, Pool, target
 from tests.kubeapi_double.testcerts import TEST_CERT, TEST_KEY
 
 

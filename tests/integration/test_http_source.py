@@ -12,7 +12,7 @@ import threading
 import httpx
 import pytest
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.podconfig.config import Op, PodConfig
 from edgelet.podconfig.http import HTTPSource
 

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from edgelet.backoff import Backoff
 from edgelet.images.manager import ImageError, ImageManager
+from edgelet.util.backoff import Backoff
 from tests.integration.registry_harness import AUTH_PASSWORD, AUTH_USER, image_config_id, make_image
 
 pytestmark = pytest.mark.containerd

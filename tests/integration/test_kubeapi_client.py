@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from edgelet.errors import PermanentError, TemporaryError
 from edgelet.kubeapi import (
     AlreadyExists,
     ApiClient,
@@ -25,6 +24,7 @@ from edgelet.kubeapi import (
     WatchStreamError,
     load_kubeconfig,
 )
+from edgelet.util.errors import PermanentError, TemporaryError
 from tests.kubeapi_double import ApiServerDouble
 
 PODS = "/api/v1/namespaces/default/pods"

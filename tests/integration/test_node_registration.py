@@ -18,7 +18,7 @@ from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.manager import NodeStatusManager
 from edgelet.nodestatus.setters import KUBELET_VERSION, NodeInfo
 from edgelet.simulate.node import HollowNode, Timings
-from edgelet.tasks import TaskGroup
+from edgelet.util.tasks import TaskGroup
 from tests.helpers import eventually
 from tests.kubeapi_double import ApiServerDouble
 
@@ -359,7 +359,8 @@ HOLLOW_TIMINGS = Timings(lease_duration=4.0, lease_renew_interval=0.05, node_sta
 
 async def test_a_hollow_node_registers_holds_its_lease_and_runs_a_pod(api: ApiServerDouble, client: ApiClient,
                                                                       tmp_path) -> None:
-    """The simulator's node runs the agent's cluster wiring (edgelet/clusterapi.py) with no container runtime."""
+    """The simulator's node runs the agent's cluster wiring (edgelet/cluster/clusterapi.py) with no container
+    runtime."""
     node = HollowNode(HOLLOW, client, state_dir=str(tmp_path), timings=HOLLOW_TIMINGS, rng=random.Random(0))
     tasks = TaskGroup()
     node.start(tasks, pods=1)

@@ -14,10 +14,10 @@ import urllib.request
 
 import pytest
 
-from edgelet.checkpoint import CORRUPT_DIR, key_to_filename
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from edgelet.kuberuntime import labels
+from edgelet.util.checkpoint import CORRUPT_DIR, key_to_filename
 from tests.helpers import wait_for
 from tests.integration.agent_harness import free_port
 from tests.integration.cluster_harness import (

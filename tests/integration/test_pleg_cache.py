@@ -9,12 +9,12 @@ import types
 
 import pytest
 
-from edgelet import pleg as pleg_module
-from edgelet import podutil
-from edgelet.errors import TemporaryError
-from edgelet.kuberuntime.cache import InspectionError
-from edgelet.kuberuntime.types import ContainerState
-from edgelet.pleg import GenericPLEG
+from edgelet.api import podutil
+from edgelet.container.cache import InspectionError
+from edgelet.container.runtime import ContainerState
+from edgelet.pleg import generic as pleg_module
+from edgelet.pleg.generic import GenericPLEG
+from edgelet.util.errors import TemporaryError
 from tests.integration.cri_harness import start_labelled_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

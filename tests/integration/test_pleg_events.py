@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from edgelet import core
-from edgelet.pleg import GenericPLEG
+from edgelet.pleg.generic import GenericPLEG
 from tests.integration.cri_harness import start_labelled_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

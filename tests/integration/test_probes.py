@@ -10,9 +10,9 @@ import socket
 import grpc
 import pytest
 
+from edgelet.container.runtime import ContainerState, ContainerStatus
 from edgelet.kuberuntime.container import make_container_config
 from edgelet.kuberuntime.sandbox import make_sandbox_config
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus
 from edgelet.prober.manager import ProbeManager
 from edgelet.prober.probes import (
     HttpGetter,

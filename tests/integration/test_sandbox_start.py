@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from edgelet.backoff import Backoff
-from edgelet.errors import EdgeletError
+from edgelet.container.runtime import PodRuntimeStatus
 from edgelet.images.manager import ImageManager
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
-from edgelet.kuberuntime.types import PodRuntimeStatus
+from edgelet.util.backoff import Backoff
+from edgelet.util.errors import EdgeletError
 from edgelet.volumes import VolumeManager
 from tests.helpers import busybox_pod
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 import uvloop
 
-from edgelet.metrics import Counter, Registry
-from edgelet.server import (
+from edgelet.metrics.registry import Counter, Registry
+from edgelet.server.http import (
     ListenAddress,
     ListenError,
     OpsServer,

@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from edgelet import metrics
 from edgelet.config import TunnelConfig
+from edgelet.metrics import registry as metrics
 from edgelet.tunnel import konnectivity_pb2 as pb
 from edgelet.tunnel import konnectivity_pb2_grpc as pb_grpc
 from edgelet.tunnel.agent import Tunnel

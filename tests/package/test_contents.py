@@ -158,7 +158,7 @@ def test_bundled_bytecode_is_made_as_the_benchmark_measures_it(extracted):
     from PyInstaller.archive.readers import CArchiveReader
 
     modules = CArchiveReader(str(extracted / "opt/edgelet/edgelet")).open_embedded_archive("PYZ.pyz")
-    for name in ("edgelet.agent", "edgelet.kuberuntime.manager", "asyncio.base_events", "grpc.aio._channel"):
+    for name in ("edgelet.kubelet.agent", "edgelet.kuberuntime.manager", "asyncio.base_events", "grpc.aio._channel"):
         module = modules.extract(name)
         codes = [module]
         for code in codes:

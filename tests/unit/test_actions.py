@@ -5,6 +5,13 @@ import itertools
 
 import pytest
 
+from edgelet.container.runtime import (
+    ContainerState,
+    ContainerStatus,
+    PodRuntimeStatus,
+    SandboxState,
+    SandboxStatus,
+)
 from edgelet.kuberuntime.actions import (
     REASON_CHANGED,
     REASON_NOT_IN_SPEC,
@@ -20,13 +27,6 @@ from edgelet.kuberuntime.actions import (
     pod_has_initialized,
     pod_sandbox_changed,
     should_restart,
-)
-from edgelet.kuberuntime.types import (
-    ContainerState,
-    ContainerStatus,
-    PodRuntimeStatus,
-    SandboxState,
-    SandboxStatus,
 )
 from tests.helpers import make_pod
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from edgelet.admission import ADMIT, Verdict, admit, rejected_status, unsupported_features
+from edgelet.lifecycle.admission import ADMIT, Verdict, admit, rejected_status, unsupported_features
 from edgelet.podconfig.defaults import apply_defaults
 
 RAW = {
@@ -92,7 +92,7 @@ def test_rejected_status_is_failed_with_reason():
 
 
 def test_node_features_edgelet_leaves_out_are_refused_by_name():
-    from edgelet.admission import unsupported_features
+    from edgelet.lifecycle.admission import unsupported_features
 
     pod = {"metadata": {"name": "p", "uid": "u"}, "spec": {
         "hostUsers": False, "resources": {"limits": {"cpu": "1"}}, "resourceClaims": [{"name": "gpu"}],
@@ -108,7 +108,7 @@ def test_node_features_edgelet_leaves_out_are_refused_by_name():
 
 
 def test_a_strict_supplemental_groups_policy_needs_a_runtime_that_keeps_it():
-    from edgelet.admission import supplemental_groups_check
+    from edgelet.lifecycle.admission import supplemental_groups_check
 
     strict = {"spec": {"securityContext": {"supplementalGroupsPolicy": "Strict"}, "containers": []}}
     merge = {"spec": {"securityContext": {"supplementalGroupsPolicy": "Merge"}, "containers": []}}

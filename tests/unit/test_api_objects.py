@@ -11,10 +11,10 @@ import stat
 import orjson
 import pytest
 
-from edgelet.checkpoint import CheckpointStore
+from edgelet.api.objectstore import CONFIGMAP, SECRET, ObjectStore
 from edgelet.kubeapi.errors import Forbidden, NotFound, ServerError
 from edgelet.kubeapi.objects import ObjectSyncer, referenced_objects
-from edgelet.objectstore import CONFIGMAP, SECRET, ObjectStore
+from edgelet.util.checkpoint import CheckpointStore
 
 NS = "apps"
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from edgelet import core, podutil
+from edgelet import core
+from edgelet.api import podutil
 from edgelet.kubeapi.errors import AlreadyExists, Conflict, Forbidden, NotFound, ServerError
-from edgelet.podmanager import PodManager
+from edgelet.pod.manager import PodManager
 from edgelet.status.apidiff import api_view, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.status.apisync import StatusSyncer
 from edgelet.status.manager import PodStatusEntry

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from edgelet.backoff import Backoff, JitteredBackoff
+from edgelet.util.backoff import Backoff, JitteredBackoff
 
 
 class FakeClock:

@@ -23,7 +23,7 @@ from bench.bench_agent import (
     unit_environment,
 )
 from bench.run import bracketed_ratio, pair_ratios, paired_ratio, quartiles
-from edgelet.metrics import Counter, Histogram, Registry
+from edgelet.metrics.registry import Counter, Histogram, Registry
 
 
 def agent_metrics() -> str:

@@ -296,7 +296,7 @@ def test_manager_refuses_an_unreadable_ca_file_before_touching_root_dir(tmp_path
 
 def test_manager_uses_a_stored_certificate_until_it_ends(tmp_path):
     from edgelet.bootstrap.manager import CLIENT_KEY, ClientCertificateManager
-    from edgelet.checkpoint import CheckpointStore
+    from edgelet.util.checkpoint import CheckpointStore
 
     now = datetime.datetime.now(datetime.UTC)
     ca_pem, _ = make_cert(now - datetime.timedelta(days=1), now + datetime.timedelta(days=1))
@@ -317,7 +317,7 @@ def test_manager_uses_a_stored_certificate_until_it_ends(tmp_path):
 
 def test_manager_discovers_again_when_the_stored_ca_has_another_pin(tmp_path):
     from edgelet.bootstrap.manager import CA_KEY, CLIENT_KEY, ClientCertificateManager
-    from edgelet.checkpoint import CheckpointStore
+    from edgelet.util.checkpoint import CheckpointStore
 
     now = datetime.datetime.now(datetime.UTC)
     ca_pem, _ = make_cert(now, now + datetime.timedelta(days=1))
@@ -339,7 +339,7 @@ def test_manager_discovers_again_when_the_stored_ca_has_another_pin(tmp_path):
 
 def test_manager_keeps_a_stored_bundle_whose_second_certificate_is_pinned(tmp_path):
     from edgelet.bootstrap.manager import CA_KEY, ClientCertificateManager
-    from edgelet.checkpoint import CheckpointStore
+    from edgelet.util.checkpoint import CheckpointStore
 
     now = datetime.datetime.now(datetime.UTC)
     old, new = (make_cert(now, now + datetime.timedelta(days=1))[0] for _ in range(2))
@@ -349,7 +349,7 @@ def test_manager_keeps_a_stored_bundle_whose_second_certificate_is_pinned(tmp_pa
 
 
 def test_run_and_check_config_read_the_ca_file_of_a_token_join(tmp_path):
-    from edgelet.cli import check_referenced_files
+    from edgelet.cli.main import check_referenced_files
 
     config = parse_config({"node_name": "n", "cluster": {**JOIN, "ca_file": str(tmp_path / "ca.crt")}})
     with pytest.raises(ConfigError, match="cluster.ca_file"):

@@ -7,13 +7,13 @@ import os
 
 import pytest
 
+from edgelet.api import qos
 from edgelet.cm import cgroups
 from edgelet.cm.cgroups import Allocatable, CgroupResources
 from edgelet.cm.podcgroups import CgroupError, PodCgroups, cpu_weight, driver_of, v1_hierarchies, v1_writes, v2_writes
 from edgelet.config import CgroupsConfig
 from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.kuberuntime import qos
 from edgelet.nodestatus.setters import NodeInfo, Reserved, StatusInputs, set_capacity
 
 UID = "6f1c2b3a-4d5e-4f60-8a9b-0c1d2e3f4a5b"

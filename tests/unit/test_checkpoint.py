@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from edgelet import checkpoint
-from edgelet.checkpoint import CheckpointStore, CorruptCheckpoint, decode, encode, filename_to_key, key_to_filename
+from edgelet.util import checkpoint
+from edgelet.util.checkpoint import CheckpointStore, CorruptCheckpoint, decode, encode, filename_to_key, key_to_filename
 
 PAYLOAD = b'{"pod": "web", "containers": ["app", "sidecar"]}'
 
@@ -104,7 +104,7 @@ def test_bit_flipped_file_is_set_aside_and_logged_once(tmp_path, caplog):
     damaged = bytearray(path.read_bytes())
     damaged[-3] ^= 0x10
     path.write_bytes(bytes(damaged))
-    with caplog.at_level(logging.WARNING, logger="edgelet.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="edgelet.util.checkpoint"):
         assert store.load_all() == {}
         assert store.read("k") is None
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -122,7 +122,7 @@ def test_wrong_kind_and_foreign_files_are_set_aside(tmp_path, caplog):
     (tmp_path / "README").write_text("not ours, not a checkpoint name: left alone")
     store = CheckpointStore(tmp_path, kind="pods")
     store.write("good", b"ok")
-    with caplog.at_level(logging.WARNING, logger="edgelet.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="edgelet.util.checkpoint"):
         assert store.load_all() == {"good": b"ok"}
     assert len(corrupt_files(tmp_path)) == 3
     assert (tmp_path / "README").exists()

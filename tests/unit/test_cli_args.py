@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.cli import build_parser
-from edgelet.cli_base import CommandLine, parse_command_line, split_line, subcommands, value_options
+from edgelet.cli.base import CommandLine, parse_command_line, split_line, subcommands, value_options
+from edgelet.cli.main import build_parser
 
 _TAKES_VALUE = {"-n": True, "--namespace": True, "-c": True, "--config": True, "-i": False, "-t": False, "-A": False}
 

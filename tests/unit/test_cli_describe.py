@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.cli_describe import (
+from edgelet.api.kubetime import format_time
+from edgelet.cli.describe import (
     describe_pod,
     events_table,
     find_pod,
@@ -15,7 +16,6 @@ from edgelet.cli_describe import (
 )
 from edgelet.events import NORMAL, WARNING, node_ref, pod_ref
 from edgelet.events.model import make_event
-from edgelet.kubetime import format_time
 
 NOW = 1_790_000_000.0
 
@@ -198,7 +198,7 @@ def test_find_pod(namespace, name, found):
 
 
 def test_describe_node_shows_the_tunnel_as_recorded():
-    from edgelet.cli_describe import describe_node
+    from edgelet.cli.describe import describe_node
 
     tunnel = {"agentID": "edge-1", "agentIdentifiers": "host=edge-1&ipv4=10.0.0.5", "serverCount": 2,
               "streams": [{"address": "10.0.0.1:8132", "serverID": "srv-a", "connectedSince": NOW - 90,

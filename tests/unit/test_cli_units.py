@@ -12,10 +12,10 @@ import termios
 
 import pytest
 
-from edgelet import cli_base
-from edgelet.cli import build_parser, default_config_path
-from edgelet.cli_pods import Printer, display_status, format_pod_table, select
-from edgelet.labelselector import parse_selector
+from edgelet.api.labelselector import parse_selector
+from edgelet.cli import base as cli_base
+from edgelet.cli.main import build_parser, default_config_path
+from edgelet.cli.pods import Printer, display_status, format_pod_table, select
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

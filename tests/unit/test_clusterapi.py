@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import random
 
-from edgelet import podutil
-from edgelet.clusterapi import ClusterApi, MirrorSplitter, NodeReport
+from edgelet.api import podutil
+from edgelet.cluster.clusterapi import ClusterApi, MirrorSplitter, NodeReport
 from edgelet.config import ClusterConfig
-from edgelet.podmanager import PodManager
+from edgelet.pod.manager import PodManager
 from edgelet.simulate.node import HollowNode, Timings
 from edgelet.status.manager import StatusManager
 

@@ -20,7 +20,7 @@ from edgelet.config import (
     parse_duration,
     parse_quantity_bytes,
 )
-from edgelet.errors import ConfigError
+from edgelet.util.errors import ConfigError
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "edgelet.toml"
 

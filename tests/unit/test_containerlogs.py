@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from edgelet.containerlogs import (
+from edgelet.api.kubetime import parse_rfc3339_ns
+from edgelet.logs.reader import (
     DEFAULT_CONTAINER_ANNOTATION,
     LineJoiner,
     LogsError,
@@ -19,8 +20,7 @@ from edgelet.containerlogs import (
     select,
     split_line,
 )
-from edgelet.kubetime import parse_rfc3339_ns
-from edgelet.logrotation import files_to_delete, rotated_files
+from edgelet.logs.rotation import files_to_delete, rotated_files
 
 
 @pytest.mark.parametrize("raw, parts", [

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgelet import _core_py
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.kuberuntime import labels
 
 if os.environ.get("EDGELET_NO_EXTENSIONS") == "1":
     pytest.skip("EDGELET_NO_EXTENSIONS=1: pure-Python run, no twin to compare", allow_module_level=True)

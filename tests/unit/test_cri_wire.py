@@ -8,7 +8,7 @@ import pytest
 from edgelet.cri import CRIError, NotFound, RuntimeUnavailable, create_in_flight, start_in_flight
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import normalize_endpoint, translate_error
-from edgelet.errors import PermanentError, TemporaryError
+from edgelet.util.errors import PermanentError, TemporaryError
 
 # (message, field) -> number, as runtime.v1 defines them; a changed number breaks every runtime.
 WIRE_NUMBERS = {

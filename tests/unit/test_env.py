@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from edgelet.kuberuntime.env import (
+from edgelet.api.env import (
     EnvError,
     expand,
     expand_command,
@@ -16,7 +16,7 @@ from edgelet.kuberuntime.env import (
     metadata_field_value,
     resolve_env,
 )
-from edgelet.objectstore import ObjectStore
+from edgelet.api.objectstore import ObjectStore
 
 CONTEXT = {"VAR": "value", "EMPTY": "", "DOLLAR": "$"}
 
@@ -259,7 +259,7 @@ def test_expand_command_and_args():
 
 
 def test_the_kubernetes_service_variables_point_where_the_agent_reaches_the_api():
-    from edgelet.kuberuntime.env import api_server_address, kubernetes_service_env
+    from edgelet.api.env import api_server_address, kubernetes_service_env
 
     assert api_server_address("https://10.0.0.1:6443") == ("10.0.0.1", 6443)
     assert api_server_address("https://api.example.com") == ("api.example.com", 443)
@@ -291,7 +291,7 @@ def _service(name, namespace="apps", cluster_ip="10.96.0.10", ports=({"port": 80
 
 
 def test_service_variables_of_one_service_with_named_ports_and_protocols():
-    from edgelet.kuberuntime.env import service_variables
+    from edgelet.api.env import service_variables
 
     web = _service("my-web", ports=({"name": "http", "port": 8080, "protocol": "TCP"},
                                      {"name": "dns-udp", "port": 53, "protocol": "UDP"}))
@@ -332,7 +332,7 @@ MASTER = _service("kubernetes", "default", "10.96.0.1", ({"name": "https", "port
     ("default", True, [MASTER, _service("db", "default")], ["db", "kubernetes"]),
 ])
 def test_which_services_a_pod_is_told_about(namespace, links, services, expected):
-    from edgelet.kuberuntime.env import services_for
+    from edgelet.api.env import services_for
 
     chosen = services_for(namespace, links, services)
     names = [s["metadata"]["name"] for s in chosen]
@@ -342,7 +342,7 @@ def test_which_services_a_pod_is_told_about(namespace, links, services, expected
 
 
 def test_a_pods_service_env_follows_enable_service_links():
-    from edgelet.kuberuntime.env import pod_service_env
+    from edgelet.api.env import pod_service_env
 
     services = [MASTER, _service("db", ports=({"port": 5432},))]
     pod = {"metadata": {"name": "p", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
@@ -356,8 +356,8 @@ def test_a_pods_service_env_follows_enable_service_links():
 
 
 def test_the_informer_refuses_api_pods_until_it_listed_and_puts_the_agents_api_address_for_the_master():
-    from edgelet.kubeapi.services import NOT_SYNCED, ServiceInformer, service_problem
-    from edgelet.kuberuntime.env import EnvError, kubernetes_service
+    from edgelet.api.env import EnvError, kubernetes_service
+    from edgelet.cluster.services import NOT_SYNCED, ServiceInformer, service_problem
 
     informer = ServiceInformer(None, master=kubernetes_service("192.0.2.7", 6443))
     pod = {"metadata": {"name": "p", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
@@ -384,9 +384,9 @@ def test_the_informer_refuses_api_pods_until_it_listed_and_puts_the_agents_api_a
 async def test_an_unanswering_api_server_is_not_waited_for():
     """Offline, cached API pods start with what is known (the master Service's variables), and new pods are not
     held up by a first list that cannot come."""
+    from edgelet.api.env import kubernetes_service
+    from edgelet.cluster.services import ServiceInformer
     from edgelet.kubeapi.errors import ServerError
-    from edgelet.kubeapi.services import ServiceInformer
-    from edgelet.kuberuntime.env import kubernetes_service
 
     answers = False
     informer = ServiceInformer(None, master=kubernetes_service("192.0.2.7", 6443), api_answers=lambda: answers)

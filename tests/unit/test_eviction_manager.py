@@ -6,11 +6,11 @@ import logging
 
 import pytest
 
-from edgelet import metrics
 from edgelet.config import Threshold
 from edgelet.eviction.manager import EvictionManager
 from edgelet.eviction.signals import Observation
 from edgelet.eviction.usage import ContainerUsage, PodUsage
+from edgelet.metrics import registry as metrics
 from tests.helpers import resource_pod
 
 Mi = 2**20

@@ -1,5 +1,5 @@
 """`edgelet exec`'s decisions (which pod, which container, whether a terminal) and the SPDY frames and exit status
-of edgelet.remotecommand, as kubectl and the runtimes' streaming server have them."""
+of edgelet.cli.remotecommand, as kubectl and the runtimes' streaming server have them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import zlib
 import orjson
 import pytest
 
-from edgelet.cli_exec import NO_TTY_WARNING, ExecError, check_runnable, choose_container, find_pod, terminal_choice
-from edgelet.remotecommand import (
+from edgelet.cli.exec import NO_TTY_WARNING, ExecError, check_runnable, choose_container, find_pod, terminal_choice
+from edgelet.cli.remotecommand import (
     FLAG_FIN,
     GOAWAY,
     PING,
@@ -105,7 +105,7 @@ def test_terminal_choice(stdin, tty, terminal, result):
     assert terminal_choice(stdin, tty, terminal) == result
 
 
-# -- edgelet.remotecommand ------------------------------------------------------------------------
+# -- edgelet.cli.remotecommand ------------------------------------------------------------------------
 
 def _status(**fields) -> bytes:
     return orjson.dumps({"metadata": {}, **fields})

@@ -6,7 +6,7 @@ import ctypes
 
 import pytest
 
-from edgelet.heaptrim import TRIM_INTERVAL, HeapTrimmer, libc_malloc_trim, trim_due
+from edgelet.util.heaptrim import TRIM_INTERVAL, HeapTrimmer, libc_malloc_trim, trim_due
 
 
 @pytest.mark.parametrize("now, next_trim, due", [

@@ -15,18 +15,19 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgelet import podutil, yamlload
-from edgelet.checkpoint import CheckpointStore
+from edgelet import yamlload
+from edgelet.api import podutil
+from edgelet.api.limits import MAX_DEPTH, _first_problem, document_problem
 from edgelet.config import load_config, parse_duration
-from edgelet.errors import ConfigError, cut_long_values
+from edgelet.pod.workers import PodWorkers
 from edgelet.podconfig.apiserver import pod_problem
 from edgelet.podconfig.file import ManifestScanner
-from edgelet.podconfig.limits import MAX_DEPTH, _first_problem, document_problem
 from edgelet.podconfig.manifest import _check_yaml_events, _may_alias_or_nest_deep, parse_manifest
 from edgelet.podconfig.validation import validate_pod
-from edgelet.podworkers import PodWorkers
 from edgelet.status.manager import StatusManager, read_pod_list
-from edgelet.tasks import TaskGroup
+from edgelet.util.checkpoint import CheckpointStore
+from edgelet.util.errors import ConfigError, cut_long_values
+from edgelet.util.tasks import TaskGroup
 
 NODE = "n"
 POD_YAML = "kind: Pod\nmetadata: {name: %s}\nspec: {containers: [{name: c, image: 'busybox:1'%s}]}\n"
@@ -305,8 +306,8 @@ def test_status_checkpoint_with_wrong_content_is_set_aside_like_damage(tmp_path,
 
 @pytest.mark.parametrize("payload", [b"null", b'{"kind": "Secret", "metadata": {"name": "s"}, "data": {"k": 5}}'])
 def test_object_cache_entry_with_wrong_content_is_set_aside(tmp_path, payload):
+    from edgelet.api.objectstore import ObjectStore
     from edgelet.kubeapi.objects import ObjectSyncer
-    from edgelet.objectstore import ObjectStore
 
     CheckpointStore(str(tmp_path), kind="object").write("Secret/default/s", payload)
     store = ObjectStore()
@@ -397,7 +398,7 @@ def test_duration_at_the_int64_bound():
 
 
 def test_root_lock_names_root_dir_and_holder(tmp_path):
-    from edgelet.rootlock import RootDirLocked, RootLock
+    from edgelet.util.rootlock import RootDirLocked, RootLock
 
     first, second = RootLock(str(tmp_path)), RootLock(str(tmp_path))
     first.acquire()

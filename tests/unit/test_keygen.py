@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from edgelet.keygen import KeygenError, in_child, make
+from edgelet.bootstrap.keygen import KeygenError, in_child, make
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from edgelet.container.runtime import PodRuntimeStatus
 from edgelet.kubeletapi import PodLookup
 from edgelet.kubeletapi.paths import parse_route
 from edgelet.kubeletapi.server import NotFoundError
-from edgelet.kuberuntime.types import PodRuntimeStatus
-from edgelet.podmanager import PodManager
+from edgelet.pod.manager import PodManager
 
 NODE = "edge-1"
 

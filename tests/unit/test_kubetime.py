@@ -2,7 +2,7 @@
 
 import pytest
 
-from edgelet.kubetime import format_micro_time, format_time, parse_time
+from edgelet.api.kubetime import format_micro_time, format_time, parse_time
 
 
 @pytest.mark.parametrize(

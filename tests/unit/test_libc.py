@@ -103,7 +103,7 @@ def test_malloc_trim_answers_a_bool(libc):
 
 @compiled_only
 def test_the_agent_takes_the_compiled_calls_and_ctypes_stays_unloaded():
-    done = subprocess.run([sys.executable, "-c", "import sys, edgelet.libc, edgelet.agent, edgelet.cli; "
+    done = subprocess.run([sys.executable, "-c", "import sys, edgelet.libc, edgelet.kubelet.agent, edgelet.cli.main; "
                            "print(edgelet.libc._impl.__name__, 'ctypes' in sys.modules)"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "EDGELET_NO_EXTENSIONS": "0"})

@@ -6,8 +6,8 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from edgelet import metrics
-from edgelet.metrics import Counter, Gauge, Histogram, Registry, format_value
+from edgelet.metrics import registry as metrics
+from edgelet.metrics.registry import Counter, Gauge, Histogram, Registry, format_value
 from tests.scrape import sample_value
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.status.mirror import mirror_pod, plan_mirrors, pod_key, split_mirror_pods
 from tests.helpers import static_pod
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from edgelet.kubetime import format_micro_time, format_time
+from edgelet.api.kubetime import format_micro_time, format_time
 from edgelet.nodestatus.facts import goarch
 from edgelet.nodestatus.lease import next_renewal, renewed_lease
 from edgelet.nodestatus.setters import (
@@ -257,7 +257,7 @@ def test_lease_body() -> None:
 
 def test_runtime_handlers_and_features_come_from_the_runtime_as_edgelet_passes_them_on() -> None:
     from edgelet.cri import runtime_v1_pb2 as pb
-    from edgelet.runtimestate import runtime_features
+    from edgelet.kubelet.runtimestate import runtime_features
 
     reply = pb.StatusResponse(
         runtime_handlers=[pb.RuntimeHandler(name="", features=pb.RuntimeHandlerFeatures(

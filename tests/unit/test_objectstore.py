@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from edgelet.objectstore import InvalidObjectError, ObjectStore, secret_data
+from edgelet.api.objectstore import InvalidObjectError, ObjectStore, secret_data
 
 
 def _cm(name, namespace="default", **data):

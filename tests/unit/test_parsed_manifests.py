@@ -9,9 +9,10 @@ import time
 import orjson
 import pytest
 
-from edgelet import checkpoint, podutil
+from edgelet.api import podutil
 from edgelet.podconfig import file as file_source
 from edgelet.podconfig.file import PARSED_KIND, ManifestScanner, ParsedManifests
+from edgelet.util import checkpoint
 
 NODE = "n1"
 POD = "kind: Pod\nmetadata: {name: %s}\nspec: {containers: [{name: c, image: 'busybox:1'}]}\n"

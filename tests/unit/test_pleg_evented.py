@@ -12,10 +12,10 @@ import asyncio
 import pytest
 
 from edgelet import core
-from edgelet import pleg as pleg_module
 from edgelet.cri import CRIError, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.pleg import GenericPLEG, PodEventQueue, PodLifecycleEvent
+from edgelet.pleg import generic as pleg_module
+from edgelet.pleg.generic import GenericPLEG, PodEventQueue, PodLifecycleEvent
 from tests.helpers import eventually
 
 PERIOD = 0.01

@@ -13,18 +13,18 @@ import time
 import pytest
 
 from edgelet import core
+from edgelet.api.kubetime import format_time
 from edgelet.config import SyncConfig
-from edgelet.errors import EdgeletError
-from edgelet.kuberuntime.cache import PodCache
+from edgelet.container.cache import PodCache
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.kubelet.podsync import DEADLINE_REASON, PodSyncer
+from edgelet.kubelet.syncloop import SyncLoop
 from edgelet.kuberuntime.manager import SyncResult
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
-from edgelet.kubetime import format_time
-from edgelet.pleg import PodLifecycleEvent
+from edgelet.pleg.generic import PodLifecycleEvent
+from edgelet.pod.manager import PodManager
+from edgelet.pod.workers import RESYNC_JITTER, PodState, PodWorkers, WorkType
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate
-from edgelet.podmanager import PodManager
-from edgelet.podsync import DEADLINE_REASON, PodSyncer
-from edgelet.podworkers import RESYNC_JITTER, PodState, PodWorkers, WorkType
-from edgelet.syncloop import SyncLoop
+from edgelet.util.errors import EdgeletError
 
 RESYNC = 60.0
 LONG_GRACE = 60  # a kill given this much grace or more does not end by itself in these tests

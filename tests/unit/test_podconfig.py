@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgelet import podutil
+from edgelet.api import podutil
+from edgelet.container.runtime import PodRuntimeStatus
 from edgelet.events.model import pod_ref
-from edgelet.kuberuntime.types import PodRuntimeStatus
 from edgelet.podconfig import file as file_source
 from edgelet.podconfig.config import Op, PodConfig, PodUpdate, merge_source
 from edgelet.podconfig.file import RACY_NS, ManifestScanner, is_manifest_name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.podmanager import PodManager
+from edgelet.pod.manager import PodManager
 
 
 def pod(uid: str, version: str = "1") -> dict:

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from edgelet.errors import EdgeletError
-from edgelet.kuberuntime.cache import PodCache
+from edgelet.container.cache import PodCache
+from edgelet.container.runtime import PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.kubelet.podsync import PodSyncer
 from edgelet.kuberuntime.manager import SyncResult
-from edgelet.kuberuntime.types import PodRuntimeStatus, SandboxState, SandboxStatus
-from edgelet.podmanager import PodManager
-from edgelet.podsync import PodSyncer
+from edgelet.pod.manager import PodManager
+from edgelet.util.errors import EdgeletError
 
 POD = {"metadata": {"uid": "u", "name": "web", "namespace": "default", "deletionTimestamp": "2024-01-01T00:00:00Z"},
        "spec": {"containers": [{"name": "main", "image": "busybox"}]}}

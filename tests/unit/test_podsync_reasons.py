@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from edgelet.podsync import log_reason_changes
+from edgelet.kubelet.podsync import log_reason_changes
 
 POD = {"metadata": {"name": "web", "namespace": "default", "uid": "u"}}
 PULL = ("ErrImagePull", 'Failed to pull image "x": connection refused')
@@ -22,7 +22,7 @@ BACKOFF = ("ImagePullBackOff", 'Back-off pulling image "x"')
      ["a: ErrImagePull", 'b: CreateContainerConfigError: configmap "c" not found']),
 ])
 def test_reasons_logged_once_per_change(caplog, before, after, logged):
-    with caplog.at_level(logging.WARNING, logger="edgelet.podsync"):
+    with caplog.at_level(logging.WARNING, logger="edgelet.kubelet.podsync"):
         log_reason_changes(POD, before, after)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == len(logged)

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus
+from edgelet.container.runtime import ContainerState, ContainerStatus
 from edgelet.prober.manager import ProbeManager
 from edgelet.prober.results import Outcome, ProbeError, ProbeType, Result
 from edgelet.prober.worker import ProbeWorker

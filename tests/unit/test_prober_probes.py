@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.errors import ConfigError
 from edgelet.prober.hooks import remaining_grace
 from edgelet.prober.probes import (
     HOOK_HANDLERS,
@@ -23,6 +22,7 @@ from edgelet.prober.probes import (
     user_agent,
 )
 from edgelet.prober.results import ProbeError, ProbeType, Result
+from edgelet.util.errors import ConfigError
 
 CONTAINER = {"name": "app",
              "ports": [{"name": "http", "containerPort": 8080}, {"name": "admin", "containerPort": 9000}]}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet import metrics
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus
+from edgelet.container.runtime import ContainerState, ContainerStatus
+from edgelet.metrics import registry as metrics
 from edgelet.prober.probes import ProbeSpec
 from edgelet.prober.results import INITIAL_RESULT, Outcome, ProbeError, ProbeType, Result, ResultsCache
 from edgelet.prober.worker import ProbeWorker

@@ -1,7 +1,7 @@
-"""edgelet.protobuild against protobuf's own builder: the same names and the same message bytes, per _pb2 module.
+"""edgelet.util.protobuild against protobuf's own builder: the same names and the same message bytes, per _pb2 module.
 
 Each side runs in a fresh interpreter, because protobuf caches a message class per descriptor: in one process the
-second builder would hand back the first one's classes. "ours" imports the _pb2 module (edgelet.protobuild);
+second builder would hand back the first one's classes. "ours" imports the _pb2 module (edgelet.util.protobuild);
 "library" reads the module's serialized descriptor from its source without importing it and calls
 `google.protobuf.internal.builder`, as protoc's generated code does (with the real module name, as ours uses).
 Both run under upb (the wheels' runtime) and under protobuf's pure-Python implementation (our fallback).
@@ -148,7 +148,7 @@ def test_the_cri_module_builds_what_the_agent_reads():
 
 
 _SAME_OBJECTS = r'''
-from edgelet import protobuild
+from edgelet.util import protobuild
 from google.protobuf import descriptor_pool, reflection
 assert protobuild._POOL is descriptor_pool.Default()
 assert protobuild._MESSAGE_TYPE is reflection.GeneratedProtocolMessageType

@@ -2,7 +2,7 @@
 
 import pytest
 
-from edgelet.kuberuntime.qos import BEST_EFFORT, BURSTABLE, GUARANTEED, qos_class
+from edgelet.api.qos import BEST_EFFORT, BURSTABLE, GUARANTEED, qos_class
 
 
 def res(requests=None, limits=None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.kuberuntime.resize import (
     Applied,
     applied_resources,
@@ -14,7 +15,6 @@ from edgelet.kuberuntime.resize import (
     pod_requests,
 )
 from edgelet.kuberuntime.resizer import ResizeView
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.status.extras import add_newer_fields
 
 MiB = 1 << 20

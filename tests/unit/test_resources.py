@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.kuberuntime.resources import (
+from edgelet.api.podutil import CONFIG_SOURCE_ANNOTATION
+from edgelet.api.resources import (
     ResourceError,
     linux_resources,
     milli_cpu_to_quota,
@@ -12,7 +13,6 @@ from edgelet.kuberuntime.resources import (
     oom_score_adj,
     pod_memory_limit,
 )
-from edgelet.podutil import CONFIG_SOURCE_ANNOTATION
 
 GI = 1 << 30
 CAPACITY = 4 * GI

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from edgelet.backoff import JitteredBackoff
 from edgelet.kubeapi.errors import Forbidden, ServerError, Unauthorized
-from edgelet.retry import Retrier
+from edgelet.util.backoff import JitteredBackoff
+from edgelet.util.retry import Retrier
 
 UNAVAILABLE = ServerError(503, "ServiceUnavailable", "etcd is down", method="GET", path="/api/v1/pods")
 REFUSED = Unauthorized(401, "Unauthorized", "Unauthorized", method="GET", path="/api/v1/pods")

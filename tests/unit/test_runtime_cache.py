@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from edgelet.kuberuntime.cache import InspectionError, PodCache
-from edgelet.kuberuntime.types import PodRuntimeStatus
+from edgelet.container.cache import InspectionError, PodCache
+from edgelet.container.runtime import PodRuntimeStatus
 
 
 def status(uid: str, observed_at: float, name: str = "") -> PodRuntimeStatus:

@@ -5,7 +5,7 @@ check back at once)."""
 from __future__ import annotations
 
 from edgelet.config import SyncConfig
-from edgelet.syncloop import EVENTED_RUNTIME_CHECK_INTERVAL, RUNTIME_CHECK_INTERVAL, SyncLoop
+from edgelet.kubelet.syncloop import EVENTED_RUNTIME_CHECK_INTERVAL, RUNTIME_CHECK_INTERVAL, SyncLoop
 
 
 class Pleg:

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from edgelet.sdnotify import Notifier, parse_socket_address, watchdog_timeout
+from edgelet.util.sdnotify import Notifier, parse_socket_address, watchdog_timeout
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,12 @@ profiles, the privileged sandbox, masked /proc paths, runAsNonRoot, sysctl and A
 
 import pytest
 
-from edgelet.admission import apparmor_check, sysctl_check
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.kuberuntime import security
 from edgelet.kuberuntime.container import security_context
 from edgelet.kuberuntime.sandbox import make_sandbox_config
 from edgelet.kuberuntime.security import SecurityContextError, SecuritySettings
+from edgelet.lifecycle.admission import apparmor_check, sysctl_check
 
 RUNTIME_DEFAULT, UNCONFINED, LOCALHOST = (pb.SecurityProfile.RuntimeDefault, pb.SecurityProfile.Unconfined,
                                           pb.SecurityProfile.Localhost)

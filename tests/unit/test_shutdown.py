@@ -10,9 +10,9 @@ import logging
 import pytest
 
 from edgelet.config import ShutdownConfig, parse_config
-from edgelet.errors import ConfigError
 from edgelet.eviction.policy import is_critical
-from edgelet.shutdown import ADMIT_REASON, MESSAGE, NOT_READY_MESSAGE, REASON, ShutdownManager, plan_shutdown
+from edgelet.lifecycle.shutdown import ADMIT_REASON, MESSAGE, NOT_READY_MESSAGE, REASON, ShutdownManager, plan_shutdown
+from edgelet.util.errors import ConfigError
 
 
 def pod(name: str, *, critical: bool = False, grace: int | None = None) -> dict:
@@ -182,7 +182,7 @@ async def run_script(node: FakeNode, attempts: list[ScriptedInhibitor]) -> None:
 
 def retry_lines(caplog) -> list[tuple[str, str]]:
     """What the inhibitor loop said about logind being there or not (not its "armed" line)."""
-    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "edgelet.shutdown"
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "edgelet.lifecycle.shutdown"
             and r.getMessage().startswith("graceful node shutdown (") and r.levelno >= logging.INFO]
 
 

@@ -21,7 +21,7 @@ from bench.fleet import (
     pod_start_phases,
     reconnects,
 )
-from edgelet.kuberuntime.types import ContainerState, SandboxState
+from edgelet.container.runtime import ContainerState, SandboxState
 from edgelet.podconfig.config import Op, PodConfig
 from edgelet.simulate.fleet import FleetOptions, node_names, options_problem
 from edgelet.simulate.node import hollow_facts

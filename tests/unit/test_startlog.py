@@ -2,8 +2,8 @@
 
 import random
 
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.kuberuntime.startlog import CREATE_RETRY_SECONDS, IN_FLIGHT_PATIENCE_SECONDS, StartLog
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus
 
 
 class Clock:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgelet.kuberuntime.types import ContainerState, ContainerStatus, PodRuntimeStatus
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.status.extras import add_newer_fields
 
 

@@ -6,14 +6,14 @@ import itertools
 import orjson
 import pytest
 
-from edgelet.kuberuntime.types import (
+from edgelet.api.kubetime import format_time
+from edgelet.container.runtime import (
     ContainerState,
     ContainerStatus,
     PodRuntimeStatus,
     SandboxState,
     SandboxStatus,
 )
-from edgelet.kubetime import format_time
 from edgelet.status.generate import generate_pod_status, get_phase, readiness_needs_reconcile
 from tests.helpers import make_pod
 

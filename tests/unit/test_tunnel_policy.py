@@ -102,9 +102,9 @@ def test_stream_errors_name_what_to_fix(details, says):
 
 
 def test_an_unreadable_tunnel_ca_file_is_one_error_naming_the_file_and_the_setting(tmp_path):
-    from edgelet.cli import check_referenced_files
+    from edgelet.cli.main import check_referenced_files
     from edgelet.config import parse_config
-    from edgelet.errors import ConfigError
+    from edgelet.util.errors import ConfigError
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"

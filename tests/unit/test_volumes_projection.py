@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from edgelet.objectstore import ObjectStore
+from edgelet.api.objectstore import ObjectStore
 from edgelet.volumes.atomic_writer import FileProjection
 from edgelet.volumes.errors import VolumeError
 from edgelet.volumes.projection import volume_payload

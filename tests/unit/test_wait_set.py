@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from edgelet.tasks import wait_set
+from edgelet.util.tasks import wait_set
 
 
 async def test_an_event_already_set_is_answered_without_waiting():

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgelet import _yaml_py, yamlload
-from edgelet.errors import YAMLError
+from edgelet.util.errors import YAMLError
 
 NO_EXTENSIONS = os.environ.get("EDGELET_NO_EXTENSIONS") == "1"
 compiled_only = pytest.mark.skipif(NO_EXTENSIONS, reason="EDGELET_NO_EXTENSIONS=1: pure-Python run")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from edgelet import podutil
+from edgelet.api import podutil
 from edgelet.cm.cpumanager.policy import (
     POLICY_STATIC,
     POLICIES,
@@ -27,12 +27,12 @@ from edgelet.cm.cpumanager.policy import (
     validate_state,
 )
 from edgelet.cm.cpumanager.state import CPUStateStore
-from edgelet.cm.cpuset import format_cpuset
+from edgelet.util.cpuset import format_cpuset
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.errors import EdgeletError
-from edgelet.kuberuntime.types import PodRuntimeStatus
-from edgelet.podutil import Pod
-from edgelet.tasks import wait_set
+from edgelet.util.errors import EdgeletError
+from edgelet.container.runtime import PodRuntimeStatus
+from edgelet.api.podutil import Pod
+from edgelet.util.tasks import wait_set
 
 if TYPE_CHECKING:
     from edgelet.cm.topology import CPUTopology

@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from edgelet.checkpoint import CheckpointStore
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.cm.cpumanager.policy import CPUState
-from edgelet.cm.cpuset import format_cpuset, parse_cpuset
+from edgelet.util.cpuset import format_cpuset, parse_cpuset
 
 CHECKPOINT_KIND = "cpu-manager"
 CHECKPOINT_KEY = "cpu_manager_state"

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from edgelet.objectstore import ObjectStore
+from edgelet.api.objectstore import ObjectStore
 from edgelet.volumes import VolumeManager
 from edgelet.volumes.mountutil import MNT_DETACH, mounts_under, unmount
 

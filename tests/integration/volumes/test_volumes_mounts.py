@@ -393,9 +393,9 @@ async def test_teardown_of_an_unknown_pod_is_a_no_op(manager):
 @pytest.mark.usefixtures("clean_runtime")
 async def test_a_container_sees_env_mounts_and_resources_as_built(manager, store, cri, containerd):
     """The CRI fields built here, handed to the real containerd: what runs inside must match."""
+    from edgelet.api.env import expand_command, resolve_env
+    from edgelet.api.resources import linux_resources
     from edgelet.cri import runtime_v1_pb2 as pb
-    from edgelet.kuberuntime.env import expand_command, resolve_env
-    from edgelet.kuberuntime.resources import linux_resources
 
     store.put(secret_object("app", password=b"hunter2"))
     store.put({"kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "hello", "motd": "welcome"}})

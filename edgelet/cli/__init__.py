@@ -1,0 +1,1 @@
+"""The edgelet command line: the entry point (main.py), its subcommands and their shared parsing."""

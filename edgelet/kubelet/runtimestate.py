@@ -1,0 +1,92 @@
+"""The container runtime's health as the node sees it (the kubelet's runtime_state.go): the CRI Status verdict,
+and whether the relist lost the runtime (containers that die with it did not crash)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.cri.client import RuntimeClient
+from edgelet.util.errors import EdgeletError
+from edgelet.container.runtime import RuntimeFeatures, RuntimeHandlerInfo
+
+log = logging.getLogger(__name__)
+
+# What edgelet itself does with a handler's features: it refuses pods with hostUsers: false and
+# recursiveReadOnly: Enabled mounts (admission.py), so the node reports neither whatever the runtime can do.
+PASSES_USER_NAMESPACES = False
+PASSES_RECURSIVE_READ_ONLY_MOUNTS = False
+
+
+def runtime_features(reply: pb.StatusResponse) -> RuntimeFeatures:
+    """The Node's runtimeHandlers and features from a CRI Status reply (empty from runtimes before them)."""
+    return RuntimeFeatures(
+        handlers=tuple(RuntimeHandlerInfo(
+            name=handler.name,
+            recursive_read_only_mounts=handler.features.recursive_read_only_mounts and PASSES_RECURSIVE_READ_ONLY_MOUNTS,
+            user_namespaces=handler.features.user_namespaces and PASSES_USER_NAMESPACES,
+        ) for handler in reply.runtime_handlers),
+        supplemental_groups_policy=reply.features.supplemental_groups_policy,
+    )
+
+
+class RuntimeState:
+    def __init__(self, runtime: RuntimeClient, *, forget_crash_backoff: Callable[[], None]):
+        self._runtime = runtime
+        self._forget_crash_backoff = forget_crash_backoff
+        self._listeners: list[Callable[[], None]] = []  # told when the readiness verdict flips
+        self._health = (False, f"waiting for the container runtime at {runtime.endpoint}")
+        self.checked = False  # whether a Status call has been answered or has failed yet
+        self.lost = False  # the relist cannot reach the runtime (the sync loop watches it)
+        self.features: RuntimeFeatures | None = None  # from the last Status reply
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """`listener()` runs whenever the readiness verdict flips (the heartbeat is written at once)."""
+        self._listeners.append(listener)
+
+    def health(self) -> tuple[bool, str]:
+        return self._health
+
+    async def check(self) -> None:
+        """The kubelet's runtime health: the CRI Status call, RuntimeReady and NetworkReady."""
+        was_ready = self._health[0]
+        self._health = await self._status()
+        self.checked = True
+        if self._health[0] != was_ready:
+            for listener in self._listeners:
+                listener()
+
+    async def _status(self) -> tuple[bool, str]:
+        try:
+            reply = await self._runtime.status()
+        except EdgeletError as exc:
+            return False, f"container runtime is down: {exc}"
+        self.features = runtime_features(reply)
+        failing = [f"{c.type}={c.status} ({c.reason}: {c.message})"
+                   for c in reply.status.conditions if not c.status and c.type == "RuntimeReady"]
+        return (False, "container runtime not ready: " + "; ".join(failing)) if failing else (True, "ok")
+
+    async def version(self) -> str:
+        try:
+            reply = await self._runtime.version()
+            return f"{reply.runtime_name} {reply.runtime_version}"
+        except EdgeletError as exc:
+            return f"unknown ({exc})"
+
+    def note_lost(self, why: str) -> None:
+        """Containers that die with the runtime did not crash: their restart back-off starts over, now and
+        again once the runtime is back (attempts made while it was away must not count either)."""
+        if not self.lost:
+            self.lost = True
+            log.warning("container runtime lost (%s): container restart back-off starts over", why)
+        self._forget_crash_backoff()
+
+    def note_back(self) -> bool:
+        """The relist reaches the runtime; True when it had been lost (every pod is then synced at once)."""
+        if not self.lost:
+            return False
+        self.lost = False
+        self._forget_crash_backoff()
+        log.info("container runtime reachable again: restarting pods without back-off")
+        return True

@@ -1,0 +1,1 @@
+"""Pod admission and the node's graceful shutdown."""

@@ -1,0 +1,1 @@
+"""Container logs: reading the CRI log files (reader.py) and rotating them (rotation.py)."""

@@ -1,0 +1,1 @@
+"""The pod lifecycle event generator: the generic relist (generic.py) and the evented one (evented.py)."""

@@ -1,0 +1,1 @@
+"""The HTTP server of the ops endpoint (/healthz, /metrics, /pods), which also carries the kubelet API."""
