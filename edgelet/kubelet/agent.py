@@ -12,21 +12,22 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Any
 
 import orjson
 
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
-from edgelet.lifecycle.admission import Verdict, apparmor_check, supplemental_groups_check, sysctl_check
-from edgelet.util.backoff import Backoff
+from edgelet.api.objectstore import ObjectStore, referenced_objects
+from edgelet.api.podutil import Pod
+from edgelet.api.quantity import cpu_quantity
+from edgelet.cm.cgroups import node_allocatable
 from edgelet.cm.cpumanager.manager import CPUManager
 from edgelet.cm.cpumanager.state import CPUStateStore
-from edgelet.config import Config
-from edgelet.logs.rotation import LogRotator
+from edgelet.cm.podcgroups import PodCgroups
+from edgelet.config import ClusterConfig, Config
 from edgelet.cri.client import RuntimeClient
-from edgelet.util.errors import EdgeletError
 from edgelet.events import WARNING, EventRecorder, node_ref, pod_ref
 from edgelet.events.locallog import EventLog, event_log_dir
 from edgelet.events.node import start_events
@@ -34,29 +35,29 @@ from edgelet.eviction import EvictionManager, NodeSignals, PodUsageReader, image
 from edgelet.images.airgap import AirgapImages
 from edgelet.images.gc import ImageGC
 from edgelet.images.manager import ImageManager
+from edgelet.kubelet.podsync import PodSyncer
+from edgelet.kubelet.runtimestate import RuntimeState
+from edgelet.kubelet.syncloop import SyncLoop
 from edgelet.kuberuntime.gc import ContainerGC, GCPolicy
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
 from edgelet.kuberuntime.resizer import Resizer
 from edgelet.kuberuntime.security import SECCOMP_DIR, SecuritySettings
+from edgelet.lifecycle.admission import Verdict, apparmor_check, supplemental_groups_check, sysctl_check
+from edgelet.logs.rotation import LogRotator
+from edgelet.metrics import registry as metrics
 from edgelet.nodestatus.facts import MEMINFO, default_ipv4_address, read_meminfo
-from edgelet.api.objectstore import ObjectStore, referenced_objects
-from edgelet.cm.cgroups import node_allocatable
-from edgelet.cm.podcgroups import PodCgroups
 from edgelet.pleg.generic import GenericPLEG
-from edgelet.api.quantity import cpu_quantity
-from edgelet.podconfig.config import PodConfig
 from edgelet.pod.manager import PodManager
-from edgelet.kubelet.podsync import PodSyncer
-from edgelet.api.podutil import Pod
 from edgelet.pod.workers import PodWorkers, WorkType
+from edgelet.podconfig.config import PodConfig
 from edgelet.prober import HookRunner, ProbeManager
-from edgelet.util.rootlock import RootLock
-from edgelet.kubelet.runtimestate import RuntimeState
-from edgelet.util.sdnotify import Notifier
 from edgelet.server.http import Listener, OpsServer, bind_all
 from edgelet.status.manager import StatusManager, pod_list, status_dir
 from edgelet.status.view import Heartbeat, present_pods
-from edgelet.kubelet.syncloop import SyncLoop
+from edgelet.util.backoff import Backoff
+from edgelet.util.errors import EdgeletError
+from edgelet.util.rootlock import RootLock
+from edgelet.util.sdnotify import Notifier
 from edgelet.util.tasks import TaskGroup
 from edgelet.volumes import VolumeManager
 
@@ -220,8 +221,8 @@ class Agent:
         self.node_health: dict[str, Callable[[], tuple[bool, str]]] = {
             "runtime": self.runtime_state.health, "pleg": self.pleg.healthy}
         self.cluster = self._make_cluster() if config.cluster is not None else None
-        if self.cluster is not None:
-            self._serve_cluster_identity()
+        if self.cluster is not None and config.cluster is not None:
+            self._serve_cluster_identity(self.cluster, config.cluster)
         self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
@@ -243,8 +244,10 @@ class Agent:
         self.store.on_change = self._on_object_changed
         # The kubelet API (:10250, cluster mode only) and its certificate from the cluster, with
         # [kubelet_api] serving_cert = "csr".
-        self.kubelet_api, self.serving_certificate = (
-            self._make_kubelet_api() if self.cluster is not None and config.kubelet_api.address else (None, None))
+        self.kubelet_api: Any = None  # its classes load only here, in cluster mode
+        self.serving_certificate: Any = None
+        if self.cluster is not None and config.kubelet_api.address:
+            self.kubelet_api, self.serving_certificate = self._make_kubelet_api(self.cluster)
 
     def _make_cluster(self):
         """The control-plane side (imported only when a cluster is configured: it costs memory)."""
@@ -260,17 +263,16 @@ class Agent:
             could_have_running_containers=self.workers.could_have_running_containers,
         )
 
-    def _serve_cluster_identity(self) -> None:
+    def _serve_cluster_identity(self, cluster, settings: ClusterConfig) -> None:
         """What pods of a cluster node get from it: service-account tokens (TokenRequest as the node), the Services'
         variables (the `kubernetes` one pointing at the API server this agent uses), and the ConfigMaps and Secrets
         they reference read when missing."""
         from edgelet.volumes.tokens import TokenManager
 
-        cluster = self.config.cluster
-        self.volumes.use_tokens(TokenManager(self.cluster.client, recorder=self.recorder,
-                                             max_age=cluster.service_account_token_max_age))
-        self.runtime_manager.use_service_env(self.cluster.services.env_for)
-        self.runtime_manager.fetch_objects_with(self.cluster.objects.fetch_missing)
+        self.volumes.use_tokens(TokenManager(cluster.client, recorder=self.recorder,
+                                             max_age=settings.service_account_token_max_age))
+        self.runtime_manager.use_service_env(cluster.services.env_for)
+        self.runtime_manager.fetch_objects_with(cluster.objects.fetch_missing)
 
     def _admit_supplemental_groups(self, pod: Pod) -> Verdict:
         features = self.runtime_state.features  # None: the runtime has not said, so it cannot be relied on
@@ -394,12 +396,14 @@ class Agent:
             self._tasks.start(f"listener {listener.address}", listener.run())
         if self.shutdown is not None:
             self._tasks.start("node-shutdown", self.shutdown.run())
-        if self.kubelet_api is not None and self.cluster.cluster_ca is None and self.cluster.certificates is not None:
+        cluster, server = self.cluster, self.kubelet_api
+        if (server is not None and cluster is not None and cluster.cluster_ca is None
+                and cluster.certificates is not None):
             # A token join with ca_cert_hash learns the cluster CA (the kubelet API's client CA) when it joins.
-            self.cluster.when_joined(lambda: self.kubelet_api.trust_client_ca(self.cluster.cluster_ca))
-        if self.serving_certificate is not None:  # asked for with the node's own credentials, once it has them
-            serving, server = self.serving_certificate, self.kubelet_api
-            self.cluster.when_joined(lambda: self._tasks.start(
+            cluster.when_joined(lambda: server.trust_client_ca(cluster.cluster_ca))
+        if self.serving_certificate is not None and cluster is not None:  # asked for with the node's own credentials
+            serving = self.serving_certificate
+            cluster.when_joined(lambda: self._tasks.start(
                 "kubelet-api:serving-cert", serving.run(lambda: server.reload_certificate(serving.path, serving.path))))
         try:
             await self._stopping.wait()
@@ -416,7 +420,7 @@ class Agent:
         self.notifier.status(f"stopping: {self._fatal}")
         self._stopping.set()
 
-    def _make_kubelet_api(self):
+    def _make_kubelet_api(self, cluster):
         """The kubelet API server and its serving-certificate manager (cluster mode only: its TLS and review code
         load here); a bad certificate setting is logged and leaves the rest of the agent running (a port it cannot
         bind does not)."""
@@ -427,14 +431,14 @@ class Agent:
             from edgelet.bootstrap.manager import ServingCertificateManager
 
             serving = ServingCertificateManager(self.config.pki_dir, self.node_name, (self.node_ip, "127.0.0.1"),
-                                                self.cluster.client)
+                                                cluster.client)
         try:
             server = build_server(
-                self.config, runtime=self.runtime, review=self.cluster.client.create,
+                self.config, runtime=self.runtime, review=cluster.client.create,
                 lookup=PodLookup(self.node_name, self.pod_manager.pods, self.pleg.get_status,
                                  self.pod_manager.translate_pod_uid),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
-                cluster_ca=self.cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
+                cluster_ca=cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
             )
         except (EdgeletError, OSError) as exc:
             log.error("kubelet API not started: %s", exc)
@@ -476,9 +480,9 @@ class Agent:
         if pods.http_url:
             from edgelet.podconfig.http import HTTPSource
 
-            source = HTTPSource(pods.http_url, self.node_name, self.pod_config.source("http"),
-                                check_frequency=pods.http_check_frequency)
-            self._tasks.start("source:http", source.run())
+            http_source = HTTPSource(pods.http_url, self.node_name, self.pod_config.source("http"),
+                                     check_frequency=pods.http_check_frequency)
+            self._tasks.start("source:http", http_source.run())
 
     def health_checks(self) -> dict[str, Callable[[], tuple[bool, str]]]:
         """What /healthz reports, by check name (the kubelet's runtime and PLEG checks)."""

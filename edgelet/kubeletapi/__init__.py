@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from edgelet.api import podutil
-from edgelet.config import Config
-from edgelet.kubeapi.kubeconfig import load_kubeconfig
-from edgelet.container.runtime import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
 from edgelet.api.podutil import Pod
+from edgelet.config import Config
+from edgelet.container.runtime import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.kubeapi.kubeconfig import load_kubeconfig
 from edgelet.server.http import HealthCheck
 
 from .auth import Authenticator, Authorizer

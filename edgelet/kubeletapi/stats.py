@@ -10,19 +10,19 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from edgelet.cri import RuntimeCallError
-from edgelet.metrics.registry import escape_label_value
-from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
 from edgelet.container import labels
+from edgelet.cri import RuntimeCallError
+from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
+from edgelet.metrics.registry import escape_label_value
 
 log = logging.getLogger(__name__)
 
 
 def rfc3339(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- CPU rate ------------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def sum_pod_usage(containers: list[dict[str, Any]], timestamp_ns: int) -> tuple[
         return sum(values) if values else None
 
     cpu = cpu_stats(timestamp_ns, total("cpu", "usageCoreNanoSeconds"), total("cpu", "usageNanoCores"))
-    memory = {"time": rfc3339(timestamp_ns)}
+    memory: dict[str, Any] = {"time": rfc3339(timestamp_ns)}
     for key in ("workingSetBytes", "usageBytes", "rssBytes"):
         value = total("memory", key)
         if value is not None:
@@ -226,7 +226,7 @@ def resource_metrics(summary: Mapping[str, Any]) -> str:
                 containers_cpu.append((container_labels, container["cpu"]["usageCoreNanoSeconds"] / 1e9))
             if "workingSetBytes" in container.get("memory", {}):
                 containers_mem.append((container_labels, container["memory"]["workingSetBytes"]))
-            started = datetime.strptime(container["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            started = datetime.strptime(container["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
             starts.append((container_labels, float(started.timestamp())))
     family("container_cpu_usage_seconds_total", "counter",
            "Cumulative cpu time consumed by the container in core-seconds", containers_cpu)

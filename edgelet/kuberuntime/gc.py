@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from edgelet.util.errors import EdgeletError
 from edgelet.container import labels
 from edgelet.container.runtime import ContainerState, SandboxState
+from edgelet.util.errors import EdgeletError
 from edgelet.volumes.errors import VolumeError
 from edgelet.volumes.mountutil import remove_tree
 

@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from edgelet.util.errors import EdgeletError
 

@@ -12,7 +12,8 @@ import inspect
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from edgelet.events import NO_EVENTS, Recorder, node_ref
 from edgelet.events.node import condition_events, condition_statuses
@@ -214,7 +215,7 @@ class NodeStatusManager:
             raise _InputsUnavailable(f"cannot gather node facts: {e}") from e
         try:
             self._runtime_version = await _resolve(self._runtime_version_provider()) or self._runtime_version
-        except Exception as e:  # runtime down: keep reporting the last version it told us
+        except Exception as e:  # noqa: BLE001 - runtime down: keep reporting the last version it told us
             log.debug("runtime version unavailable: %s", e)
         return StatusInputs(
             facts=facts,

@@ -26,7 +26,7 @@ PARSER_MODULES = (
     "edgelet.util.errors",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:9d084c9c0b8ddf639996c4bfa1876b0b4f826b77b1f3ed74d090c0fa4eecc40d"
+PARSER_DIGEST = "sha256:b1b58aa27ce843600fc91e48f6cab215d71fe92754336eb2d2449c29d887a828"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

@@ -11,20 +11,22 @@ import logging
 import os
 import secrets
 import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from edgelet.api import podutil
 from edgelet.api.podutil import Pod
 from edgelet.api.quantity import parse_quantity, to_int_ceil
+
 from . import plugins
 from .atomic_writer import FileProjection, path_error
 from .errors import VolumeError
 from .hosts import TEMP_SUFFIX, pod_hosts_file, write_hosts_file
 from .mountutil import MountInfo, read_mounts, remove_tree, unmount_all_under
 from .projection import Store, token_sources, volume_payload
-from .tokens import NoTokens, TokenSource
 from .subpath import expand_subpath_expr, prepare_safe_subpath, subpath_error
+from .tokens import NoTokens, TokenSource
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +138,8 @@ class VolumeManager:
         if not plans:
             # Nothing to lay out, and nothing to wait for before the sandbox: no thread hop. The pod's directory
             # comes with the first file written in it (its hosts file, a container's termination log).
-            paths, apply_errors = {}, []
+            paths: dict[str, str] = {}
+            apply_errors: list[str] = []
         else:
             async with self._lock(uid):  # under the pod's lock, as teardown is
                 paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod))
@@ -172,7 +175,9 @@ class VolumeManager:
     def _plan(self, pod: Pod, tokens: Mapping[str, Mapping[str, bytes]]) -> tuple[list[_Plan], list[str]]:
         """The pure part of set-up: sources, payloads and sizes, read from the pod, the store and the tokens."""
         uid = podutil.uid(pod)
-        plans, errors, warnings = [], [], []
+        plans: list[_Plan] = []
+        errors: list[str] = []
+        warnings: list[str] = []
         allocatable_memory = self._allocatable_memory()
         for volume in podutil.spec(pod).get("volumes") or []:
             name = volume.get("name")

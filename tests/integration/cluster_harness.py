@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.container import labels
+from edgelet.cri import runtime_v1_pb2 as pb
 from tests.helpers import wait_for
 from tests.integration.agent_harness import AgentProcess
 from tests.integration.cri_harness import runtime_objects

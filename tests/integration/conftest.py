@@ -1,9 +1,7 @@
-"""Fixtures for tests against the session's private containerd: a connected CRI client and a clean runtime, an
-agent (standalone, or a cluster node against the API server double) and the image tests' private registries.
+"""Fixtures of the integration tests: an agent (standalone, or a cluster node against the API server double) and
+the image tests' private registries; the CRI client and the clean runtime are the session's (tests/conftest.py).
 
-Opt a module into a runtime emptied before and after each test with
-`pytestmark = pytest.mark.usefixtures("clean_runtime")`. A module's own `api` fixture (another double) overrides
-the one here, and `cluster_node` then joins that one.
+A module's own `api` fixture (another double) overrides the one here, and `cluster_node` then joins that one.
 """
 
 from __future__ import annotations
@@ -12,27 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from edgelet.cri.client import RuntimeClient
 from tests.integration.agent_harness import AgentProcess
 from tests.integration.cluster_harness import NODE, cluster_agent, unmount_below
 from tests.integration.registry_harness import build_base_images, start_registry, stop_registry
 from tests.kubeapi_double import ApiServerDouble
-from tests.runtime_cleanup import empty_runtime
-
-
-@pytest.fixture
-async def cri(containerd):
-    """A RuntimeClient connected to the session's containerd, closed after the test."""
-    async with RuntimeClient(containerd.endpoint, timeout=60.0) as client:
-        yield client
-
-
-@pytest.fixture
-async def clean_runtime(cri):
-    """An empty runtime for the test, emptied again afterwards whatever the test left."""
-    await empty_runtime(cri)
-    yield
-    await empty_runtime(cri)
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import os
 import threading
 import uuid
 
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from edgelet.container import labels
 
 
 def sandbox_config(containerd, *, host_network: bool = True, labels: dict[str, str] | None = None):

@@ -182,7 +182,10 @@ async def test_pod_cgroups_on_a_v1_tree(tmp_path):
                          active_pods=lambda: [burstable_pod], fs_root=fs)
     parent = await manager.parent_for(burstable_pod)
     assert parent == f"/kubepods/burstable/pod{UID}"
-    read = lambda *parts: (tmp_path.joinpath(*parts)).read_text()  # noqa: E731
+
+    def read(*parts: str) -> str:
+        return tmp_path.joinpath(*parts).read_text()
+
     assert read("memory", "kubepods", "memory.limit_in_bytes") == str(2**30)
     assert read("cpu", "kubepods", "cpu.shares") == "1536"
     assert read("cpu", "kubepods", "besteffort", "cpu.shares") == "2"
