@@ -100,8 +100,8 @@ test-package: package-deps build
 test-e2e: e2e-deps build
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
 
-# The Kubernetes binaries and etcd (hack/control-plane.sh build), kubectl 1.36 (Debian unstable's), whatever is on
-# PATH, and konnectivity-server.
+# The Kubernetes binaries and etcd (hack/control-plane.sh build), kubectl 1.36 (Debian unstable's), Prometheus
+# (Debian 12's, extracted), whatever is on PATH, and konnectivity-server.
 e2e-deps: deps
 	@missing=$$(for p in $(E2E_OS_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -109,6 +109,7 @@ e2e-deps: deps
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 	hack/debian-archive.sh fetch kubectl sid >/dev/null
+	hack/debian-archive.sh fetch prometheus bookworm >/dev/null
 	hack/control-plane.sh build >/dev/null
 	hack/konnectivity.sh build >/dev/null
 

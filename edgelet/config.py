@@ -496,6 +496,8 @@ class KubeletApiConfig:
     # "csr": a serving certificate from the cluster's kubernetes.io/kubelet-serving signer (needs an approver),
     # renewed like the client certificate; the self-signed one serves until the first is issued.
     serving_cert: str = setting("self-signed", _choice("self-signed", "csr"))
+    # What /logs/ serves and its node log queries read files from (the kubelet's /var/log).
+    node_log_dir: str = setting("/var/log", _path(required=True))
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
@@ -632,6 +634,10 @@ class Config:
 
     node_name: str = setting("", _string(dns1123_subdomain_error), factory=_default_node_name)
     root_dir: str = setting("/var/lib/edgelet", _path(required=True))
+    # Container logs where log collectors look, as the kubelet lays them out (its podLogsDir) and the symlinks it
+    # makes for them (`<pod>_<namespace>_<container>-<id>.log`).
+    pod_logs_dir: str = setting("/var/log/pods", _path(required=True))
+    container_logs_dir: str = setting("/var/log/containers", _path(required=True))
     log_level: str = setting("info", _choice("debug", "info", "warning", "error"))
     max_pods: int = setting(110, _integer(1, 10_000))
     runtime: RuntimeConfig = section(RuntimeConfig)
@@ -653,7 +659,8 @@ class Config:
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
     #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)
-    #   logs/<namespace>_<name>_<uid>/<container>/<restart>.log   container logs (kubelet: /var/log/pods)
+    #   logs -> pod_logs_dir                         where container logs were before they moved to pod_logs_dir
+    #                                                (a symlink that keeps the older containers' log paths valid)
     #   state/                                       checkpoints (crash-safe, checksummed)
     #   cache/                                       API objects cached for offline restarts
     #   images/                                      air-gap image tarballs imported at start
@@ -664,6 +671,12 @@ class Config:
 
     @property
     def logs_dir(self) -> str:
+        """`<namespace>_<name>_<uid>/<container>/<restart>.log` of every container."""
+        return self.pod_logs_dir
+
+    @property
+    def legacy_logs_dir(self) -> str:
+        """Where container logs lived before they moved to pod_logs_dir; moved from at start (edgelet.logs.migrate)."""
         return os.path.join(self.root_dir, "logs")
 
     @property
@@ -697,7 +710,7 @@ class Config:
             yield "cluster.tunnel", "carries the kubelet API, which [kubelet_api] address = \"\" disables"
 
     def derived_paths(self) -> dict[str, str]:
-        return {name: getattr(self, name) for name in ("pods_dir", "logs_dir", "state_dir", "cache_dir", "images_dir")}
+        return {name: getattr(self, name) for name in ("pods_dir", "state_dir", "cache_dir", "images_dir")}
 
 
 # -- reading --------------------------------------------------------------------------------------

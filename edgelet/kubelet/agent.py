@@ -39,6 +39,7 @@ from edgelet.kubelet.podsync import PodSyncer
 from edgelet.kubelet.runtimestate import RuntimeState
 from edgelet.kubelet.syncloop import SyncLoop
 from edgelet.kuberuntime.gc import ContainerGC, GCPolicy
+from edgelet.kuberuntime.logmigration import migrate_pod_logs
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
 from edgelet.kuberuntime.resizer import Resizer
 from edgelet.kuberuntime.security import SECCOMP_DIR, SecuritySettings
@@ -149,7 +150,7 @@ class Agent:
         )
         self.container_gc = ContainerGC(
             self.runtime, self.pod_manager.uid_set,
-            logs_dir=config.logs_dir,
+            logs_dir=config.logs_dir, container_logs_dir=config.container_logs_dir,
             policy=GCPolicy(config.gc.container_min_age, config.gc.max_per_pod_container, config.gc.max_containers),
             sources_ready=self.pod_config.all_sources_ready,
         )
@@ -176,6 +177,7 @@ class Agent:
             Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks,
                           recorder=self.recorder, resizer=self.resizer),
             logs_root=config.logs_dir,
+            container_logs_dir=config.container_logs_dir,
             crash_backoff=Backoff(config.backoff.crashloop_initial, config.backoff.crashloop_max),
             cluster_dns=list(config.pods.cluster_dns),
             cluster_domain=config.pods.cluster_domain,
@@ -518,7 +520,16 @@ class Agent:
 
     async def _on_runtime_ready(self) -> None:
         """After the first relist, before the first pod sync: the managers that need the runtime start, and
-        air-gap archives are imported first so that pods that need them find them."""
+        air-gap archives are imported first so that pods that need them find them; logs a node kept under root_dir
+        move to pod_logs_dir before any container is started."""
+        config = self.config
+        try:
+            copy = await migrate_pod_logs(config.legacy_logs_dir, config.pod_logs_dir, config.container_logs_dir,
+                                          self.runtime)
+            if copy is not None:
+                self._tasks.start("logs:copy-from-root-dir", copy)
+        except (EdgeletError, OSError) as exc:
+            log.error("moving container logs from %s to %s: %s", config.legacy_logs_dir, config.pod_logs_dir, exc)
         try:
             await self.airgap.start()
             await self.airgap.scan()

@@ -1,4 +1,4 @@
-"""The kubelet API on :10250 (logs, exec, attach, port-forward, run, stats) for cluster mode.
+"""The kubelet API on :10250 (logs, exec, attach, port-forward, run, stats, metrics) for cluster mode.
 
 Imported only when a `[cluster]` is configured: standalone nodes never load its TLS and review code.
 `build_server` wires it from the pieces of the agent it reads.
@@ -13,9 +13,12 @@ from typing import Any
 
 from edgelet.api import podutil
 from edgelet.api.podutil import Pod
+from edgelet.cadvisor.cgroupfs import CgroupReader
+from edgelet.cadvisor.collector import CadvisorCollector, ContainerFacts
 from edgelet.config import Config
 from edgelet.container.runtime import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
 from edgelet.kubeapi.kubeconfig import load_kubeconfig
+from edgelet.metrics import registry as metrics
 from edgelet.server.http import HealthCheck
 
 from .auth import Authenticator, Authorizer
@@ -69,6 +72,11 @@ class PodLookup:
         status = self._runtime_status(pod_uid).latest_container(name)
         return status is not None and status.state == ContainerState.RUNNING
 
+    def container_facts(self) -> dict[str, ContainerFacts]:
+        """The image and start time of every container of the node's pods, by id (for /metrics/cadvisor)."""
+        return {status.id: ContainerFacts(status.image, status.started_at)
+                for uid in self._pods() for status in self._runtime_status(uid).containers}
+
     def container_start(self, container_id: str) -> int:
         for uid in self._pods():
             for status in self._runtime_status(uid).containers:
@@ -101,10 +109,14 @@ def build_server(
     context = server_context(cert_file, key_file, client_ca_file=settings.client_ca_file, client_ca_data=ca_data)
     stats = SummaryProvider(runtime, node_name=config.node_name, root_dir=config.root_dir, logs_dir=config.logs_dir,
                             container_start=lookup.container_start, pod_sandbox=lookup.ready_sandbox)
+    cadvisor = CadvisorCollector(runtime, container_facts=lookup.container_facts,
+                                 cgroups=CgroupReader(cgroup_root=config.cgroups.root))
     node = NodeView(
         node_name=config.node_name, logs_dir=config.logs_dir, runtime=runtime,
         find_container=lookup.container, find_sandbox=lookup.sandbox, container_running=lookup.container_running,
         pods_json=pods_json, health_checks=health_checks, summary=stats.summary,
+        metrics=metrics.exposition, probe_metrics=metrics.probes_exposition, cadvisor=cadvisor.scrape,
+        node_log_dir=config.kubelet_api.node_log_dir,
     )
     return KubeletApiServer(settings.address, ssl_context=context, node=node,
                             authenticator=Authenticator(review, anonymous=settings.anonymous),

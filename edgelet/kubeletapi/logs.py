@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import IO
 
 from edgelet.logs.reader import LineJoiner, render, select, since_filter
+from edgelet.logs.rotation import open_log_file
 
 from .paths import LogOptions
 
@@ -50,7 +51,7 @@ async def read_logs(
     try:
         for path in files:
             try:
-                handles.append(open(path, "rb"))
+                handles.append(open(path, "rb") if path == live else open_log_file(path))
             except FileNotFoundError:
                 if path == live:
                     raise

@@ -30,6 +30,7 @@ class Route:
     pod: str = ""
     uid: str = ""
     container: str = ""
+    path: str = ""  # /logs/<path>: under the node log directory
 
     @property
     def streaming(self) -> bool:
@@ -38,7 +39,8 @@ class Route:
 
 _FIXED = {
     "/healthz": "healthz", "/pods": "pods", "/pods/": "pods", "/stats/summary": "stats/summary",
-    "/stats/summary/": "stats/summary", "/metrics/resource": "metrics/resource",
+    "/stats/summary/": "stats/summary", "/metrics": "metrics", "/metrics/resource": "metrics/resource",
+    "/metrics/cadvisor": "metrics/cadvisor", "/metrics/probes": "metrics/probes",
 }
 
 
@@ -46,6 +48,8 @@ def parse_route(path: str) -> Route | None:
     """The endpoint of a path, or None for a path the kubelet API does not serve (404)."""
     if path in _FIXED:
         return Route(_FIXED[path])
+    if path == "/logs" or path.startswith("/logs/"):
+        return Route("logs", path=path[len("/logs/"):])
     parts = path.strip("/").split("/")
     endpoint, args = parts[0], parts[1:]
     if any(not part for part in args):

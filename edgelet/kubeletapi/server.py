@@ -1,5 +1,5 @@
 """The kubelet API server: TLS on :10250, every request authenticated and authorized, then logs, exec,
-attach, port-forward, run, stats, pods and healthz answered as the kubelet answers them.
+attach, port-forward, run, stats, metrics, pods and healthz answered as the kubelet answers them.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from edgelet.server.http import HealthCheck, HttpServer, Reply, error_reply, hea
 
 from .auth import Attributes, Authenticator, Authorizer, forbidden_message
 from .logs import read_logs
+from .nodelogs import NotFound as LogPathNotFound
+from .nodelogs import file_chunks, parse_node_log_query, query_chunks, read_path, resolve_file
 from .paths import (
     BadRequest,
     Route,
@@ -63,6 +65,10 @@ class NodeView:
     pods_json: Callable[[], bytes]
     health_checks: Mapping[str, HealthCheck]
     summary: Callable[[], Awaitable[dict[str, Any]]]
+    metrics: Callable[[], bytes]  # the agent's own registry (/metrics)
+    probe_metrics: Callable[[], bytes]  # /metrics/probes
+    cadvisor: Callable[[], Awaitable[bytes]]  # /metrics/cadvisor, made at each scrape
+    node_log_dir: str  # what /logs/ serves
 
 
 class KubeletApiServer(HttpServer):
@@ -99,12 +105,12 @@ class KubeletApiServer(HttpServer):
             await self._send(conn, writer, method, refusal or error_reply(404, "page not found"), close=upgrade)
             return not upgrade
         try:
-            if route.streaming or route.endpoint == "containerLogs":
+            if route.streaming or route.endpoint in ("containerLogs", "logs"):
                 return await self._stream(conn, reader, writer, request, method, route, query, url.query)
             reply = await self._answer(method, route, query)
         except BadRequest as err:
             reply = error_reply(400, str(err))
-        except (NotFoundError, NotFound, LogsError) as err:
+        except (NotFoundError, NotFound, LogsError, LogPathNotFound) as err:
             reply = error_reply(404, str(err))
         except RuntimeCallError as err:
             reply = error_reply(500, f"container runtime: {err}")
@@ -145,6 +151,12 @@ class KubeletApiServer(HttpServer):
             return Reply(200, orjson.dumps(await self._node.summary()), _JSON)
         if endpoint == "metrics/resource":
             return Reply(200, resource_metrics(await self._node.summary()).encode(), METRICS_CONTENT_TYPE)
+        if endpoint == "metrics":
+            return Reply(200, self._node.metrics(), METRICS_CONTENT_TYPE)
+        if endpoint == "metrics/probes":
+            return Reply(200, self._node.probe_metrics(), METRICS_CONTENT_TYPE)
+        if endpoint == "metrics/cadvisor":
+            return Reply(200, await self._node.cadvisor(), METRICS_CONTENT_TYPE)
         if endpoint == "run":
             if method not in ("POST", "GET"):
                 return error_reply(405, "method not allowed")
@@ -165,6 +177,8 @@ class KubeletApiServer(HttpServer):
         async with self._streams:
             if route.endpoint == "containerLogs":
                 return await self._logs(conn, writer, method, route, query)
+            if route.endpoint == "logs":
+                return await self._node_logs(conn, writer, method, route, query)
             url = await self._streaming_url(route, query)
             # The caller's query goes along, as the kubelet's proxy passes it: the WebSocket
             # port-forward reads its ports from it.
@@ -202,13 +216,37 @@ class KubeletApiServer(HttpServer):
         pod_uid = pod_dir.rsplit("_", 1)[-1]
         chunks = read_logs(files, options, still_running=lambda: self._node.container_running(pod_uid, route.container),
                            closed=writer.transport.is_closing)
+        await self._stream_body(conn, writer, method, chunks)
+        return True
+
+    async def _node_logs(self, conn: h11.Connection, writer: asyncio.StreamWriter, method: str, route: Route,
+                         query: Mapping[str, list[str]]) -> bool:
+        """/logs/: a node log query, or the file or listing its path names; problems are answered before the
+        body starts (400, 404)."""
+        log_dir = self._node.node_log_dir
+        node_query = parse_node_log_query(query)
+        if node_query is not None:
+            if node_query.files:
+                resolve_file(node_query, log_dir)
+            chunks = query_chunks(node_query, log_dir)
+        else:
+            page, file = await asyncio.to_thread(read_path, log_dir, route.path)
+            if page is not None or file is None:  # a directory's listing (read_path gives one or the other)
+                await self._send(conn, writer, method, Reply(200, page or b"", "text/html; charset=utf-8"))
+                return True
+            chunks = file_chunks(file)
+        await self._stream_body(conn, writer, method, chunks)
+        return True
+
+    async def _stream_body(self, conn: h11.Connection, writer: asyncio.StreamWriter, method: str,
+                           chunks: AsyncIterator[bytes]) -> None:
+        """A 200 text answer whose body comes in chunks (chunked transfer encoding)."""
         headers = [("content-type", _TEXT), ("x-content-type-options", "nosniff")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)))
         if method != "HEAD":
             await self._write_body(conn, writer, chunks)
         writer.write(conn.send(h11.EndOfMessage()))
         await writer.drain()
-        return True
 
     async def _write_body(self, conn: h11.Connection, writer: asyncio.StreamWriter,
                           chunks: AsyncIterator[bytes]) -> None:

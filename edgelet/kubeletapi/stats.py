@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from edgelet.cadvisor.procfs import parse_net_dev
 from edgelet.container import labels
 from edgelet.cri import RuntimeCallError
 from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
@@ -70,18 +71,6 @@ def parse_proc_stat(text: str, clock_ticks: int) -> tuple[int, int]:
         elif fields and fields[0] == "btime":
             boot = int(fields[1])
     return busy, boot
-
-
-def parse_net_dev(text: str) -> dict[str, tuple[int, int, int, int]]:
-    """(rx bytes, rx errors, tx bytes, tx errors) by interface from /proc/net/dev, loopback left out."""
-    interfaces = {}
-    for line in text.splitlines()[2:]:
-        name, _, rest = line.partition(":")
-        fields = rest.split()
-        name = name.strip()
-        if name and name != "lo" and len(fields) >= 11:
-            interfaces[name] = (int(fields[0]), int(fields[2]), int(fields[8]), int(fields[10]))
-    return interfaces
 
 
 def default_route_interface(route_text: str) -> str:

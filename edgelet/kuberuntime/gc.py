@@ -9,6 +9,7 @@ touched.
 from __future__ import annotations
 
 import asyncio
+import glob
 import logging
 import os
 import time
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 
 from edgelet.container import labels
 from edgelet.container.runtime import ContainerState, SandboxState
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.kuberuntime.loglinks import dead_links, dead_links_to_remove, link_name, remove_link
 from edgelet.util.errors import EdgeletError
 from edgelet.volumes.errors import VolumeError
 from edgelet.volumes.mountutil import remove_tree
@@ -157,6 +160,7 @@ class ContainerGC:
         active_pod_uids: Callable[[], set[str]],
         *,
         logs_dir: str,
+        container_logs_dir: str = "",
         policy: GCPolicy = GCPolicy(),
         sources_ready: Callable[[], bool] = lambda: True,
         clock_ns: Callable[[], int] = time.time_ns,
@@ -165,6 +169,7 @@ class ContainerGC:
         self._runtime = runtime
         self._active_pod_uids = active_pod_uids
         self.logs_dir = logs_dir
+        self.container_logs_dir = container_logs_dir  # the collectors' links; "" for none
         self.policy = policy
         self._sources_ready = sources_ready
         self._clock_ns = clock_ns
@@ -190,12 +195,11 @@ class ContainerGC:
 
     async def _remove_container(self, container: GCContainer, result: ContainerGCResult) -> None:
         try:
-            log_path = ""
+            status = None
             try:
                 status = await self._runtime.container_status(container.id)
-                log_path = status.log_path
             except EdgeletError:
-                pass  # its log file is then left to the pod log directory's removal
+                pass  # its log files are then left to the pod log directory's removal, its link to the sweep
             if container.state == ContainerState.UNKNOWN:
                 # The kubelet kills a container in an unknown state before removing it.
                 await self._runtime.stop_container(container.id, 0)
@@ -205,14 +209,26 @@ class ContainerGC:
             log.warning("container GC: removing container %s failed: %s", container.id[:13], err)
             return
         result.containers.append(container.id)
-        if log_path:
-            # Removing the container leaves its log file; the kubelet deletes it with the container.
-            try:
-                os.remove(log_path)
-            except FileNotFoundError:
-                pass
-            except OSError as err:
-                log.warning("container GC: removing log %s failed: %s", log_path, err)
+        if status is not None:
+            # Removing the container leaves its log files and link; the kubelet deletes them with the container.
+            self._remove_log(status)
+
+    def _remove_log(self, status: pb.ContainerStatus) -> None:
+        """The container's log files, rotated ones too (`<log path>*`, as the kubelet's log manager cleans them),
+        and its link."""
+        if status.log_path:
+            for path in glob.glob(glob.escape(status.log_path) + "*"):
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    log.warning("container GC: removing log %s failed: %s", path, err)
+        if self.container_logs_dir:
+            container_labels = status.labels
+            remove_link(self.container_logs_dir, link_name(
+                container_labels.get(labels.POD_NAME, ""), container_labels.get(labels.POD_NAMESPACE, ""),
+                container_labels.get(labels.CONTAINER_NAME) or status.metadata.name, status.id))
 
     async def collect(self) -> ContainerGCResult:
         """One pass: containers, then sandboxes left empty, then log directories of vanished pods."""
@@ -243,6 +259,8 @@ class ContainerGC:
             gone = set(result.sandboxes)
             in_runtime = {s.pod_uid for s in sandboxes if s.id not in gone} | {c.pod_uid for c in remaining}
             await self._remove_log_dirs(active, in_runtime, result)
+        if self.container_logs_dir:
+            self._remove_dead_links({c.id: c.state == ContainerState.RUNNING for c in remaining})
         if result.containers or result.sandboxes or result.log_dirs:
             log.info(
                 "container GC: removed %d containers, %d sandboxes, %d pod log directories",
@@ -269,6 +287,12 @@ class ContainerGC:
                 log.warning("container GC: removing %s failed: %s", path, err)
                 continue
             result.log_dirs.append(name)
+
+    def _remove_dead_links(self, known: dict[str, bool]) -> None:
+        """Links whose log is gone (their pod's directory removed, a container removed by other means), but
+        not a running container's: its file may be only between rename and reopen of a rotation."""
+        for name in dead_links_to_remove(dead_links(self.container_logs_dir), known):
+            remove_link(self.container_logs_dir, name)
 
     async def run(self) -> None:
         while True:

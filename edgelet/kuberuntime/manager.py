@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from edgelet.api import podutil
 from edgelet.api.podutil import Pod
 from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
+from edgelet.kuberuntime.loglinks import link_name, make_link
 from edgelet.metrics import registry as metrics
 from edgelet.util.backoff import Backoff
 from edgelet.util.errors import EdgeletError
@@ -101,6 +102,7 @@ class RuntimeManager:
         *,
         logs_root: str,
         crash_backoff: Backoff,
+        container_logs_dir: str = "",
         cluster_dns: Sequence[str] = (),
         cluster_domain: str = "cluster.local",
         runtime_handler: str = "",
@@ -119,6 +121,7 @@ class RuntimeManager:
         self._resizer = collaborators.resizer
         self._recorder = collaborators.recorder
         self._logs_root = logs_root
+        self._container_logs_dir = container_logs_dir  # where the collectors' links go; "" for none
         self._backoff = crash_backoff
         self._cluster_dns = list(cluster_dns)
         self._cluster_domain = cluster_domain
@@ -456,10 +459,21 @@ class RuntimeManager:
                 return False
         self._recorder.event(pod_ref(pod, name), NORMAL, "Started", f"Started container {name}")
         metrics.started_containers.labels(container_type).inc()
+        if self._container_logs_dir:
+            self._link_log(config, sandbox_config, container_id)
         result.started.append(name)
         log.info("pod %s: started container %s (%s, restart %d)", podutil.full_name(pod), name,
                  container_id[:13], restart_count)
         return await self._post_start(pod, container, container_id, result)
+
+    def _link_log(self, config: pb.ContainerConfig, sandbox_config: pb.PodSandboxConfig, container_id: str) -> None:
+        """The collectors' link to a started container's log, where the runtime has opened the file (as the
+        kubelet does after StartContainer)."""
+        target = os.path.join(sandbox_config.log_directory, config.log_path)
+        if os.path.exists(target):
+            meta = sandbox_config.metadata
+            make_link(self._container_logs_dir, link_name(meta.name, meta.namespace, config.metadata.name,
+                                                          container_id), target)
 
     async def _post_start(self, pod: Pod, container: dict, container_id: str, result: SyncResult) -> bool:
         """The container's postStart hook; when it fails the container is killed (the kubelet's

@@ -1,7 +1,7 @@
 """Container logs: the runtime writes CRI-format files in the kubelet's layout; we read them.
 
-Layout: `<logs_dir>/<namespace>_<name>_<uid>/<container>/<restart>.log`, rotated to
-`<restart>.log.<UTC timestamp>` (edgelet.logs.rotation). Reading works from the files alone, so
+Layout: `<pod_logs_dir>/<namespace>_<name>_<uid>/<container>/<restart>.log`, rotated to
+`<restart>.log.<UTC timestamp>`, gzipped when older (edgelet.logs.rotation). Reading works from the files alone, so
 `edgelet logs` answers when the agent is down; the agent itself does not load this module.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from edgelet.api.kubetime import parse_rfc3339_ns
-from edgelet.logs.rotation import rotated_files
+from edgelet.logs.rotation import open_log_file, rotated_files
 from edgelet.util.errors import EdgeletError
 
 
@@ -197,8 +197,11 @@ def _restarts(directory: str) -> list[int]:
 
 
 def _read_file(path: str) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
-        yield from handle
+    try:
+        with open_log_file(path) as handle:
+            yield from handle
+    except FileNotFoundError:
+        pass  # deleted by rotation since it was listed
 
 
 def print_logs(config, *, namespace: str | None, pod_name: str, container: str | None, all_containers: bool,

@@ -340,11 +340,14 @@ started_containers_errors = Counter(
     registry=REGISTRY,
 )
 
+# The kubelet's /metrics/probes: a registry of its own, served there and not on /metrics.
+PROBES = Registry()
+
 prober_probe = Counter(
     "prober_probe_total",
-    "Cumulative number of liveness, readiness or startup probe results for a container.",
-    ["probe_type", "container", "pod", "namespace", "result"],
-    registry=REGISTRY,
+    "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+    ["probe_type", "result", "container", "pod", "namespace", "pod_uid"],
+    registry=PROBES,
 )
 
 evictions = Counter(
@@ -394,3 +397,8 @@ tunnel_bytes = Counter(
 def exposition() -> bytes:
     """The current value of every metric of the agent in the Prometheus text format, for /metrics."""
     return REGISTRY.exposition()
+
+
+def probes_exposition() -> bytes:
+    """The probe results, for the kubelet API's /metrics/probes."""
+    return PROBES.exposition()

@@ -68,7 +68,9 @@ class ProbeWorker:
         self.last_result: Result | None = None
         self.result_run = 0
         self.on_hold = False
-        self._metric_labels = (probe_type.value, self.name, podutil.name(pod), podutil.namespace(pod))
+        # prober_probe_total's labels around `result`: (probe_type,) and (container, pod, namespace, pod_uid)
+        self._metric_labels = ((probe_type.value,), (self.name, podutil.name(pod), podutil.namespace(pod),
+                                                     podutil.uid(pod)))
 
     def __repr__(self) -> str:
         return f"<ProbeWorker {self.probe_type.value} {podutil.full_name(self.pod)}/{self.name}>"
@@ -126,7 +128,8 @@ class ProbeWorker:
 
     def _record(self, outcome: Outcome) -> None:
         result = outcome.result
-        metrics.prober_probe.labels(*self._metric_labels, result.value).inc()
+        before, after = self._metric_labels
+        metrics.prober_probe.labels(*before, result.value, *after).inc()
         if result is Result.FAILURE:
             log.debug("%r: probe failed: %s", self, outcome.output)
             self._recorder.event(pod_ref(self.pod, self.name), WARNING, "Unhealthy",
@@ -202,6 +205,6 @@ class ProbeWorker:
             self._results.remove(self.container_id)
         for result in Result:
             try:
-                metrics.prober_probe.remove(*self._metric_labels, result.value)
+                metrics.prober_probe.remove(*self._metric_labels[0], result.value, *self._metric_labels[1])
             except KeyError:
                 pass

@@ -177,6 +177,8 @@ class Cluster:
         config.write_text(textwrap.dedent(f"""\
             node_name = "{self.node}"
             root_dir = "{root}"
+            pod_logs_dir = "{self.agent_dir / "log" / "pods"}"
+            container_logs_dir = "{self.agent_dir / "log" / "containers"}"
             log_level = "debug"
 
             [runtime]

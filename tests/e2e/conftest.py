@@ -34,6 +34,8 @@ DEBIAN_ARCHIVE = REPO / "hack" / "debian-archive.sh"
 # The kubectl the suite drives the cluster with, of the control plane's release: Debian package and suite
 # (`make e2e-deps` fetches it).
 KUBECTL_PACKAGE = ("kubectl", "sid")
+# The Prometheus that scrapes the node's kubelet port, as a Debian node would install it.
+PROMETHEUS_PACKAGE = ("prometheus", "bookworm")
 # Shortened cluster timings so node-lifecycle behaviour is observable in seconds (kubelet ratios kept:
 # the Lease is renewed every quarter of its duration, the controller's grace covers several renewals).
 LEASE_DURATION_S = 8
@@ -141,16 +143,20 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 
 @functools.cache
-def kubectl_binary() -> Path:
-    """The suite's kubectl (KUBECTL_PACKAGE), extracted from Debian's archive once."""
-    package, suite = KUBECTL_PACKAGE
+def archive_binary(package: str, suite: str, name: str) -> Path:
+    """usr/bin/<name> of a Debian package, extracted from Debian's archive once (make e2e-deps fetches them)."""
     fetched = subprocess.run(["bash", str(DEBIAN_ARCHIVE), "fetch", package, suite], capture_output=True, text=True,
                              timeout=600)
-    binary = Path(fetched.stdout.strip() or "/nonexistent") / "usr" / "bin" / "kubectl"
+    binary = Path(fetched.stdout.strip() or "/nonexistent") / "usr" / "bin" / name
     if fetched.returncode != 0 or not binary.is_file():
-        _cannot_run(f"kubectl ({package}/{suite}) not available (make e2e-deps fetches it):\n"
+        _cannot_run(f"{name} ({package}/{suite}) not available (make e2e-deps fetches it):\n"
                     f"{fetched.stderr[-2000:]}")
     return binary
+
+
+def kubectl_binary() -> Path:
+    """The suite's kubectl (KUBECTL_PACKAGE)."""
+    return archive_binary(*KUBECTL_PACKAGE, "kubectl")
 
 
 class Kubectl:

@@ -21,11 +21,12 @@ import subprocess
 import termios
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import PROMETHEUS_PACKAGE, archive_binary, free_port
 from tests.e2e.test_pods import pod_manifest
 from tests.helpers import wait_for
 from tests.integration.agent_harness import is_running, port_open
@@ -364,3 +365,69 @@ def test_port_forward_throughput_against_a_direct_connection(node, kubectl, cont
         forward.stop()
     print(f"\nport-forward of {size_mb} MiB, best of 3: direct {max(direct):.0f} MB/s, "
           f"kubectl port-forward through the apiserver and the agent {max(forwarded):.0f} MB/s")
+
+
+# -- Prometheus (Debian's prometheus package) ----------------------------------------------------------------
+
+def _prometheus_api(port: int, path: str) -> dict:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+        return json.loads(reply.read())["data"]
+
+
+def test_prometheus_scrapes_the_kubelet_port_with_a_service_account_token(node, kubectl, control_plane, tmp_path):
+    """An unmodified kubelet scrape configuration: /metrics, /metrics/cadvisor and /metrics/probes with a
+    ServiceAccount token allowed nodes/metrics; without credentials the target is down (401)."""
+    binary = archive_binary(*PROMETHEUS_PACKAGE, "prometheus")
+    run_pod(kubectl, node, "burner", "while true; do :; done",
+            container={"readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}})
+    kubectl.run("apply", "-f", "-", input=METRICS_READER)
+    (tmp_path / "token").write_text(kubectl("create", "token", "metrics-reader", "-n", "default").strip())
+    ca = control_plane.dir / "pki" / "ca.crt"
+    target = f"127.0.0.1:{node.kubelet_api_port}"
+
+    def job(name: str, path: str, token: bool = True) -> dict:
+        entry = {"job_name": name, "scheme": "https", "metrics_path": path, "tls_config": {"ca_file": str(ca)},
+                 "static_configs": [{"targets": [target]}]}
+        if token:
+            entry["authorization"] = {"credentials_file": str(tmp_path / "token")}
+        return entry
+
+    config = {"global": {"scrape_interval": "2s", "scrape_timeout": "2s"},
+              "scrape_configs": [job("kubelet", "/metrics"), job("cadvisor", "/metrics/cadvisor"),
+                                 job("probes", "/metrics/probes"), job("anonymous", "/metrics/cadvisor", False)]}
+    (tmp_path / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+    port = free_port()
+    prometheus = subprocess.Popen(
+        [str(binary), f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def targets() -> dict[str, dict] | None:
+            try:
+                active = _prometheus_api(port, "/api/v1/targets")["activeTargets"]
+            except OSError:
+                return None
+            found = {t["labels"]["job"]: t for t in active}
+            return found if len(found) == 4 and all(t["health"] != "unknown" for t in found.values()) else None
+
+        found = wait_for(targets, 60, interval=1, what="every target scraped once")
+        assert [found[j]["health"] for j in ("kubelet", "cadvisor", "probes")] == ["up"] * 3, found
+        assert found["anonymous"]["health"] == "down" and "401" in found["anonymous"]["lastError"]
+
+        def query(expression: str) -> list[dict]:
+            return _prometheus_api(port, "/api/v1/query?" + urllib.parse.urlencode({"query": expression}))["result"]
+
+        cpu = wait_for(lambda: query('rate(container_cpu_usage_seconds_total{pod="burner",container="main"}[10s])'),
+                       60, interval=1, what="a CPU rate of the burner")
+        assert len(cpu) == 1 and float(cpu[0]["value"][1]) > 0  # it spins
+        (series,) = query('container_memory_working_set_bytes{pod="burner",container="main"}')
+        labels = series["metric"]
+        assert labels["namespace"] == "default" and labels["image"] == "docker.io/library/busybox:local"
+        assert labels["name"] and labels["name"] in labels["id"]  # the container id, in its cgroup path
+        assert query('container_cpu_usage_seconds_total{pod="burner",container=""}')  # the pod's own
+        assert query("machine_cpu_cores") and query("kubelet_running_pods")
+        probes = query('prober_probe_total{pod="burner",probe_type="Readiness",result="successful"}')
+        assert len(probes) == 1 and probes[0]["metric"]["pod_uid"]
+    finally:
+        prometheus.terminate()
+        prometheus.wait(30)

@@ -46,6 +46,8 @@ class AgentProcess:
                  server_address: str = "", request_timeout: str = "2m"):
         self.workdir = workdir
         self.root_dir = workdir / "root"
+        self.pod_logs_dir = workdir / "log" / "pods"  # the node's /var/log/pods and /var/log/containers
+        self.container_logs_dir = workdir / "log" / "containers"
         self.manifest_dir = workdir / "manifests"
         self.manifest_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "edgelet.toml"
@@ -54,6 +56,8 @@ class AgentProcess:
         self.config_path.write_text(textwrap.dedent(f"""\
             node_name = "{node_name}"
             root_dir = "{self.root_dir}"
+            pod_logs_dir = "{self.pod_logs_dir}"
+            container_logs_dir = "{self.container_logs_dir}"
             log_level = "debug"
 
             [runtime]

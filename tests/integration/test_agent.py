@@ -48,7 +48,7 @@ def test_manifest_becomes_running_pod_and_removal_removes_sandbox(agent, contain
     assert conditions["Ready"] == "True" and conditions["ContainersReady"] == "True"
 
     # Logs land in the kubelet's layout, in CRI format.
-    log_file = agent.root_dir / "logs" / f"default_hello-testnode_{uid}" / "main" / "0.log"
+    log_file = agent.pod_logs_dir / f"default_hello-testnode_{uid}" / "main" / "0.log"
     line = wait_for(lambda: log_file.exists() and log_file.read_text(), 10, what="container log")
     assert " stdout F hello from edgelet" in line
     logs = agent.cli("logs", "hello")

@@ -43,7 +43,7 @@ container_log_max_files = 3
         agent.start()
         agent.write_manifest("chatty.yaml", CHATTY)
         pod = wait_for(lambda: (p := agent.pod("chatty")) and is_running(p) and p, 60, what="chatty Running")
-        log_dir = agent.root_dir / "logs" / f"default_chatty-testnode_{pod['metadata']['uid']}" / "main"
+        log_dir = agent.pod_logs_dir / f"default_chatty-testnode_{pod['metadata']['uid']}" / "main"
 
         def rotated():
             return sorted(n for n in os.listdir(log_dir) if n.startswith("0.log."))

@@ -14,6 +14,7 @@ from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.gc import ImageGC
 from edgelet.kuberuntime.gc import ContainerGC
+from edgelet.kuberuntime.loglinks import link_name, make_link
 from tests.integration.registry_harness import image_config_id, make_image
 from tests.runtime_cleanup import empty_runtime
 
@@ -118,7 +119,7 @@ async def test_image_gc_removes_unused_images_and_keeps_those_in_use(
 
 
 async def test_container_gc_keeps_the_newest_dead_container_per_name(cri, containerd, tmp_path):
-    logs_dir = tmp_path / "logs"
+    logs_dir, links_dir = tmp_path / "logs", tmp_path / "containers"
     config = sandbox_config(logs_dir)
     uid = config.metadata.uid
     sandbox_id = await cri.run_pod_sandbox(config)
@@ -126,6 +127,15 @@ async def test_container_gc_keeps_the_newest_dead_container_per_name(cri, contai
     side = await run_container(cri, sandbox_id, config, containerd.image, "side", 0, ["true"])
     for container_id in (*app, side):
         await wait_exited(cri, container_id)
+    # The collectors' links, as the runtime manager makes them, and a rotated file of the first instance.
+    links = {}
+    for name, container_id, attempt in [*(("app", cid, n) for n, cid in enumerate(app)), ("side", side, 0)]:
+        links[container_id] = link_name(config.metadata.name, "default", name, container_id)
+        make_link(str(links_dir), links[container_id], os.path.join(config.log_directory, name, f"{attempt}.log"))
+    rotated = Path(config.log_directory) / "app" / "0.log.20260101-000000.gz"
+    rotated.write_bytes(b"")
+    stray = f"gone_default_app-{'f' * 64}.log"  # a dangling link of a container the runtime no longer has
+    make_link(str(links_dir), stray, str(tmp_path / "nowhere.log"))
     # A pod that still exists keeps its log directory; so does anything edgelet did not create.
     kept_config = sandbox_config(logs_dir)
     os.makedirs(kept_config.log_directory)
@@ -134,7 +144,7 @@ async def test_container_gc_keeps_the_newest_dead_container_per_name(cri, contai
     await cri.stop_pod_sandbox(foreign_id)
 
     active = {uid, kept_config.metadata.uid}
-    gc = ContainerGC(cri, lambda: active, logs_dir=str(logs_dir))
+    gc = ContainerGC(cri, lambda: active, logs_dir=str(logs_dir), container_logs_dir=str(links_dir))
     result = await gc.collect()
     assert sorted(result.containers) == sorted(app[:2])
     assert result.sandboxes == [] and result.log_dirs == []
@@ -142,7 +152,9 @@ async def test_container_gc_keeps_the_newest_dead_container_per_name(cri, contai
     assert remaining == {app[2], side}
     pod_logs = Path(config.log_directory)
     assert not (pod_logs / "app" / "0.log").exists() and not (pod_logs / "app" / "1.log").exists()
+    assert not rotated.exists()  # a container's rotated files go with it
     assert (pod_logs / "app" / "2.log").exists()
+    assert sorted(os.listdir(links_dir)) == sorted([links[app[2]], links[side]])  # and its link; the stray one too
 
     # The pod is deleted: its sandbox was stopped; now everything of it goes, its logs too.
     await cri.stop_pod_sandbox(sandbox_id)
@@ -152,5 +164,6 @@ async def test_container_gc_keeps_the_newest_dead_container_per_name(cri, contai
     assert result.sandboxes == [sandbox_id]
     assert result.log_dirs == [pod_logs.name]
     assert not pod_logs.exists()
+    assert os.listdir(links_dir) == []
     assert Path(kept_config.log_directory).exists()
     assert [s.id for s in await cri.list_pod_sandbox()] == [foreign_id]

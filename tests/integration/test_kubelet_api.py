@@ -6,6 +6,7 @@ port-forward through containerd's streaming server over WebSocket, run, stats, p
 from __future__ import annotations
 
 import json
+import os
 import socket
 import ssl
 import time
@@ -90,6 +91,7 @@ def start_agent(tmp_path: Path, endpoint: str, api: ApiServerDouble, pki: dict, 
 [kubelet_api]
 address = "127.0.0.1:{port}"
 client_ca_file = "{pki['ca'][0]}"
+node_log_dir = "{tmp_path / 'varlog'}"
 """
     return AgentProcess(tmp_path, endpoint, node_name=NODE, extra_toml=toml).start()
 
@@ -437,3 +439,109 @@ def test_ephemeral_container_joins_its_target_and_is_attached_to(kubelet_api):
     time.sleep(2)  # several syncs
     assert ephemeral_status(api, "target", "debugger")["restartCount"] == 0
     assert "running" in next(s for s in api.get("pods", "target", "default")["status"]["containerStatuses"])["state"]
+
+
+# -- metrics (/metrics, /metrics/cadvisor, /metrics/probes) ---------------------------------------------
+
+def scrape(api: KubeletApi, path: str) -> dict[str, list]:
+    """The samples of an endpoint by sample name, as Prometheus reads them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    reply = api.get(path)
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples: dict[str, list] = {}
+    for family in text_string_to_metric_families(reply.text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append(sample)
+    return samples
+
+
+def one(samples: dict[str, list], name: str, **labels: str):
+    found = [s for s in samples.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) == 1, (name, labels, [s.labels for s in samples.get(name, [])])
+    return found[0]
+
+
+BURNER = busybox_manifest("burner", "x=$(head -c 30000000 /dev/zero | tr '\\0' a); while true; do :; done",
+                     host_network=False)
+
+
+def test_metrics_endpoints_are_behind_nodes_metrics(kubelet_api):
+    token = {"Authorization": "Bearer stats-token"}  # allowed nodes/stats only
+    for path in ("/metrics", "/metrics/cadvisor", "/metrics/probes", "/metrics/resource"):
+        refused = kubelet_api.get(path, who=None, headers=token)
+        assert refused.status_code == 403 and "subresource=metrics" in refused.text, path
+        assert kubelet_api.get(path, who=None).status_code == 401, path
+    agent = scrape(kubelet_api, "/metrics")
+    assert "kubelet_running_pods" in agent and "kubelet_pleg_relist_duration_seconds_bucket" in agent
+    assert "prober_probe_total" not in agent  # on /metrics/probes, as the kubelet has it
+
+
+def test_cadvisor_series_have_cadvisor_labels_and_move_with_the_container(kubelet_api):
+    start_pod(kubelet_api, BURNER, "burner")
+    pod = f"burner-{NODE}"
+    status = kubelet_api.agent.pod("burner")
+    uid = status["metadata"]["uid"]
+    container_id = status["status"]["containerStatuses"][0]["containerID"].partition("://")[2]
+    cpu = "container_cpu_usage_seconds_total"
+    first = wait_for(lambda: (s := scrape(kubelet_api, "/metrics/cadvisor")) and any(
+        x.labels["pod"] == pod and x.labels["container"] == "main" for x in s.get(cpu, [])) and s, 30, interval=0.5,
+        what="the burner's series")
+    labels = one(first, cpu, pod=pod, container="main").labels
+    assert labels["namespace"] == "default" and labels["image"] == "docker.io/library/busybox:local"
+    assert labels["name"] == container_id and labels["cpu"] == "total"
+    assert container_id in labels["id"]  # its cgroup: <pod cgroup>/<id> or .../cri-containerd-<id>.scope
+    pod_labels = one(first, cpu, pod=pod, container="").labels  # the pod's own cgroup
+    assert uid.replace("-", "_") in pod_labels["id"] or uid in pod_labels["id"]
+    assert pod_labels["image"] == "" and pod_labels["name"] == ""
+    for name in ("container_memory_working_set_bytes", "container_memory_rss", "container_memory_usage_bytes",
+                 "container_spec_memory_limit_bytes", "container_start_time_seconds",
+                 "container_cpu_cfs_throttled_periods_total", "container_fs_usage_bytes"):
+        one(first, name, pod=pod, container="main")
+    one(first, "container_network_receive_bytes_total", pod=pod, container="", interface="eth0")
+    one(first, "container_network_transmit_bytes_total", pod=pod, container="", interface="eth0")
+    assert one(first, "machine_cpu_cores").value == os.cpu_count()
+    assert one(first, "machine_memory_bytes").value > 0
+    assert one(first, "container_scrape_error").value == 0
+    # It burns CPU and holds 30 MB: the counters move, the working set shows it.
+    time.sleep(2)
+    second = scrape(kubelet_api, "/metrics/cadvisor")
+    assert one(second, cpu, pod=pod, container="main").value > one(first, cpu, pod=pod, container="main").value
+    assert one(second, cpu, pod=pod, container="").value >= one(second, cpu, pod=pod, container="main").value
+    assert one(second, "container_memory_working_set_bytes", pod=pod, container="main").value > 30e6
+    assert one(second, "container_start_time_seconds", pod=pod, container="main").value > time.time() - 300
+
+
+def test_probe_results_are_counted_on_metrics_probes(kubelet_api):
+    manifest = busybox_manifest("probed", "exec sleep 3600",
+                           container_field='readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}')
+    start_pod(kubelet_api, manifest, "probed")
+    uid = kubelet_api.agent.pod("probed")["metadata"]["uid"]
+    labels = dict(probe_type="Readiness", result="successful", container="main", pod=f"probed-{NODE}",
+                  namespace="default", pod_uid=uid)
+    wait_for(lambda: [s for s in scrape(kubelet_api, "/metrics/probes").get("prober_probe_total", [])
+                      if s.labels == labels and s.value >= 2], 20, interval=0.5, what="two successful probes")
+
+
+# -- the node's logs (/logs/) ------------------------------------------------------------------------------
+
+def test_node_logs_listing_files_and_queries(kubelet_api):
+    log_dir = kubelet_api.agent.workdir / "varlog"
+    (log_dir / "edgelet-test-svc").mkdir(parents=True)
+    (log_dir / "edgelet-test-svc" / "edgelet-test-svc.log").write_text("svc line 1\nsvc line 2\n")
+    (log_dir / "messages").write_text("kernel: hello\n")
+    token = {"Authorization": "Bearer stats-token"}  # allowed nodes/stats only
+    refused = kubelet_api.get("/logs/", who=None, headers=token)
+    assert refused.status_code == 403 and "subresource=log" in refused.text
+    page = kubelet_api.get("/logs/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<a href="messages">messages</a>' in page.text and '<a href="edgelet-test-svc/">' in page.text
+    assert kubelet_api.get("/logs/messages").text == "kernel: hello\n"
+    assert kubelet_api.get("/logs/nothing").status_code == 404
+    # A service journald has no unit of is read from its file; a query with a slash names a file.
+    service = kubelet_api.get("/logs/?query=edgelet-test-svc")
+    assert service.status_code == 200 and service.text == "svc line 1\nsvc line 2\n"
+    assert kubelet_api.get("/logs/?query=/messages").text == "kernel: hello\n"
+    bad = kubelet_api.get("/logs/?query=/messages&tailLines=3")
+    assert bad.status_code == 400 and "cannot specify file with options" in bad.text
+    assert kubelet_api.get("/logs/?query=/../../etc/passwd").status_code == 400

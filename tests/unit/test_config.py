@@ -132,7 +132,7 @@ def test_default_node_name_is_the_lower_cased_host_name(monkeypatch):
 def test_derived_paths():
     config = parse_config({"node_name": "n", "root_dir": "/srv/edge"})
     assert config.derived_paths() == {
-        "pods_dir": "/srv/edge/pods", "logs_dir": "/srv/edge/logs", "state_dir": "/srv/edge/state",
+        "pods_dir": "/srv/edge/pods", "state_dir": "/srv/edge/state",
         "cache_dir": "/srv/edge/cache", "images_dir": "/srv/edge/images",
     }
     assert parse_config({"images": {"airgap_dir": "/media/usb"}}).images_dir == "/media/usb"

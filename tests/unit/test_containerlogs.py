@@ -3,6 +3,7 @@ rotation bookkeeping and log file lookup."""
 
 from __future__ import annotations
 
+import gzip
 import os
 
 import pytest
@@ -20,7 +21,7 @@ from edgelet.logs.reader import (
     select,
     split_line,
 )
-from edgelet.logs.rotation import files_to_delete, rotated_files
+from edgelet.logs.rotation import compress, open_log_file, plan_rotation, rotated_files
 
 
 @pytest.mark.parametrize("raw, parts", [
@@ -66,23 +67,55 @@ def test_render():
     assert render(entry, True) == b"2026-01-01T00:00:00Z hi\n"
 
 
+def _stamped(day: int, gz: bool = False) -> str:
+    return f"0.log.202601{day:02d}-000000" + (".gz" if gz else "")
+
+
 @pytest.mark.parametrize(
-    "count, max_files, expected_deleted",
-    [(0, 5, 0), (3, 5, 0), (4, 5, 0), (5, 5, 1), (9, 5, 5), (2, 2, 1), (1, 1, 1)],
+    "siblings, max_files, deleted, gzipped",
+    [
+        # nothing rotated yet
+        ([], 5, [], []),
+        # the newest rotated file is plain; at the next rotation it is gzipped
+        ([_stamped(1)], 5, [], [_stamped(1)]),
+        ([_stamped(1, gz=True), _stamped(2)], 5, [], [_stamped(2)]),
+        # max_files 5: the live file, the one rotated now and 3 older ones
+        ([_stamped(d, gz=True) for d in (1, 2, 3)] + [_stamped(4)], 5, [_stamped(1, gz=True)], [_stamped(4)]),
+        ([_stamped(d, gz=True) for d in range(1, 9)], 5, [_stamped(d, gz=True) for d in range(1, 6)], []),
+        # max_files 2: only the live file and the one rotated now
+        ([_stamped(1)], 2, [_stamped(1)], []),
+        # left over by a crash mid-compression: the temporary file goes, the plain file stays and is gzipped
+        ([_stamped(1), _stamped(1, gz=True) + ".tmp"], 5, [_stamped(1, gz=True) + ".tmp"], [_stamped(1)]),
+        # gzipped but not yet removed: the plain copy goes
+        ([_stamped(1), _stamped(1, gz=True)], 5, [_stamped(1)], []),
+        # other files beside the log are not ours
+        (["0.log.tmp", "0.log.old"], 5, [], []),
+    ],
 )
-def test_files_to_delete_keeps_max_files_including_the_live_one(count, max_files, expected_deleted):
-    rotated = [f"0.log.2026010{i}-000000" for i in range(count)]
-    deleted = files_to_delete(rotated, max_files)
-    assert len(deleted) == expected_deleted
-    assert deleted == rotated[:expected_deleted]  # oldest go first
+def test_plan_rotation_as_the_kubelet(siblings, max_files, deleted, gzipped):
+    assert plan_rotation(siblings, max_files) == (deleted, gzipped)
 
 
 def test_rotated_files_sorted_oldest_first(tmp_path):
     live = tmp_path / "0.log"
-    for name in ("0.log", "0.log.20260102-000000", "0.log.20260101-120000", "0.log.tmp", "1.log.20260101-000000"):
+    for name in ("0.log", "0.log.20260102-000000", "0.log.20260101-120000.gz", "0.log.20260101-000000.gz.tmp",
+                 "0.log.tmp", "1.log.20260101-000000", "0.log.20260102-000000.500"):
         (tmp_path / name).write_text("x")
     assert [os.path.basename(p) for p in rotated_files(str(live))] == [
-        "0.log.20260101-120000", "0.log.20260102-000000"]
+        "0.log.20260101-120000.gz", "0.log.20260102-000000", "0.log.20260102-000000.500"]
+
+
+def test_compress_then_read_back(tmp_path):
+    rotated = tmp_path / "0.log.20260101-000000"
+    rotated.write_bytes(b"2026-01-01T00:00:00Z stdout F one\n2026-01-01T00:00:01Z stdout F two\n")
+    with open_log_file(str(rotated)) as plain:
+        before = list(plain)
+    compress(str(rotated))
+    assert not rotated.exists() and not (tmp_path / "0.log.20260101-000000.gz.tmp").exists()
+    assert gzip.decompress((tmp_path / "0.log.20260101-000000.gz").read_bytes()).splitlines(keepends=True) == before
+    # a reader that listed the plain name before compression reads the .gz
+    with open_log_file(str(rotated)) as reread:
+        assert list(reread) == before
 
 
 def make_pod_dir(root, name, uid="u1", containers=("main",), restarts=(0,)):

@@ -165,6 +165,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.cluster", "edgelet.cluster.connection", "edgelet.cluster.clusterapi", "edgelet.kubeapi",
     "edgelet.kubeletapi",
     "edgelet.events.apisink",
+    "edgelet.cadvisor", "edgelet.cadvisor.collector",  # /metrics/cadvisor: the kubelet API's
     "edgelet.bootstrap", "edgelet.bootstrap.tokens", "edgelet.nodestatus.setters",  # cluster mode
     "edgelet.cm.topology",  # the static CPU policy
     "edgelet.tunnel", "edgelet.tunnel.agent", "edgelet.tunnel.konnectivity_pb2",  # the konnectivity tunnel

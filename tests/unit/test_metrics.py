@@ -141,5 +141,5 @@ def test_a_real_parser_reads_the_agents_metrics():
     bounds = [sample.labels["le"] for sample in parsed["kubelet_runtime_operations_duration_seconds"].samples
               if sample.name.endswith("_bucket") and sample.labels["operation_type"] == "version"]
     assert bounds[:3] == ["0.005", "0.0125", "0.03125"] and bounds[-1] == "+Inf" and len(bounds) == 15
-    assert set(parsed) >= {"kubelet_evictions", "edgelet_events_dropped", "prober_probe",
+    assert set(parsed) >= {"kubelet_evictions", "edgelet_events_dropped",
                            "kubelet_pleg_last_seen_seconds", "kubelet_pod_start_sli_duration_seconds"}

@@ -228,10 +228,11 @@ async def test_changes_are_reported_once():
 async def test_metrics_count_each_result():
     pod = prober_pod(name="metered")
     harness = Harness(ProbeType.READINESS, pod=pod)
-    labels = {"probe_type": "Readiness", "container": "app", "pod": "metered", "namespace": "ns"}
+    labels = {"probe_type": "Readiness", "container": "app", "pod": "metered", "namespace": "ns",
+              "pod_uid": UID}
 
     def count(result):
-        return sample_value(metrics.REGISTRY, "prober_probe_total", {**labels, "result": result}) or 0.0
+        return sample_value(metrics.PROBES, "prober_probe_total", {**labels, "result": result}) or 0.0
 
     await harness.ticks(S, S, F)
     assert (count("successful"), count("failed")) == (2.0, 1.0)
