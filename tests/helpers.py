@@ -57,9 +57,11 @@ def busybox_pod(command: str | None = None, *, name: str = "pod", host_network: 
 
 
 def busybox_manifest(name: str, command: str, *, restart_policy: str = "Always", grace: int = 1,
-                     host_network: bool = True) -> str:
+                     host_network: bool = True, container_field: str = "") -> str:
     """A static pod's manifest as a user writes it (`AgentProcess.write_manifest` dedents it): one container "main"
-    running `command` under `sh -c`."""
+    running `command` under `sh -c`; `container_field` is one more field of that container in YAML's flow style
+    (`readinessProbe: {...}`)."""
+    field_line = f"\n              {container_field}" if container_field else ""
     return f"""\
         apiVersion: v1
         kind: Pod
@@ -73,7 +75,7 @@ def busybox_manifest(name: str, command: str, *, restart_policy: str = "Always",
             - name: main
               image: {BUSYBOX}
               imagePullPolicy: Never
-              command: ["sh", "-c", {json.dumps(command)}]
+              command: ["sh", "-c", {json.dumps(command)}]{field_line}
 """
 
 

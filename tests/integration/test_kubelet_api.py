@@ -463,7 +463,7 @@ def one(samples: dict[str, list], name: str, **labels: str):
 
 
 BURNER = busybox_manifest("burner", "x=$(head -c 30000000 /dev/zero | tr '\\0' a); while true; do :; done",
-                     host_network=False)
+                          host_network=False)
 
 
 def test_metrics_endpoints_are_behind_nodes_metrics(kubelet_api):
@@ -514,7 +514,7 @@ def test_cadvisor_series_have_cadvisor_labels_and_move_with_the_container(kubele
 
 def test_probe_results_are_counted_on_metrics_probes(kubelet_api):
     manifest = busybox_manifest("probed", "exec sleep 3600",
-                           container_field='readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}')
+                                container_field='readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}')
     start_pod(kubelet_api, manifest, "probed")
     uid = kubelet_api.agent.pod("probed")["metadata"]["uid"]
     labels = dict(probe_type="Readiness", result="successful", container="main", pod=f"probed-{NODE}",

@@ -158,7 +158,7 @@ def test_an_upgraded_node_moves_its_logs_without_losing_a_line(tmp_path, contain
     try:
         agent.start()
         agent.write_manifest("counter.yaml", busybox_manifest("counter", "i=0; while true; do i=$((i+1)); echo n $i; "
-                                                                    "sleep 0.02; done"))
+                                                                         "sleep 0.02; done"))
         pod = wait_for(lambda: (p := agent.pod("counter")) and is_running(p) and p, 60, what="counter Running")
         uid = pod["metadata"]["uid"]
         wait_for(lambda: len(numbers(agent.cli("logs", "counter").stdout)) > 50, 30, what="lines before the upgrade")
