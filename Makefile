@@ -11,7 +11,8 @@ CONTAINERD ?=
 export CONTAINERD
 # OS packages the agent's local run and the tests need (Debian/Ubuntu names).
 OS_PACKAGES := containerd runc containernetworking-plugins busybox-static umoci skopeo \
-	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv libyaml-dev faketime
+	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv libyaml-dev faketime \
+	systemd-journal-remote
 PYTHON_BUILD_DEPS := cython "setuptools>=77" wheel
 # Every Python package the venv and the packages use, at the versions last resolved (`make lock`), so that
 # a build next month is the build of today.

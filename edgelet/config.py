@@ -299,7 +299,9 @@ def _signal_error(value: str) -> str | None:
 class RuntimeConfig:
     endpoint: str = setting("unix:///run/containerd/containerd.sock", _string(_unix_endpoint_error))
     request_timeout: float = setting("2m", _duration())
-    image_pull_timeout: float = setting("10m", _duration())
+    # No longer applied: a pull is judged by its progress ([images] pull_progress_timeout), not by a clock. Kept so
+    # configs that set it still load; the agent says at start that it ignores a value other than "0".
+    image_pull_timeout: float = setting("0", _duration(exclusive=False))
     runtime_handler: str = setting("", _string())
 
     @property
@@ -377,6 +379,12 @@ def _token_error(value: str) -> str | None:
     return token_error(value)
 
 
+def _taint_error(value: str) -> str | None:
+    from edgelet.nodestatus.taints import taint_error  # cluster nodes only
+
+    return taint_error(value)
+
+
 def _service_host_error(value: str) -> str | None:
     if any(c in value for c in "/:[] ") and not _is_ipv6(value):
         return f"must be a host name or IP address (no scheme or port), got {value!r}"
@@ -439,6 +447,8 @@ class ClusterConfig:
     status_resync: float = setting("10s", _duration())
     node_labels: Mapping[str, str] = setting({}, _string_table(qualified_name_error, label_value_error),
                                              factory=lambda: MappingProxyType({}))
+    # The kubelet's --register-with-taints: taints the Node gets when this agent creates it ("key=value:Effect").
+    register_with_taints: tuple[str, ...] = setting([], _string_list(_taint_error))
     # What pods see as KUBERNETES_SERVICE_HOST/PORT. An edge node has no kube-proxy to reach the `kubernetes`
     # Service's ClusterIP, so empty means the API server this agent itself talks to.
     kubernetes_service_host: str = setting("", _string(_service_host_error))
@@ -498,6 +508,8 @@ class KubeletApiConfig:
     serving_cert: str = setting("self-signed", _choice("self-signed", "csr"))
     # What /logs/ serves and its node log queries read files from (the kubelet's /var/log).
     node_log_dir: str = setting("/var/log", _path(required=True))
+    # The journal node log queries read (journalctl --directory); "" = the system journal.
+    journal_dir: str = setting("", _path())
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
@@ -517,10 +529,35 @@ class ImagesConfig:
     gc_high_threshold_percent: int = setting(85, _integer(0, 100))
     gc_low_threshold_percent: int = setting(80, _integer(0, 100))
     minimum_gc_age: float = setting("2m", _duration(exclusive=False))
+    # The kubelet's serializeImagePulls and maxParallelImagePulls (0: no limit, the kubelet's nil).
+    serialize_image_pulls: bool = setting(True, _boolean())
+    max_parallel_image_pulls: int = setting(0, _integer(0))
+    # A pull with no progress this long is cancelled and retried with the image back-off (containerd's
+    # image_pull_progress_timeout); "0" never cancels. See edgelet.images.progress for who measures it.
+    pull_progress_timeout: float = setting("5m", _duration(exclusive=False))
+    # The kubelet's --image-credential-provider-config (a CredentialProviderConfig file, YAML or JSON) and
+    # --image-credential-provider-bin-dir (where its plugins are); set both or neither.
+    credential_provider_config: str = setting("", _path())
+    credential_provider_bin_dir: str = setting("", _path())
+    # The node's docker config (config.json, or a legacy .dockercfg); "" = the kubelet's search: root_dir,
+    # the working directory, $HOME/.docker, /.docker.
+    docker_config: str = setting("", _path())
 
     def problems(self) -> Iterator[tuple[str, str]]:
+        if bool(self.credential_provider_config) != bool(self.credential_provider_bin_dir):
+            missing = "credential_provider_bin_dir" if self.credential_provider_config else "credential_provider_config"
+            yield missing, "must be set together with the other (a provider config names plugins in the bin dir)"
         if self.gc_low_threshold_percent > self.gc_high_threshold_percent:
             yield "gc_low_threshold_percent", "must not be above gc_high_threshold_percent"
+        if self.serialize_image_pulls and self.max_parallel_image_pulls > 1:
+            yield "max_parallel_image_pulls", "must be 0 or 1 while serialize_image_pulls is true (as the kubelet's)"
+
+    @property
+    def parallel_pulls(self) -> int | None:
+        """How many pulls may run at once; None: no limit."""
+        if self.serialize_image_pulls:
+            return 1
+        return self.max_parallel_image_pulls or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -624,6 +661,14 @@ class ShutdownConfig:
         return self.grace_period > 0
 
 
+@dataclass(frozen=True, slots=True)
+class CsiConfig:
+    """CSI node plugins: the directory where plugins put their registration sockets (the kubelet's; empty: none
+    are watched). Staging paths are under root_dir/plugins/kubernetes.io/csi, as the kubelet's under its root."""
+
+    plugins_registry: str = setting("/var/lib/kubelet/plugins_registry", _path())
+
+
 def _default_node_name() -> str:
     return socket.gethostname().lower()
 
@@ -656,6 +701,7 @@ class Config:
     gc: GCConfig = section(GCConfig)
     shutdown: ShutdownConfig = section(ShutdownConfig)
     security: SecurityConfig = section(SecurityConfig)
+    csi: CsiConfig = section(CsiConfig)
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
     #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)
@@ -665,9 +711,15 @@ class Config:
     #   cache/                                       API objects cached for offline restarts
     #   images/                                      air-gap image tarballs imported at start
     #   pki/                                         the node's certificates and keys from TLS bootstrap (0700)
+    #   plugins/kubernetes.io/csi/<driver>/<sha256 of the volume handle>/globalmount   CSI staging paths
     @property
     def pods_dir(self) -> str:
         return os.path.join(self.root_dir, "pods")
+
+    @property
+    def plugins_dir(self) -> str:
+        """The CSI staging tree (the kubelet's <root>/plugins)."""
+        return os.path.join(self.root_dir, "plugins")
 
     @property
     def logs_dir(self) -> str:
@@ -708,6 +760,13 @@ class Config:
             yield "node_name", f"{problem}; the default is the lower-cased host name, set node_name explicitly"
         if self.cluster is not None and self.cluster.tunnel is not None and not self.kubelet_api.address:
             yield "cluster.tunnel", "carries the kubelet API, which [kubelet_api] address = \"\" disables"
+
+    def ignored(self) -> Iterator[str]:
+        """Settings still read but no longer applied, each with what replaced it (logged at start)."""
+        if self.runtime.image_pull_timeout:
+            yield (f"[runtime] image_pull_timeout = {format_duration(self.runtime.image_pull_timeout)!r} is ignored: "
+                   "a pull has no deadline and is cancelled only when it makes no progress ([images] "
+                   "pull_progress_timeout)")
 
     def derived_paths(self) -> dict[str, str]:
         return {name: getattr(self, name) for name in ("pods_dir", "state_dir", "cache_dir", "images_dir")}

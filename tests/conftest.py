@@ -11,10 +11,12 @@ runtime emptied before and after each test with `pytestmark = pytest.mark.usefix
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,13 +80,40 @@ def _cannot_run(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _local_containerd(action: str, state_dir: Path) -> subprocess.CompletedProcess[str]:
+def _local_containerd(action: str, state_dir: Path, env: dict[str, str] | None = None
+                      ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(LOCAL_CONTAINERD), action, str(state_dir)],
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, **(env or {})},
     )
+
+
+def containerd_release() -> str:
+    """The containerd release hack/local-containerd.sh runs here ("1.6", "1.7" or "2.1")."""
+    fetched = subprocess.run(["bash", str(LOCAL_CONTAINERD), "fetch"], capture_output=True, text=True, timeout=600)
+    if fetched.returncode != 0:
+        pytest.fail(f"hack/local-containerd.sh fetch failed:\n{fetched.stderr}", pytrace=False)
+    return fetched.stdout.split()[0]
+
+
+@contextlib.contextmanager
+def private_containerd(state_dir: Path, env: dict[str, str] | None = None) -> Iterator[Containerd]:
+    """A containerd of its own for tests that need it configured otherwise (`env` for hack/local-containerd.sh),
+    stopped at the end; the tools it needs are the session fixture's, so use it beside `containerd`."""
+    started = _local_containerd("start", state_dir, env)
+    try:
+        if started.returncode != 0:
+            pytest.fail(f"hack/local-containerd.sh start failed:\n{started.stderr}", pytrace=False)
+        instance = Containerd(endpoint=started.stdout.strip().splitlines()[-1], state_dir=state_dir)
+        _wait_until_ready(instance.endpoint, (instance.image, instance.pause_image))
+        yield instance
+    finally:
+        stopped = _local_containerd("stop", state_dir)
+    if stopped.returncode != 0:
+        pytest.fail(f"hack/local-containerd.sh stop left things behind:\n{stopped.stderr}", pytrace=False)
 
 
 def _wait_until_ready(endpoint: str, images: tuple[str, ...]) -> None:

@@ -1,4 +1,5 @@
-"""The ConfigMaps and Secrets pods may reference, held in memory by (kind, namespace, name).
+"""The API objects pods may reference, held in memory by (kind, namespace, name): ConfigMaps and Secrets, and
+the PersistentVolumeClaims of their volumes with the PersistentVolumes bound to them (cluster-scoped: namespace "").
 
 They come from the API server (cluster mode) or from manifests beside the static pods (standalone);
 each source replaces its own objects. `on_change` lets the offline cache persist what changed.
@@ -20,21 +21,59 @@ log = logging.getLogger(__name__)
 
 CONFIGMAP = "ConfigMap"
 SECRET = "Secret"
-KINDS = (CONFIGMAP, SECRET)
+CLAIM = "PersistentVolumeClaim"
+VOLUME = "PersistentVolume"
+KINDS = (CONFIGMAP, SECRET, CLAIM, VOLUME)
+CLUSTER_SCOPED = frozenset({VOLUME})
+_KIND_NAMES = ", ".join(KINDS[:-1]) + " or " + KINDS[-1]
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
 OnChange = Callable[[str, str, str, "dict[str, Any] | None"], None]
 
 
 class InvalidObjectError(PermanentError):
-    """A ConfigMap or Secret that cannot be used; the message names the object and the field."""
+    """An object that cannot be used; the message names the object and the field."""
 
     def __init__(self, message: str):
         super().__init__(cut_long_values(message))
 
 
+def scoped_namespace(kind: str, namespace: str | None) -> str:
+    """The namespace part of a key: "" for cluster-scoped kinds, else the namespace ("default" when unset)."""
+    return "" if kind in CLUSTER_SCOPED else namespace or "default"
+
+
+def claim_name(pod: podutil.Pod, volume: dict[str, Any]) -> str | None:
+    """The PersistentVolumeClaim a volume uses: its `persistentVolumeClaim.claimName`, or `<pod>-<volume>` for a
+    generic `ephemeral` volume (the claim the ephemeral volume controller creates for the pod)."""
+    name = _get(volume, "persistentVolumeClaim", "claimName")
+    if isinstance(name, str) and name:
+        return name
+    if isinstance(volume.get("ephemeral"), dict) and isinstance(volume.get("name"), str):
+        return f"{podutil.name(pod)}-{volume['name']}"
+    return None
+
+
+def bound_volume(claim: dict[str, Any] | None) -> str | None:
+    """The PersistentVolume a claim is bound to, or None while it is not (phase Bound and spec.volumeName)."""
+    if not isinstance(claim, dict) or (claim.get("status") or {}).get("phase") != "Bound":
+        return None
+    name = (claim.get("spec") or {}).get("volumeName")
+    return name if isinstance(name, str) and name else None
+
+
+def with_bound_volumes(keys: Iterable[Key], lookup: Callable[[Key], dict[str, Any] | None]) -> set[Key]:
+    """`keys` plus the PersistentVolume of each bound claim among them (as `lookup` holds the claim)."""
+    closed = set(keys)
+    for key in [key for key in closed if key[0] == CLAIM]:
+        if (volume := bound_volume(lookup(key))) is not None:
+            closed.add((VOLUME, "", volume))
+    return closed
+
+
 def referenced_objects(pod: podutil.Pod) -> set[Key]:
-    """Every (kind, namespace, name) a pod reads: volumes (also projected), env, envFrom, imagePullSecrets."""
+    """Every (kind, namespace, name) a pod reads: volumes (also projected, and their claims), env, envFrom,
+    imagePullSecrets. The PersistentVolumes of the claims depend on the claims: see `with_bound_volumes`."""
     namespace = podutil.namespace(pod) or "default"
     spec = podutil.spec(pod)
     refs: set[Key] = set()
@@ -44,6 +83,7 @@ def referenced_objects(pod: podutil.Pod) -> set[Key]:
             refs.add((kind, namespace, name))
 
     for volume in _dicts(spec.get("volumes")):
+        add(CLAIM, claim_name(pod, volume))
         add(CONFIGMAP, _get(volume, "configMap", "name"))
         add(SECRET, _get(volume, "secret", "secretName"))
         for source in _dicts(_get(volume, "projected", "sources")):
@@ -77,19 +117,19 @@ def _get(obj: Any, *path: str) -> Any:
 
 
 def object_key(obj: Any) -> Key:
-    """The store key of a ConfigMap or Secret; raises InvalidObjectError when it has no usable identity."""
+    """The store key of an object; raises InvalidObjectError when it has no usable identity."""
     if not isinstance(obj, dict):
-        raise InvalidObjectError(f"expected a ConfigMap or Secret object, got {type(obj).__name__}")
+        raise InvalidObjectError(f"expected a {_KIND_NAMES} object, got {type(obj).__name__}")
     kind = obj.get("kind")
     if kind not in KINDS:
-        raise InvalidObjectError(f"kind: expected ConfigMap or Secret, got {kind!r}")
+        raise InvalidObjectError(f"kind: expected {_KIND_NAMES}, got {kind!r}")
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(name := metadata.get("name"), str) or not name:
         raise InvalidObjectError(f"{kind}: metadata.name is required")
     namespace = metadata.get("namespace") or "default"
     if not isinstance(namespace, str):
         raise InvalidObjectError(f"{kind} {name}: metadata.namespace must be a string")
-    return kind, namespace, name
+    return kind, scoped_namespace(kind, namespace), name
 
 
 def _string_map(obj: dict[str, Any], field: str, where: str) -> dict[str, str]:
@@ -141,8 +181,12 @@ def validate_object(obj: Any) -> Key:
     if key[0] == CONFIGMAP:
         configmap_data(obj)
         configmap_binary_data(obj)
-    else:
+    elif key[0] == SECRET:
         secret_data(obj)
+    else:  # a claim or a volume: what the volume manager reads of it is checked where it is read
+        for field in ("spec", "status"):
+            if not isinstance(obj.get(field, {}), dict):
+                raise InvalidObjectError(f"{_describe(obj)}: {field} must be an object")
     return key
 
 
@@ -150,11 +194,13 @@ def _describe(obj: dict[str, Any]) -> str:
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
         metadata = {}
+    if obj.get("kind") in CLUSTER_SCOPED:
+        return f"{obj.get('kind')} {metadata.get('name')}"
     return f"{obj.get('kind')} {metadata.get('namespace') or 'default'}/{metadata.get('name')}"
 
 
 class ObjectStore:
-    """In-memory ConfigMaps and Secrets; every object is owned by the source that last provided it."""
+    """In-memory API objects pods read; every object is owned by the source that last provided it."""
 
     def __init__(self, on_change: OnChange | None = None):
         self.on_change = on_change
@@ -163,7 +209,7 @@ class ObjectStore:
         self._by_source: dict[str, set[Key]] = {}
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._objects.get((kind, namespace or "default", name))
+        return self._objects.get((kind, scoped_namespace(kind, namespace), name))
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(CONFIGMAP, namespace, name)
@@ -184,7 +230,7 @@ class ObjectStore:
 
     def delete(self, kind: str, namespace: str, name: str) -> bool:
         """Forgets one object whatever its source; True if it was there."""
-        key = (kind, namespace or "default", name)
+        key = (kind, scoped_namespace(kind, namespace), name)
         if key not in self._objects:
             return False
         del self._objects[key]

@@ -5,6 +5,7 @@ keeps under root_dir (pod statuses and the local event log): they answer whether
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -272,10 +273,12 @@ def describe_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], no
 # -- get events -------------------------------------------------------------------------------------
 
 def describe_node(node_name: str, tunnel: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]],
-                  now: float) -> str:
+                  now: float, bootstrap: str | None = None) -> str:
     """`edgelet describe node`: what the node knows of itself offline, its konnectivity tunnel included (as
-    the agent last recorded it under root_dir/state)."""
+    the agent last recorded it under root_dir/state), and what an operator must do for it to join again."""
     lines = [f"Name:\t{node_name}"]
+    if bootstrap:
+        lines.append(f"Bootstrap:\t{bootstrap}")
     if tunnel is None:
         lines.append("Tunnel:\t<none>")
     else:
@@ -357,6 +360,17 @@ def _read(config) -> tuple[list[dict], list[dict]]:
     return read_pod_list(status_dir(config))["items"], read_events(event_log_dir(config.root_dir))
 
 
+def _bootstrap_action(state_dir: str) -> str | None:
+    """What the agent last said an operator must do for the node to join (edgelet.bootstrap.manager)."""
+    from edgelet.bootstrap import ACTION_RECORD
+
+    try:
+        with open(os.path.join(state_dir, ACTION_RECORD), encoding="utf-8") as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
 def describe_command(config, args: argparse.Namespace) -> int:
     """`edgelet describe pod NAME` or `node` (its flags are defined with the other commands' in edgelet.cli.main)."""
     pods, events = _read(config)
@@ -368,7 +382,8 @@ def describe_command(config, args: argparse.Namespace) -> int:
             return EXIT_FAILURE
         node_events = select_events(events, namespace=None, for_object=f"node/{config.node_name}",
                                     node_name=config.node_name)
-        sys.stdout.write(describe_node(config.node_name, read_state(config.state_dir), node_events, time.time()))
+        sys.stdout.write(describe_node(config.node_name, read_state(config.state_dir), node_events, time.time(),
+                                       _bootstrap_action(config.state_dir)))
         return EXIT_OK
     if not args.name:
         print("edgelet: describe pod needs the pod's NAME", file=sys.stderr)

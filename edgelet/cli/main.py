@@ -55,7 +55,11 @@ def load_checked_config(path: str, *, referenced_files: bool = True):
 
 def check_referenced_files(config) -> None:
     """Files named by the config that `run` reads before anything starts (the kubeconfig and its certificates,
-    or the CA file of a bootstrap token join; the tunnel's CA file)."""
+    or the CA file of a bootstrap token join; the tunnel's CA file; the credential provider config)."""
+    if config.images.credential_provider_config:
+        from edgelet.images.credentialprovider import load_provider_config
+
+        load_provider_config(config.images.credential_provider_config, config.images.credential_provider_bin_dir)
     if config.cluster is not None and config.cluster.kubeconfig:
         from edgelet.kubeapi.kubeconfig import load_kubeconfig, ssl_context
 
@@ -107,7 +111,7 @@ def _build_agent(args: argparse.Namespace) -> Agent | int:
     from edgelet.util.errors import ConfigError, EdgeletError
 
     try:
-        return Agent(config)
+        return Agent(config, config_path=args.config)
     except ConfigError as exc:  # a file the config points at changed between the check and now
         print(f"edgelet: invalid config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG

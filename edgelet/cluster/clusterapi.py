@@ -23,6 +23,7 @@ from edgelet.kubeapi.client import ApiClient
 from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.manager import NodeStatusManager
 from edgelet.nodestatus.setters import NodeInfo, PressureThresholds, Reserved
+from edgelet.nodestatus.taints import parse_taint
 from edgelet.pod.manager import PodManager
 from edgelet.podconfig.apiserver import ApiServerSource
 from edgelet.status.apisync import StatusSyncer
@@ -53,6 +54,8 @@ class NodeReport:
     runtime_features: Callable[[], RuntimeFeatures | None] = lambda: None  # runtimeHandlers, features
     # Whether `health` tells the runtime's verdict yet (its first Status call done); the first status waits for it.
     health_settled: Callable[[], bool] = lambda: True
+    # Hands the Node's spec.podCIDR to the runtime (CRI UpdateRuntimeConfig); None: nobody takes it.
+    pod_cidr_handler: Callable[[str], Awaitable[None]] | None = None
 
 
 class PodHandle(Protocol):
@@ -127,6 +130,8 @@ class ClusterApi:
             runtime_features_provider=report.runtime_features,
             pressure_provider=report.pressure,
             node_labels=cluster.node_labels,
+            register_taints=tuple(parse_taint(taint) for taint in cluster.register_with_taints),
+            on_pod_cidr=report.pod_cidr_handler,
             update_frequency=cluster.node_status_update_frequency,
             report_frequency=cluster.node_status_report_frequency,
             max_pods=report.max_pods,

@@ -84,8 +84,11 @@ class ClusterConnection:
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
         recorder: EventRecorder | None = None,
         could_have_running_containers: Callable[[str], bool] = lambda uid: False,
+        pod_cidr_handler: Callable[[str], Awaitable[None]] | None = None,
+        config_path: str = "",
     ):
-        """Raises KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
+        """`config_path` is where a token join reads a new bootstrap token while its own is refused. Raises
+        KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
         cluster = config.cluster
         if cluster is None:
             raise ValueError("ClusterConnection needs a config with a [cluster] section")
@@ -94,7 +97,8 @@ class ClusterConnection:
         if cluster.bootstrap_token:
             from edgelet.bootstrap.manager import ClientCertificateManager
 
-            self.certificates = ClientCertificateManager(cluster, node_name, config.pki_dir)
+            self.certificates = ClientCertificateManager(cluster, node_name, config.pki_dir, config_path=config_path,
+                                                         state_dir=config.state_dir)
             self.client = ApiClient(cluster.server, tls=self.certificates.tls_context())
         else:
             self.client = ApiClient.from_kubeconfig(cluster.kubeconfig)
@@ -123,6 +127,7 @@ class ClusterConnection:
             reserved=reserved_for_pods(config),
             max_pods=config.max_pods,
             daemon_port=config.kubelet_api.port,
+            pod_cidr_handler=pod_cidr_handler,
         )
         self.api = ClusterApi(self.client, node_name, cluster, report=report, api_pods=self.caching,
                               pod_manager=pod_manager, status_manager=status_manager, static_pods=self._static_pods,

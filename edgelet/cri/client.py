@@ -83,6 +83,11 @@ _RPCS: dict[str, tuple[str, Any, Any]] = {
     "remove_image": (_IMAGE + "RemoveImage", pb.RemoveImageRequest, pb.RemoveImageResponse),
     "image_fs_info": (_IMAGE + "ImageFsInfo", pb.ImageFsInfoRequest, pb.ImageFsInfoResponse),
     "runtime_config": (_RUNTIME + "RuntimeConfig", pb.RuntimeConfigRequest, pb.RuntimeConfigResponse),
+    "update_runtime_config": (
+        _RUNTIME + "UpdateRuntimeConfig",
+        pb.UpdateRuntimeConfigRequest,
+        pb.UpdateRuntimeConfigResponse,
+    ),
 }
 
 # The container event stream (the evented PLEG): opened once, read for as long as it lasts.
@@ -149,10 +154,9 @@ class RuntimeClient:
     from one event loop: its channel opens on the first call, bound to the loop that makes it.
     """
 
-    def __init__(self, endpoint: str, *, timeout: float = 120.0, pull_timeout: float = 1800.0):
+    def __init__(self, endpoint: str, *, timeout: float = 120.0):
         self.endpoint = normalize_endpoint(endpoint)
         self.timeout = timeout
-        self.pull_timeout = pull_timeout
         # grpc.aio binds a channel to the running loop, so the channel waits for the first call.
         self._channel: aio.Channel | None = None
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {}
@@ -259,6 +263,11 @@ class RuntimeClient:
     async def runtime_config(self) -> pb.RuntimeConfigResponse:
         """The runtime's own configuration (its cgroup driver); CRIError code UNIMPLEMENTED before containerd 2.0."""
         return await self._invoke("runtime_config", pb.RuntimeConfigRequest())
+
+    async def update_pod_cidr(self, pod_cidr: str) -> None:
+        """Hands the node's pod CIDR (spec.podCIDR; several joined by commas) to the runtime's network plugin."""
+        config = pb.RuntimeConfig(network_config=pb.NetworkConfig(pod_cidr=pod_cidr))
+        await self._invoke("update_runtime_config", pb.UpdateRuntimeConfigRequest(runtime_config=config))
 
     async def container_events(self) -> AsyncIterator[bytes]:
         """The runtime's container events as serialized ContainerEventResponse messages, until the stream ends.
@@ -383,9 +392,14 @@ class RuntimeClient:
         auth: pb.AuthConfig | None = None,
         sandbox_config: pb.PodSandboxConfig | None = None,
     ) -> str:
-        """Pulls `image` and returns the runtime's reference to it (an image id or digest)."""
+        """Pulls `image` and returns the runtime's reference to it (an image id or digest).
+
+        No deadline, as the kubelet sets none: a pull on a slow link may take hours and still be healthy. A pull
+        that stops moving is the runtime's to cancel (containerd's image_pull_progress_timeout), or the caller's
+        (edgelet.images.progress); cancelling this call cancels the pull in the runtime.
+        """
         request = pb.PullImageRequest(image=pb.ImageSpec(image=image), auth=auth, sandbox_config=sandbox_config)
-        return (await self._invoke("pull_image", request, timeout=self.pull_timeout)).image_ref
+        return (await self._invoke("pull_image", request, timeout=None)).image_ref
 
     async def remove_image(self, image: str) -> None:
         await self._invoke_idempotent("remove_image", pb.RemoveImageRequest(image=pb.ImageSpec(image=image)))

@@ -1,5 +1,6 @@
-"""The ConfigMaps and Secrets this node's API pods reference: fetched into the ObjectStore (source "api") and
-kept in crash-safe checkpoints, so a restart without network still has what its pods mount and read.
+"""The ConfigMaps, Secrets and PersistentVolumeClaims this node's API pods reference, and the PersistentVolumes bound
+to those claims: fetched into the ObjectStore (source "api") and kept in crash-safe checkpoints, so a restart without
+network still has what its pods mount and read (a claim's directory included).
 
 Each referenced object is read with a GET: when a new pod references it, again every `refresh` seconds, and
 whenever a pod about to use it finds it missing (`fetch_missing`): an object created just before its pod is
@@ -24,14 +25,19 @@ import orjson
 
 from edgelet.api import podutil
 from edgelet.api.objectstore import (
+    CLAIM,
+    CLUSTER_SCOPED,
     CONFIGMAP,
     SECRET,
+    VOLUME,
     InvalidObjectError,
     Key,
     ObjectStore,
+    bound_volume,
     referenced_objects,
     references,
     validate_object,
+    with_bound_volumes,
 )
 from edgelet.api.podutil import Pod
 from edgelet.kubeapi.client import ApiClient
@@ -43,8 +49,11 @@ from edgelet.util.tasks import wait_set
 log = logging.getLogger(__name__)
 
 OBJECT_KIND = "object"
+# A claim a pod waits for (absent or not bound yet) is read again this often: the pod starts soon after its binding,
+# at one GET per waiting claim and period (the kubelet's volume manager reads it again every 100 ms).
+PENDING_CLAIM_POLL = 2.0
 SOURCE = "api"
-_PLURAL = {CONFIGMAP: "configmaps", SECRET: "secrets"}
+_PLURAL = {CONFIGMAP: "configmaps", SECRET: "secrets", CLAIM: "persistentvolumeclaims", VOLUME: "persistentvolumes"}
 
 
 # -- pure parts ----------------------------------------------------------------------------------------
@@ -52,6 +61,8 @@ _PLURAL = {CONFIGMAP: "configmaps", SECRET: "secrets"}
 
 def object_path(key: Key) -> str:
     kind, namespace, name = key
+    if kind in CLUSTER_SCOPED:
+        return f"/api/v1/{_PLURAL[kind]}/{name}"
     return f"/api/v1/namespaces/{namespace}/{_PLURAL[kind]}/{name}"
 
 
@@ -61,7 +72,9 @@ def checkpoint_key(key: Key) -> str:
 
 def _from_checkpoint_key(text: str) -> Key | None:
     parts = text.split("/")
-    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and parts[0] in _PLURAL and all(parts) else None
+    if len(parts) != 3 or parts[0] not in _PLURAL or not parts[2]:
+        return None
+    return (parts[0], parts[1], parts[2]) if bool(parts[1]) != (parts[0] in CLUSTER_SCOPED) else None
 
 
 def cleaned(obj: dict[str, Any]) -> dict[str, Any]:
@@ -132,7 +145,8 @@ class ObjectSyncer:
             self._on_disk[key] = payload
         self.store.replace_all(SOURCE, self._objects.values())
         if self._objects:
-            log.info("loaded %d ConfigMaps and Secrets from the offline cache", len(self._objects))
+            log.info("loaded %d API objects (ConfigMaps, Secrets, claims, volumes) from the offline cache",
+                     len(self._objects))
         return len(self._objects)
 
     def set_pods(self, pods: Iterable[Pod]) -> None:
@@ -147,10 +161,11 @@ class ObjectSyncer:
         or the API server failed to answer: pods then start without a wasted attempt on a missing object."""
         pods = list(pods)
         self.set_pods(pods)
-        needed = references(pods)
+        referenced = references(pods)
         failures = self._failures
         deadline = self._clock() + timeout
-        while needed - self._attempted and self._failures == failures:
+        # A claim's volume is needed once the claim is read bound: the set grows as claims arrive.
+        while self._bound(referenced) - self._attempted and self._failures == failures:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 return
@@ -175,7 +190,10 @@ class ObjectSyncer:
             retry.succeeded()
             if full:
                 next_refresh = self._clock() + self.refresh
-            await wait_set(self._wake, max(next_refresh - self._clock(), 0.0))
+            wait = max(next_refresh - self._clock(), 0.0)
+            if self._waiting_claims():
+                wait = min(wait, PENDING_CLAIM_POLL)
+            await wait_set(self._wake, wait)
 
     async def refresh_once(self, *, full: bool = True) -> None:
         """Reads the wanted objects (all of them, or only those never read), forgets unwanted ones and
@@ -183,9 +201,12 @@ class ObjectSyncer:
         if self._wanted is None:
             return
         wanted = set(self._wanted)
-        keys = sorted(wanted if full else wanted - self._attempted)
         try:
-            for key in keys:
+            for key in sorted(wanted if full else (wanted - self._attempted) | self._waiting_claims()):
+                await self._fetch(key)
+            # Then the volumes of the claims as just read (a claim may have been bound or rebound meanwhile).
+            volumes = self._bound(wanted) - wanted
+            for key in sorted(volumes if full else volumes - self._attempted):
                 await self._fetch(key)
         finally:
             await self._commit(wanted)
@@ -197,16 +218,34 @@ class ObjectSyncer:
         missing; the pod's sync reports that and is retried."""
         if podutil.is_static(pod):  # its objects come from files beside it, not from the API
             return
-        missing = [key for key in sorted(referenced_objects(pod)) if self.store.get(*key) is None]
-        if not missing:
-            return
+        # A claim not yet bound is read again too: the pod waits for its binding, as the kubelet does.
+        referenced = referenced_objects(pod)
+        missing = [key for key in sorted(referenced) if self._lacking(key)]
+        volumes: list[Key] = []
         try:
             for key in missing:
                 await self._fetch(key)
+            volumes = [key for key in sorted(self._bound(referenced) - referenced) if self._lacking(key)]
+            for key in volumes:
+                await self._fetch(key)
         except ServerError as e:
             log.info("cannot read what pod %s references: %s", podutil.full_name(pod), e)
+        if not missing and not volumes:
+            return
         known = self._wanted if self._wanted is not None else set(self._objects)
         await self._commit(known | set(missing))
+
+    def _waiting_claims(self) -> set[Key]:
+        """Claims pods reference that are absent or not bound yet."""
+        return {key for key in self._wanted or () if key[0] == CLAIM and bound_volume(self._objects.get(key)) is None}
+
+    def _lacking(self, key: Key) -> bool:
+        obj = self.store.get(*key)
+        return obj is None or (key[0] == CLAIM and bound_volume(obj) is None)
+
+    def _bound(self, keys: Iterable[Key]) -> set[Key]:
+        """`keys` and the volumes of the claims among them, as read so far."""
+        return with_bound_volumes(keys, self._objects.get)
 
     async def _fetch(self, key: Key) -> None:
         try:
@@ -234,6 +273,7 @@ class ObjectSyncer:
             await self._commit_now(wanted)
 
     async def _commit_now(self, wanted: set[Key]) -> None:
+        wanted = self._bound(wanted)
         for key in [key for key in self._objects if key not in wanted]:
             del self._objects[key]
         # The store first: pods waiting in `ensure` go on as soon as what was read is there, not after the disk.

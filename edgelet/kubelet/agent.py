@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from edgelet.api import podutil
-from edgelet.api.objectstore import ObjectStore, referenced_objects
+from edgelet.api.objectstore import ObjectStore, referenced_objects, with_bound_volumes
 from edgelet.api.podutil import Pod
 from edgelet.api.quantity import cpu_quantity
 from edgelet.cm.cgroups import node_allocatable
@@ -35,6 +35,7 @@ from edgelet.eviction import EvictionManager, NodeSignals, PodUsageReader, image
 from edgelet.images.airgap import AirgapImages
 from edgelet.images.gc import ImageGC
 from edgelet.images.manager import ImageManager
+from edgelet.images.nodeauth import node_keyring
 from edgelet.kubelet.podsync import PodSyncer
 from edgelet.kubelet.runtimestate import RuntimeState
 from edgelet.kubelet.syncloop import SyncLoop
@@ -59,12 +60,14 @@ from edgelet.util.backoff import Backoff
 from edgelet.util.errors import EdgeletError
 from edgelet.util.rootlock import RootLock
 from edgelet.util.sdnotify import Notifier
-from edgelet.util.tasks import TaskGroup
+from edgelet.util.tasks import TaskGroup, wait_set
 from edgelet.volumes import VolumeManager
+from edgelet.volumes.claims import node_labels
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 5.0
+PLUGINS_FIRST_SCAN = 3.0  # seconds the first pod sync waits for CSI plugins already installed to register
 # Threads for blocking file I/O: two keep a burst's writes from queueing behind one slow write on a 2-core device.
 IO_THREADS = 2
 
@@ -89,9 +92,11 @@ def host_apparmor_enabled() -> bool:
 class Agent:
     """One node agent; `await Agent(config).run()` runs it until SIGTERM or SIGINT."""
 
-    def __init__(self, config: Config):
-        """Builds every manager in dependency order: each gets only what was built before it."""
+    def __init__(self, config: Config, config_path: str = ""):
+        """Builds every manager in dependency order: each gets only what was built before it. `config_path`, the
+        file `config` was read from, is read again for a new bootstrap token."""
         self.config = config
+        self.config_path = config_path
         # First of all: a second agent on this root_dir must stop before it touches a single file there.
         self._root_lock = RootLock(config.root_dir)
         self._root_lock.acquire()
@@ -118,7 +123,6 @@ class Agent:
         self.runtime = RuntimeClient(
             config.runtime.endpoint,
             timeout=config.runtime.request_timeout,
-            pull_timeout=config.runtime.image_pull_timeout,
         )
         self.pleg = GenericPLEG(
             self.runtime,
@@ -137,8 +141,12 @@ class Agent:
         self.images = ImageManager(
             self.runtime,
             pull_backoff=Backoff(config.backoff.image_pull_initial, config.backoff.image_pull_max),
-            pull_timeout=config.runtime.image_pull_timeout,
             airgap=self.airgap,
+            max_parallel_pulls=config.images.parallel_pulls,
+            progress_timeout=config.images.pull_progress_timeout,
+            node_keyring=node_keyring(root_dir=config.root_dir, docker_config=config.images.docker_config,
+                                      provider_config=config.images.credential_provider_config,
+                                      provider_bin_dir=config.images.credential_provider_bin_dir),
             recorder=self.recorder,
         )
         self.image_gc = ImageGC(
@@ -155,8 +163,12 @@ class Agent:
             sources_ready=self.pod_config.all_sources_ready,
         )
         self.volumes = VolumeManager(config.pods_dir, store=self.store, node_name=self.node_name,
+                                     node_labels=node_labels(self.node_name,
+                                                             config.cluster.node_labels if config.cluster else {}),
                                      node_allocatable=self.node_allocatable,
                                      cluster_domain=config.pods.cluster_domain)
+        self.plugin_watcher, self.csi_plugins = self._make_plugin_watcher()
+        self._csinode: Any = None  # the CSINode object's writer (cluster mode with a plugin registry)
         self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
                                       max_files=config.logs.container_log_max_files)
 
@@ -203,6 +215,7 @@ class Agent:
             pod_manager=self.pod_manager, pleg=self.pleg, runtime_manager=self.runtime_manager, prober=self.prober,
             status=self.status, volumes=self.volumes, node_ip=self.node_ip, recorder=self.recorder,
             release_resources=self.cpu_manager.remove, on_removed=self._on_pod_removed,
+            network=self.runtime_state.network,
         )
         self.workers = PodWorkers(self.syncer.sync_pod, self.syncer.terminate_pod, self.syncer.on_terminated,
                                   resync_interval=config.sync.sync_frequency)
@@ -219,9 +232,9 @@ class Agent:
             pod_cleaned_up=self._pod_stopped,
             pressure_transition_period=config.eviction.pressure_transition_period,
         )
-        # What the node's Ready condition reports: runtime and PLEG, and a node shutdown in progress.
+        # What the node's Ready condition reports: runtime, its pod network and PLEG, and a node shutdown in progress.
         self.node_health: dict[str, Callable[[], tuple[bool, str]]] = {
-            "runtime": self.runtime_state.health, "pleg": self.pleg.healthy}
+            "runtime": self.runtime_state.health, "network": self.runtime_state.network, "pleg": self.pleg.healthy}
         self.cluster = self._make_cluster() if config.cluster is not None else None
         if self.cluster is not None and config.cluster is not None:
             self._serve_cluster_identity(self.cluster, config.cluster)
@@ -251,6 +264,20 @@ class Agent:
         if self.cluster is not None and config.kubelet_api.address:
             self.kubelet_api, self.serving_certificate = self._make_kubelet_api(self.cluster)
 
+    def _make_plugin_watcher(self):
+        """CSI node plugins registering through [csi] plugins_registry (the watcher and the registry are small; gRPC
+        and the volume code load with the first plugin or CSI volume)."""
+        if not self.config.csi.plugins_registry:
+            return None, None
+        from edgelet.csi.drivers import DriverRegistry
+        from edgelet.csi.registration import CSI_PLUGIN, CsiPluginHandler
+        from edgelet.csi.watcher import PluginWatcher
+
+        drivers = DriverRegistry()
+        self.volumes.use_csi(drivers, self.config.plugins_dir)
+        handler = CsiPluginHandler(drivers, on_registered=self.volumes.unstage_unused_csi)
+        return PluginWatcher(self.config.csi.plugins_registry, {CSI_PLUGIN: handler}), handler
+
     def _make_cluster(self):
         """The control-plane side (imported only when a cluster is configured: it costs memory)."""
         from edgelet.cluster.connection import ClusterConnection
@@ -263,6 +290,7 @@ class Agent:
             runtime_version_provider=self._node_runtime_version, node_ip=self.node_ip, recorder=self.recorder,
             runtime_features_provider=lambda: self.runtime_state.features,
             could_have_running_containers=self.workers.could_have_running_containers,
+            pod_cidr_handler=self.runtime.update_pod_cidr, config_path=self.config_path,
         )
 
     def _serve_cluster_identity(self, cluster, settings: ClusterConfig) -> None:
@@ -275,6 +303,13 @@ class Agent:
                                              max_age=settings.service_account_token_max_age))
         self.runtime_manager.use_service_env(cluster.services.env_for)
         self.runtime_manager.fetch_objects_with(cluster.objects.fetch_missing)
+        if self.csi_plugins is not None:
+            from edgelet.csi.csinode import CsiNodeUpdater
+
+            self.volumes.use_csi_api(cluster.client)
+            csinode = CsiNodeUpdater(cluster.client, self.node_name, lambda: cluster.node_status.node_uid)
+            self.csi_plugins.use_csinode(csinode)
+            self._csinode = csinode  # started with the plugin watcher
 
     def _admit_supplemental_groups(self, pod: Pod) -> Verdict:
         features = self.runtime_state.features  # None: the runtime has not said, so it cannot be relied on
@@ -383,6 +418,8 @@ class Agent:
         self.status.load()
         self._tasks.start("heartbeat", self.heartbeat.run())
         log.info("edgelet starting: node %s, runtime %s", self.node_name, self.runtime.endpoint)
+        for notice in self.config.ignored():
+            log.warning("config: %s", notice)
         self.notifier.status(f"waiting for the container runtime at {self.runtime.endpoint}")
         self._tasks.start("status-writer", self.status.run())
         self._tasks.start("events", self.recorder.run())
@@ -441,6 +478,7 @@ class Agent:
                                  self.pod_manager.translate_pod_uid),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
                 cluster_ca=cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
+                claimed_volumes=self.volumes.claimed_volumes, csi_volume_stats=self.volumes.csi_volume_stats,
             )
         except (EdgeletError, OSError) as exc:
             log.error("kubelet API not started: %s", exc)
@@ -535,6 +573,13 @@ class Agent:
             await self.airgap.scan()
         except (EdgeletError, OSError) as exc:
             log.error("air-gap images in %s: %s", self.config.images_dir, exc)
+        if self.plugin_watcher is not None:
+            self._tasks.start("plugin-watcher", self.plugin_watcher.run())
+            if self._csinode is not None:
+                self._tasks.start("csinode", self._csinode.run())
+            # Drivers already installed register before the first pod sync needs them (bounded: a plugin that
+            # does not answer must not hold the pods up).
+            await wait_set(self.plugin_watcher.scanned, PLUGINS_FIRST_SCAN)
         self._tasks.start("airgap-images", self.airgap.run())
         self._tasks.start("image-gc", self.image_gc.run())
         self._tasks.start("container-gc", self.container_gc.run())
@@ -546,11 +591,11 @@ class Agent:
         self.update_status_line()
 
     def _on_object_changed(self, kind: str, namespace: str, name: str, obj: dict | None) -> None:
-        """A ConfigMap or Secret changed (a refresh from the API, a local manifest): the pods that read it sync now,
-        so their volumes follow it at once rather than at each pod's periodic resync."""
+        """An object changed (a refresh from the API, a local manifest): the pods that read it sync now, so their
+        volumes follow it at once rather than at each pod's periodic resync (and a claim bound at last starts them)."""
         key = (kind, namespace, name)
         for uid, pod in self.pod_manager.pods().items():
-            if key in referenced_objects(pod):
+            if key in with_bound_volumes(referenced_objects(pod), lambda claim: self.store.get(*claim)):
                 self.loop.sync_if_known(uid)
 
     def _on_pod_removed(self, pod: Pod) -> None:

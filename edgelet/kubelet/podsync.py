@@ -16,7 +16,7 @@ from edgelet.api.kubetime import format_time, parse_time
 from edgelet.api.podutil import Pod
 from edgelet.container.cache import InspectionError
 from edgelet.container.runtime import ContainerState, PodRuntimeStatus
-from edgelet.events import NO_EVENTS, NORMAL, Recorder, pod_ref
+from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from edgelet.eviction import evicted_status
 from edgelet.metrics import registry as metrics
 from edgelet.pod.workers import TERMINAL_PHASES, SyncOutcome
@@ -52,6 +52,22 @@ def active_deadline_left(pod: Pod, start_time: str | None, now: float) -> float 
     return started + deadline - now
 
 
+# The kubelet's word for a pod on the pod network that must wait for it, and how soon it looks again (its pod
+# workers' back-off after a failed sync).
+NETWORK_NOT_READY_REASON = "NetworkNotReady"
+NETWORK_NOT_READY_MESSAGE = "network is not ready"
+NETWORK_RETRY = 10.0
+
+
+def network_wait(pod: Pod, network: tuple[bool, str]) -> str | None:
+    """Why the pod must wait for the pod network, or None: host-network pods never wait (the CNI DaemonSet that
+    brings the network up is one)."""
+    ready, why = network
+    if ready or podutil.host_network(pod):
+        return None
+    return f"{NETWORK_NOT_READY_MESSAGE}: {why}"
+
+
 def log_reason_changes(pod: Pod, before: dict[str, tuple[str, str]], after: dict[str, tuple[str, str]]) -> None:
     """Each container's failure reason (pull errors included), logged once per change of reason."""
     for name, (reason, message) in after.items():
@@ -73,9 +89,11 @@ class PodSyncer:
         recorder: Recorder = NO_EVENTS,
         release_resources: Callable[[str], None] = lambda uid: None,
         on_removed: Callable[[Pod], None] = lambda pod: None,
+        network: Callable[[], tuple[bool, str]] = lambda: (True, ""),
     ):
         """`release_resources(uid)` frees what the pod held (its CPUs) once it stopped; `on_removed(pod)`
-        runs once the pod is gone from the node (the API is told, the status line updated)."""
+        runs once the pod is gone from the node (the API is told, the status line updated); `network()` is the
+        runtime's NetworkReady (`RuntimeState.network`)."""
         self._pods = pod_manager
         self._pleg = pleg
         self._runtime_manager = runtime_manager
@@ -86,6 +104,7 @@ class PodSyncer:
         self._recorder = recorder
         self._release_resources = release_resources
         self._on_removed = on_removed
+        self._network = network
         self.waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self.first_seen: dict[str, float] = {}  # for the pod start SLI
         # uid -> when the worker last acted on the pod (time.monotonic(), the cache's clock): the next sync
@@ -111,6 +130,10 @@ class PodSyncer:
         deadline_left = active_deadline_left(pod, old_status.get("startTime"), time.time())
         if deadline_left is not None and deadline_left <= 0:  # the kubelet's activeDeadlineHandler
             return self._deadline_exceeded(pod, runtime_status)
+        if (waiting := network_wait(pod, self._network())) is not None:  # the status is published, nothing done
+            self._recorder.event(pod_ref(pod), WARNING, NETWORK_NOT_READY_REASON, waiting)
+            self.publish_status(pod, runtime_status, self.waiting.get(uid) or {})
+            return SyncOutcome(requeue_after=NETWORK_RETRY)
         try:
             result = await self._runtime_manager.sync_pod(
                 pod, runtime_status,

@@ -89,6 +89,8 @@ def build_server(
     config: Config, *, runtime: Any, review: Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]],
     lookup: PodLookup, pods_json: Callable[[], bytes], health_checks: Mapping[str, HealthCheck],
     node_ip: str, cluster_ca: bytes | None = None, serving_cert: str | None = None,
+    claimed_volumes: Callable[[str], list[Any]] = lambda pod_uid: [],
+    csi_volume_stats: Callable[[str], Awaitable[dict[str, int] | None]] | None = None,
 ) -> KubeletApiServer:
     """The server for config.kubelet_api; raises TLSSetupError or KubeconfigError naming the setting at fault."""
     settings = config.kubelet_api
@@ -108,7 +110,8 @@ def build_server(
             settings = dataclasses.replace(settings, client_ca_file=kubeconfig.ca_file)
     context = server_context(cert_file, key_file, client_ca_file=settings.client_ca_file, client_ca_data=ca_data)
     stats = SummaryProvider(runtime, node_name=config.node_name, root_dir=config.root_dir, logs_dir=config.logs_dir,
-                            container_start=lookup.container_start, pod_sandbox=lookup.ready_sandbox)
+                            container_start=lookup.container_start, pod_sandbox=lookup.ready_sandbox,
+                            claimed_volumes=claimed_volumes, csi_volume_stats=csi_volume_stats)
     cadvisor = CadvisorCollector(runtime, container_facts=lookup.container_facts,
                                  cgroups=CgroupReader(cgroup_root=config.cgroups.root))
     node = NodeView(
@@ -116,7 +119,7 @@ def build_server(
         find_container=lookup.container, find_sandbox=lookup.sandbox, container_running=lookup.container_running,
         pods_json=pods_json, health_checks=health_checks, summary=stats.summary,
         metrics=metrics.exposition, probe_metrics=metrics.probes_exposition, cadvisor=cadvisor.scrape,
-        node_log_dir=config.kubelet_api.node_log_dir,
+        node_log_dir=config.kubelet_api.node_log_dir, journal_dir=config.kubelet_api.journal_dir,
     )
     return KubeletApiServer(settings.address, ssl_context=context, node=node,
                             authenticator=Authenticator(review, anonymous=settings.anonymous),

@@ -69,6 +69,7 @@ class NodeView:
     probe_metrics: Callable[[], bytes]  # /metrics/probes
     cadvisor: Callable[[], Awaitable[bytes]]  # /metrics/cadvisor, made at each scrape
     node_log_dir: str  # what /logs/ serves
+    journal_dir: str = ""  # the journal node log queries read; "" = the system journal
 
 
 class KubeletApiServer(HttpServer):
@@ -228,7 +229,7 @@ class KubeletApiServer(HttpServer):
         if node_query is not None:
             if node_query.files:
                 resolve_file(node_query, log_dir)
-            chunks = query_chunks(node_query, log_dir)
+            chunks = query_chunks(node_query, log_dir, self._node.journal_dir)
         else:
             page, file = await asyncio.to_thread(read_path, log_dir, route.path)
             if page is not None or file is None:  # a directory's listing (read_path gives one or the other)

@@ -4,11 +4,12 @@ ListPodSandboxStats / ListContainerStats; the kubelet's Summary shape (stats/v1a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +18,7 @@ from edgelet.cadvisor.procfs import parse_net_dev
 from edgelet.container import labels
 from edgelet.cri import RuntimeCallError
 from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
+from edgelet.eviction.usage import directory_usage
 from edgelet.metrics.registry import escape_label_value
 
 log = logging.getLogger(__name__)
@@ -103,6 +105,17 @@ def fs_stats(timestamp_ns: int, vfs: os.statvfs_result, used_bytes: int | None =
     return stats
 
 
+def volume_stats(timestamp_ns: int, name: str, vfs: os.statvfs_result, used: tuple[int, int],
+                 claim: tuple[str, str] | None = None) -> dict[str, Any]:
+    """A pod volume's VolumeStats: its filesystem's capacity and what is free, the bytes and inodes below it."""
+    stats = {**fs_stats(timestamp_ns, vfs, used[0]), "name": name}
+    if "inodes" in stats:
+        stats["inodesUsed"] = used[1]
+    if claim is not None:
+        stats["pvcRef"] = {"name": claim[1], "namespace": claim[0]}
+    return stats
+
+
 def node_memory_stats(timestamp_ns: int, meminfo: Mapping[str, int]) -> dict[str, Any]:
     observation = memory_observation(meminfo)
     total = meminfo.get("MemTotal", 0)
@@ -140,10 +153,13 @@ class PodStats:
     cpu: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
     network: dict[str, Any] | None = None
+    volumes: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"podRef": self.ref, "startTime": rfc3339(self.start_ns or time.time_ns()),
                                "containers": self.containers}
+        if self.volumes:
+            out["volume"] = self.volumes
         for key, value in (("cpu", self.cpu), ("memory", self.memory), ("network", self.network)):
             if value is not None:
                 out[key] = value
@@ -238,18 +254,53 @@ def _read(path: str) -> str:
         return file.read()
 
 
+# -- volumes -------------------------------------------------------------------------------------
+
+VOLUME_STATS_PERIOD = 60.0  # the kubelet's volumeStatsAggPeriod
+
+
+class UsageCache:
+    """What each volume directory uses on disk (du-like bytes and inodes on one filesystem, as the eviction manager
+    measures emptyDirs), measured again once older than `period` seconds: a walk of a large volume costs I/O, and
+    /stats/summary is scraped often."""
+
+    def __init__(self, period: float = VOLUME_STATS_PERIOD, clock: Callable[[], float] = time.monotonic,
+                 measure: Callable[[str], tuple[int, int]] = directory_usage):
+        self.period = period
+        self._clock = clock
+        self._measure = measure
+        self._taken: dict[str, tuple[float, tuple[int, int]]] = {}
+
+    def usage(self, path: str) -> tuple[int, int]:
+        """Blocking (a walk when stale): call from a thread."""
+        now = self._clock()
+        taken = self._taken.get(path)
+        if taken is None or now - taken[0] >= self.period:
+            taken = self._taken[path] = (now, self._measure(path))
+        return taken[1]
+
+    def forget_except(self, paths: set[str]) -> None:
+        for path in [p for p in self._taken if p not in paths]:
+            del self._taken[path]
+
+
 class SummaryProvider:
     """Gathers one Summary per call; keeps the previous CPU samples to derive usageNanoCores."""
 
     def __init__(self, runtime: Any, *, node_name: str, root_dir: str, logs_dir: str,
                  container_start: Callable[[str], int] = lambda container_id: 0,
-                 pod_sandbox: Callable[[str], Any] = lambda pod_uid: None) -> None:
+                 pod_sandbox: Callable[[str], Any] = lambda pod_uid: None,
+                 claimed_volumes: Callable[[str], list[Any]] = lambda pod_uid: [],
+                 csi_volume_stats: Callable[[str], Awaitable[dict[str, int] | None]] | None = None) -> None:
         self._runtime = runtime
         self._node_name = node_name
         self._root_dir = root_dir
         self._logs_dir = logs_dir
         self._container_start = container_start
         self._pod_sandbox = pod_sandbox
+        self._claimed_volumes = claimed_volumes  # a pod's claims (volumes.manager.ClaimedPath)
+        self._csi_volume_stats = csi_volume_stats
+        self._usage = UsageCache()
         self._sandbox_pids: dict[str, int] = {}  # sandbox id -> its first process, whose netns is the pod's
         self._rates = CpuRates()
         self._sandbox_stats_supported = True
@@ -309,15 +360,38 @@ class SummaryProvider:
             pod.containers.append(container_json(stats, self._rates, start, logs_fs))
             pod.start_ns = min(filter(None, (pod.start_ns, start)), default=0)
         sandboxes_seen: set[str] = set()
+        volume_paths: set[str] = set()
         for uid, pod in pods.items():
             if pod.cpu is None or pod.memory is None:
                 cpu, memory = sum_pod_usage(pod.containers, now)
                 pod.cpu, pod.memory = pod.cpu or cpu, pod.memory or memory
             if pod.network is None:
                 pod.network = await self._pod_network(uid, now, sandboxes_seen)
+            if claimed := self._claimed_volumes(uid):
+                pod.volumes = await self._pod_volume_stats(claimed, now)
+                volume_paths.update(volume.path for volume in claimed)
         self._sandbox_pids = {sid: pid for sid, pid in self._sandbox_pids.items() if sid in sandboxes_seen}
+        self._usage.forget_except(volume_paths)
         self._rates.forget_except(["/", *(s.attributes.id for s in containers), *("pod:" + u for u in pods)])
         return sorted(pods.values(), key=lambda p: (p.ref["namespace"], p.ref["name"]))
+
+    async def _pod_volume_stats(self, claimed: list[Any], now: int) -> list[dict[str, Any]]:
+        """A CSI volume's from its driver (NodeGetVolumeStats) where it reports them, else statvfs and a walk of the
+        directory (once a period, see UsageCache)."""
+        found = []
+        for volume in claimed:
+            reported = await self._csi_volume_stats(volume.path) if volume.csi and self._csi_volume_stats else None
+            if reported:
+                found.append({"time": rfc3339(now), **reported, "name": volume.volume,
+                              "pvcRef": {"name": volume.claim, "namespace": volume.namespace}})
+                continue
+            try:
+                vfs, used = await asyncio.to_thread(_statvfs_and_usage, volume.path, self._usage)
+            except OSError as err:
+                log.debug("volume %s: no stats: %s", volume.volume, err)
+                continue
+            found.append(volume_stats(now, volume.volume, vfs, used, (volume.namespace, volume.claim)))
+        return found
 
     async def _pod_network(self, pod_uid: str, now: int, seen: set[str]) -> dict[str, Any] | None:
         """A pod network's counters from /proc/<sandbox pid>/net/dev; None for host-network pods (whose
@@ -356,3 +430,8 @@ class SummaryProvider:
                 log.info("pod usage is summed from its containers: ListPodSandboxStats failed: %s", err)
                 self._sandbox_stats_failed = True
             return []
+
+
+def _statvfs_and_usage(path: str, usage: Any) -> tuple[os.statvfs_result, Any]:
+    """A volume's file system figures and what its directory uses (blocking: in a thread)."""
+    return os.statvfs(path), usage.usage(path)

@@ -17,8 +17,15 @@ from edgelet.util.errors import cut_long_values
 
 # Volume sources the volume manager can set up; any other is an unsupported feature on this node.
 SUPPORTED_VOLUME_SOURCES = frozenset(
-    {"hostPath", "emptyDir", "secret", "configMap", "projected", "downwardAPI"}
+    {"hostPath", "emptyDir", "secret", "configMap", "projected", "downwardAPI",
+     # Claims bound to hostPath or local PersistentVolumes (volumes/claims.py); generic ephemeral volumes are claims.
+     "persistentVolumeClaim", "ephemeral",
+     # CSI ephemeral inline volumes (edgelet.csi).
+     "csi"}
 )
+
+
+CLAIM_SOURCES = frozenset({"persistentVolumeClaim", "ephemeral"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +46,15 @@ def unsupported_features(pod: Pod) -> list[str]:
     """What the pod asks for that edgelet does not do (a clear no beats a pod that half works)."""
     problems = []
     spec = podutil.spec(pod)
+    static = podutil.is_static(pod)
     for i, volume in enumerate(spec.get("volumes") or []):
         kinds = [key for key in volume if key != "name"]
         unsupported = [k for k in kinds if k not in SUPPORTED_VOLUME_SOURCES]
         if unsupported:
             problems.append(f"spec.volumes[{i}] ({volume.get('name', '?')}): {unsupported[0]} volumes")
+        elif static and (claims := [k for k in kinds if k in CLAIM_SOURCES]):
+            # A static pod's claims cannot be read: the API graph the node authorizer follows has no such pod.
+            problems.append(f"spec.volumes[{i}] ({volume.get('name', '?')}): {claims[0]} volumes of a static pod")
     return problems + _features_left_out(pod)
 
 

@@ -30,7 +30,9 @@ from edgelet.nodestatus.setters import (
     initial_node,
     material_view,
     missing_labels,
+    pod_cidrs,
 )
+from edgelet.util.errors import EdgeletError
 from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,8 @@ class NodeStatusManager:
         runtime_features_provider: Callable[[], RuntimeFeatures | None] = lambda: None,
         pressure_provider: Callable[[], Mapping[str, bool]] | None = None,
         node_labels: Mapping[str, str] | None = None,
+        register_taints: tuple[Mapping[str, str], ...] = (),
+        on_pod_cidr: Callable[[str], Awaitable[None]] | None = None,
         update_frequency: float = 10.0,
         report_frequency: float = 300.0,
         max_pods: int = 110,
@@ -85,6 +89,11 @@ class NodeStatusManager:
         self._runtime_features_provider = runtime_features_provider
         self._pressure_provider = pressure_provider
         self._node_labels = dict(node_labels or {})
+        self._register_taints = register_taints
+        # The kubelet hands spec.podCIDR to the runtime (CRI UpdateRuntimeConfig) once the node IPAM controller
+        # assigned it: the Node is read at each sync until then (it never changes once set).
+        self._on_pod_cidr = on_pod_cidr
+        self.pod_cidr = ""
         self._max_pods = max_pods
         self._daemon_port = daemon_port
         self._thresholds = thresholds
@@ -179,6 +188,14 @@ class NodeStatusManager:
             server_status = node.get("status")
             self._last_status = server_status if isinstance(server_status, dict) else None
             self._read_server_status = False
+            await self._hand_pod_cidr(node)
+        elif self._on_pod_cidr is not None and not self.pod_cidr:
+            try:  # best effort, like the kubelet's read of its Node: offline, the status below says how it goes
+                node = await self.client.get(self.path)
+            except ApiError as err:
+                log.debug("cannot read the node for its pod CIDR: %s", err)
+            else:
+                await self._hand_pod_cidr(node)
         inputs = await self._inputs()
         status = compute_status(self._last_status, inputs)
         self._record_transitions(status)
@@ -198,6 +215,19 @@ class NodeStatusManager:
         if changed:
             log.debug("node status written (changed)")
         return True
+
+    async def _hand_pod_cidr(self, node: Mapping[str, Any]) -> None:
+        """The node's pod CIDR to the runtime, once assigned; a runtime that fails is asked again next sync."""
+        cidrs = pod_cidrs(node)
+        if not cidrs or cidrs == self.pod_cidr or self._on_pod_cidr is None:
+            return
+        try:
+            await self._on_pod_cidr(cidrs)
+        except EdgeletError as err:
+            log.warning("cannot hand the pod CIDR %s to the runtime: %s", cidrs, err)
+            return
+        log.info("pod CIDR %s handed to the runtime", cidrs)
+        self.pod_cidr = cidrs
 
     def _record_transitions(self, status: Mapping[str, Any]) -> None:
         """NodeReady, NodeHasSufficientMemory, ... once per condition change, written or not (offline too)."""
@@ -229,6 +259,7 @@ class NodeStatusManager:
             pressure=pressure,
             daemon_port=self._daemon_port,
             runtime_features=self._runtime_features_provider(),
+            register_taints=self._register_taints,
         )
 
 

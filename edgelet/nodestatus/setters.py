@@ -80,6 +80,7 @@ class StatusInputs:
     pressure: Mapping[str, bool] | None = None  # {"memory", "disk", "pid"} from an eviction manager
     daemon_port: int = 0
     runtime_features: RuntimeFeatures | None = None  # None until the runtime answered a Status call
+    register_taints: tuple[Mapping[str, str], ...] = ()  # spec.taints of a Node this agent creates
 
 
 
@@ -182,7 +183,9 @@ def ready_problems(health: Health) -> list[str]:
     if "pleg" in health and not health["pleg"][0]:
         message = health["pleg"][1]
         problems.append(f"PLEG is not healthy: {message}" if message else "PLEG is not healthy")
-    for name in sorted(set(health) - {"runtime", "pleg"}):
+    if "network" in health and not health["network"][0]:  # the kubelet's own words, from the runtime state
+        problems.append(health["network"][1])
+    for name in sorted(set(health) - {"runtime", "pleg", "network"}):
         ok, message = health[name]
         if not ok:
             problems.append(f"{name} is not ready: {message}" if message else f"{name} is not ready")
@@ -285,9 +288,19 @@ def compute_status(previous: Mapping[str, Any] | None, inputs: StatusInputs) -> 
 def initial_node(name: str, inputs: StatusInputs) -> Node:
     """The Node object to register."""
     node: Node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}}
+    if inputs.register_taints:
+        node["spec"]["taints"] = [dict(taint) for taint in inputs.register_taints]
     set_labels(node, inputs)
     node["status"] = compute_status(None, inputs)
     return node
+
+
+def pod_cidrs(node: Mapping[str, Any]) -> str:
+    """The Node's pod CIDRs as the kubelet hands them to the runtime: spec.podCIDRs joined by commas, else
+    spec.podCIDR; "" while none is assigned."""
+    spec = node.get("spec") or {}
+    cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+    return ",".join(cidr for cidr in cidrs if isinstance(cidr, str))
 
 
 def missing_labels(existing: Mapping[str, Any], inputs: StatusInputs) -> dict[str, str]:

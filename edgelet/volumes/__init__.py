@@ -1,5 +1,6 @@
 """Pod volumes the kubelet's way: emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes
-set up under the pod directory, and the CRI mounts of each container."""
+set up under the pod directory, PersistentVolumeClaims bound to hostPath and local volumes, and the CRI mounts of
+each container."""
 
 from .errors import VolumeError
 from .manager import VolumeManager

@@ -14,6 +14,8 @@ from edgelet import libc
 
 from .errors import VolumeError
 
+MS_RDONLY = 0x1
+MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MNT_DETACH = 0x2
 UMOUNT_NOFOLLOW = 0x8
@@ -26,6 +28,18 @@ def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: st
                    data.encode() if data else None)
     except OSError as e:
         raise OSError(e.errno, f"mount {source} on {target}: {os.strerror(e.errno or 0)}", target) from None
+
+
+def bind_mount(source: str, target: str, *, read_only: bool = False) -> None:
+    """Bind-mounts `source` on `target`, then makes that mount read-only if asked (a bind mount takes the flag
+    only on a remount); raises OSError."""
+    mount(source, target, None, MS_BIND)
+    if read_only:
+        try:
+            mount(source, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        except OSError:
+            unmount(target)
+            raise
 
 
 def unmount(target: str, flags: int = UMOUNT_NOFOLLOW) -> None:

@@ -17,7 +17,7 @@ from edgelet.api.resources import ResourceError, pod_memory_limit
 
 from .atomic_writer import FileProjection, write_payload
 from .errors import VolumeError
-from .mountutil import MountInfo, is_mount_point, mount
+from .mountutil import MountInfo, bind_mount, is_mount_point, mount
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ PLUGIN_DIRS = {
     "secret": "kubernetes.io~secret",
     "downwardAPI": "kubernetes.io~downward-api",
     "projected": "kubernetes.io~projected",
+    "local": "kubernetes.io~local-volume",
 }
 WRITTEN_KINDS = ("configMap", "secret", "downwardAPI", "projected")
 # Kept in memory like the kubelet does (tmpfs), so secrets never reach the node's disk.
@@ -83,6 +84,40 @@ def host_path_error(path: Any) -> str | None:
     if ".." in path.split("/"):
         return f"hostPath path must not contain '..': {path}"
     return None
+
+
+# -- local PersistentVolumes -----------------------------------------------------------------------------
+
+def setup_local_volume(target: str, path: str, *, read_only: bool, fs_group: int | None, change_policy: str | None,
+                       mounts: list[MountInfo]) -> bool:
+    """Bind-mounts a `local` PersistentVolume's directory on `target` (the pod's volume directory), read-only if the
+    claim says so; on that first mount the fsGroup is given to the volume unless it is read-only (the kubelet's local
+    plugin), and with fsGroupChangePolicy OnRootMismatch only when the root does not have it yet. True if mounted
+    now; an existing mount is kept as it is."""
+    if is_mount_point(target, mounts):
+        return False
+    if not os.path.isdir(path):
+        raise VolumeError(f'path "{path}" does not exist' if not os.path.exists(path)
+                          else f'path "{path}" is not a directory')
+    _ensure_dir(target, 0o750)
+    try:
+        bind_mount(path, target, read_only=read_only)
+    except OSError as exc:
+        raise VolumeError(f"cannot mount {path}: {exc.strerror}") from None
+    if fs_group is not None and not read_only and not (
+            change_policy == "OnRootMismatch" and root_has_group(target, fs_group)):
+        apply_fs_group(target, fs_group, readonly=False)
+    return True
+
+
+def root_has_group(root: str, gid: int) -> bool:
+    """Whether a volume's root already has the group, its read-write bits and setgid (OnRootMismatch skips it)."""
+    info = os.stat(root)
+    return info.st_gid == gid and info.st_mode & (stat.S_ISGID | 0o060) == (stat.S_ISGID | 0o060)
+
+
+def fs_group_change_policy(pod: Pod) -> str | None:
+    return (podutil.spec(pod).get("securityContext") or {}).get("fsGroupChangePolicy")
 
 
 # -- emptyDir and tmpfs ----------------------------------------------------------------------------

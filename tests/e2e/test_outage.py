@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.e2e.conftest import NODE_MONITOR_GRACE, TOLERATION_SECONDS, condition, container_status, pod_phase, wait_pod
-from tests.e2e.test_pods import pod_manifest
+from tests.e2e.harness import pod_manifest
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.containerd

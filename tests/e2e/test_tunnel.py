@@ -31,7 +31,7 @@ from tests.e2e.conftest import (
     loopback_node_name,
     running_control_plane,
 )
-from tests.e2e.test_kubelet_api import Background, _download_mb_s, on_terminal, run_pod
+from tests.e2e.harness import Background, download_mb_s, on_terminal, run_pod
 from tests.helpers import wait_for
 from tests.integration.agent_harness import port_open
 
@@ -277,7 +277,7 @@ def test_kubectl_reaches_the_kubelet_api_only_through_the_tunnel(node, kubectl, 
     forward = Background(kubectl, "port-forward", "pod/bulk", f"{local}:{port}")
     try:
         forward.read_until("Forwarding from 127.0.0.1")
-        rates = [_download_mb_s(f"http://127.0.0.1:{local}/big", size_mb << 20) for _ in range(3)]
+        rates = [download_mb_s(f"http://127.0.0.1:{local}/big", size_mb << 20) for _ in range(3)]
     finally:
         forward.stop()
     print(f"\nthrough konnectivity: kubectl exec -- true median {sorted(times)[2] * 1000:.0f} ms over 5; "

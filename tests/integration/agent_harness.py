@@ -39,6 +39,11 @@ def unmount_under(directory: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
+# Test agents watch no plugin registry unless a test gives one: the host's /var/lib/kubelet/plugins_registry (the
+# default) may hold the sockets of other agents' plugins.
+NO_PLUGIN_REGISTRY = '\n[csi]\nplugins_registry = ""\n'
+
+
 class AgentProcess:
     """One edgelet agent with its own root_dir and manifest directory."""
 
@@ -74,7 +79,7 @@ class AgentProcess:
 
             [server]
             address = "{server_address}"
-            """) + extra_toml)
+            """) + extra_toml + ("" if "[csi]" in extra_toml else NO_PLUGIN_REGISTRY))
         self.proc: subprocess.Popen | None = None
         self.env: dict[str, str] = {}  # added to the agent's environment (e.g. LD_PRELOAD)
 

@@ -131,3 +131,42 @@ def unmount_below(directory: Path) -> None:
         points = [line.split()[4] for line in mountinfo]
     for point in sorted((p for p in points if p.startswith(f"{directory}/")), reverse=True):
         subprocess.run(["umount", point], check=False, capture_output=True)
+
+
+def claim(name: str, volume: str = "") -> dict:
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    if volume:
+        spec["volumeName"] = volume
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec,
+            "status": {"phase": "Bound" if volume else "Pending"}}
+
+
+def persistent_volume(name: str, claim_obj: dict, source: dict, **spec) -> dict:
+    meta = claim_obj["metadata"]
+    return {"metadata": {"name": name},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], **source, **spec,
+                     "claimRef": {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}},
+            "status": {"phase": "Bound"}}
+
+
+def bind_by_hand(api, claim_name: str, volume_name: str, source: dict, **spec) -> None:
+    """What an administrator (or the PV controller) does: a claim Bound to a volume whose claimRef points back."""
+    created = api.create("persistentvolumeclaims", claim(claim_name, volume_name))
+    api.create("persistentvolumes", persistent_volume(volume_name, created, source, **spec))
+
+
+def on_node(path: str) -> dict:
+    return {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [path]}]}]}}
+
+
+def claim_volume(name: str, claim_name: str, **source) -> dict:
+    return {"name": name, "persistentVolumeClaim": {"claimName": claim_name, **source}}
+
+
+def failed_mount(api, pod_name: str, part: str) -> str | None:
+    for event in api.list("events", namespace="default"):
+        if (event.get("involvedObject") or {}).get("name") == pod_name and event.get("reason") == "FailedMount" \
+                and part in event.get("message", ""):
+            return event["message"]
+    return None

@@ -85,7 +85,7 @@ async def test_archive_is_imported_and_runs_without_a_registry(cri, airgap, base
     name = unique_name("app")
     archive = make_image(base_images, tmp_path / "images" / "app.tar", name=name)
     image_id = image_config_id(archive)
-    manager = ImageManager(cri, pull_backoff=Backoff(10, 300), pull_timeout=60, airgap=airgap)
+    manager = ImageManager(cri, pull_backoff=Backoff(10, 300), airgap=airgap)
     try:
         assert await airgap.scan() == ["app.tar"]
         assert airgap.provides(name) and airgap.image_id(name) == image_id

@@ -51,7 +51,7 @@ def pull_secret(server: str, username: str, password: str, *, legacy: bool = Fal
 
 @pytest.fixture
 def manager(cri):
-    return ImageManager(cri, pull_backoff=Backoff(10, 300, clock=FakeClock()), pull_timeout=60)
+    return ImageManager(cri, pull_backoff=Backoff(10, 300, clock=FakeClock()))
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ async def test_pull_policies(cri, manager, registry, base_images, tmp_path, repo
 
 async def test_failed_pull_then_back_off(cri, registry, base_images, tmp_path, repository):
     clock = FakeClock()
-    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=clock), pull_timeout=60)
+    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=clock))
     image = f"{registry.address}/{repository}:1"
     web = pod()
 
@@ -146,7 +146,7 @@ class EventList:
 
 async def test_image_events_as_the_kubelet_records_them(cri, registry, base_images, tmp_path, repository):
     recorder = EventList()
-    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=FakeClock()), pull_timeout=60, recorder=recorder)
+    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=FakeClock()), recorder=recorder)
     archive = make_image(base_images, tmp_path / "events.tar")
     image = registry.push(archive, "app", f"{repository}:1")
     missing = f"{registry.address}/{repository}:missing"

@@ -1,6 +1,7 @@
 """The kubelet API of the real agent, against the private containerd and the API server double (which answers
 the TokenReviews and SubjectAccessReviews): who may call it, logs with each option, exec / attach /
-port-forward through containerd's streaming server over WebSocket, run, stats, pods and healthz.
+port-forward through containerd's streaming server over WebSocket, run, stats, pods and healthz, metrics, and the
+node's logs (files under node_log_dir, units of a journal written for the test).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import json
 import os
 import socket
 import ssl
+import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -92,6 +95,7 @@ def start_agent(tmp_path: Path, endpoint: str, api: ApiServerDouble, pki: dict, 
 address = "127.0.0.1:{port}"
 client_ca_file = "{pki['ca'][0]}"
 node_log_dir = "{tmp_path / 'varlog'}"
+journal_dir = "{tmp_path / 'journal'}"
 """
     return AgentProcess(tmp_path, endpoint, node_name=NODE, extra_toml=toml).start()
 
@@ -545,3 +549,82 @@ def test_node_logs_listing_files_and_queries(kubelet_api):
     bad = kubelet_api.get("/logs/?query=/messages&tailLines=3")
     assert bad.status_code == 400 and "cannot specify file with options" in bad.text
     assert kubelet_api.get("/logs/?query=/../../etc/passwd").status_code == 400
+
+
+# A journal written with systemd-journal-remote from the export format: every field (the unit, the timestamps,
+# the boot) is stored as given, so the queries below have one right answer on any machine, journald or not.
+JOURNAL_REMOTE = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
+JOURNAL_T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)
+PREVIOUS_BOOT = "00112233445566778899aabbccddeeff"
+DEMO_LINES = [  # (seconds after JOURNAL_T0, unit, message); the first is of the boot before
+    (-3600, "demo.service", "demo from the boot before"),
+    (0, "demo.service", "demo starting"),
+    (60, "demo.service", "demo ready"),
+    (90, "other.service", "other unit line"),
+    (120, "demo.service", "demo error: disk slow"),
+    (180, "demo.service", "demo ERROR again"),
+    (240, "demo.service", "demo stopping"),
+]
+
+
+def write_journal(directory: Path, lines: list[tuple[int, str, str]]) -> None:
+    """A journal file in `directory` holding `lines`, the first of the boot before this one, the others of this
+    boot (so `boot=0` means this boot whichever way journalctl resolves it)."""
+    tool = next((path for path in JOURNAL_REMOTE if os.path.exists(path)), None)
+    assert tool, "systemd-journal-remote is missing (Debian package systemd-journal-remote; `make deps` installs it)"
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")
+    entries = []
+    for index, (seconds, unit, message) in enumerate(lines):
+        at = JOURNAL_T0 + timedelta(seconds=seconds)
+        fields = {"__REALTIME_TIMESTAMP": int(at.timestamp()) * 1_000_000, "__MONOTONIC_TIMESTAMP": 1_000_000 + index,
+                  "_BOOT_ID": PREVIOUS_BOOT if index == 0 else boot, "_HOSTNAME": NODE, "_PID": 42,
+                  "_SYSTEMD_UNIT": unit, "SYSLOG_IDENTIFIER": unit.removesuffix(".service"), "PRIORITY": 6,
+                  "MESSAGE": message}
+        entries.append("".join(f"{key}={value}\n" for key, value in fields.items()))
+    directory.mkdir(parents=True, exist_ok=True)
+    export = "".join(entry + "\n" for entry in entries).encode()  # a blank line ends each entry
+    subprocess.run([tool, f"--output={directory / 'demo.journal'}", "-"], input=export, check=True,
+                   capture_output=True, timeout=30)
+
+
+def journal_messages(text: str) -> list[str]:
+    """The messages of journalctl's short-precise output (`<time> <host> <identifier>[<pid>]: <message>`)."""
+    return [line.split("]: ", 1)[1] for line in text.splitlines() if "]: " in line]
+
+
+def _rfc3339(seconds: int) -> str:
+    return (JOURNAL_T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_node_log_query_reads_a_units_journal(kubelet_api):
+    write_journal(kubelet_api.agent.workdir / "journal", DEMO_LINES)
+    token = {"Authorization": "Bearer stats-token"}  # allowed nodes/stats only
+    refused = kubelet_api.get("/logs/?query=demo", who=None, headers=token)
+    assert refused.status_code == 403 and "subresource=log" in refused.text
+
+    def query(**parameters) -> list[str]:
+        answer = kubelet_api.get("/logs/?" + urlencode({"query": "demo", **parameters}, doseq=True))
+        assert answer.status_code == 200, answer.text
+        return journal_messages(answer.text)
+
+    everything = kubelet_api.get("/logs/?query=demo")
+    demo = [message for _, unit, message in DEMO_LINES if unit == "demo.service"]
+    assert journal_messages(everything.text) == demo  # the unit's lines alone, in order
+    first = everything.text.splitlines()[0]
+    assert first.startswith("Jan 02 02:00:00.000000 ") and f" {NODE} demo[42]: " in first  # UTC, microseconds
+    assert query(sinceTime=_rfc3339(30), untilTime=_rfc3339(200)) == [
+        "demo ready", "demo error: disk slow", "demo ERROR again"]
+    assert query(tailLines=2) == ["demo ERROR again", "demo stopping"]
+    assert query(pattern="error") == ["demo error: disk slow", "demo ERROR again"]  # case-insensitive
+    assert query(pattern="error", tailLines=1) == ["demo ERROR again"]
+    assert query(sinceTime=_rfc3339(100), pattern="ready") == []
+    assert query(boot=0) == demo[1:]
+    assert query(boot=-1) == ["demo from the boot before"]
+    both = kubelet_api.get("/logs/?query=demo&query=other&sinceTime=" + _rfc3339(30))
+    assert journal_messages(both.text) == ["demo ready", "other unit line", "demo error: disk slow",
+                                           "demo ERROR again", "demo stopping"]
+    # A service the journal has no unit of is looked for under node_log_dir, which it is not in.
+    assert kubelet_api.get("/logs/?query=absent").text == "\nlog not found for absent\n"
+    bad = kubelet_api.get("/logs/?query=demo&sinceTime=yesterday")
+    assert bad.status_code == 400 and "sinceTime" in bad.text
+    assert "Traceback" not in kubelet_api.agent.log_text()

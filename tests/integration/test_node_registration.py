@@ -17,7 +17,9 @@ from edgelet.kubeapi import ApiClient
 from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.manager import NodeStatusManager
 from edgelet.nodestatus.setters import KUBELET_VERSION, NodeInfo
+from edgelet.nodestatus.taints import parse_taint
 from edgelet.simulate.node import HollowNode, Timings
+from edgelet.util.errors import EdgeletError
 from edgelet.util.tasks import TaskGroup
 from tests.helpers import eventually
 from tests.kubeapi_double import ApiServerDouble
@@ -386,3 +388,53 @@ async def test_a_hollow_node_registers_holds_its_lease_and_runs_a_pod(api: ApiSe
         assert node.runtime.starts == 1 and not tasks.crashed
     finally:
         await tasks.cancel_all(grace=1.0)
+
+
+NETWORK_DOWN = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+                "message:Network plugin returns error: cni plugin not initialized")
+
+
+def node_reads(api: ApiServerDouble) -> int:
+    return sum(1 for r in api.requests if r.method == "GET" and r.path == NODE_PATH)
+
+
+async def test_registered_with_taints_and_not_ready_while_the_pod_network_is_not(
+        api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    machine = Machine()
+    machine.health["network"] = (False, NETWORK_DOWN)
+    taints = tuple(parse_taint(t) for t in ("dedicated=edge:NoSchedule", "node.example.com/wan-only:NoExecute"))
+    m = manager(client, machine, Clock(), register_taints=taints)
+    tasks.append(asyncio.create_task(m.run()))
+    await asyncio.wait_for(m.registered.wait(), 5)
+    node = api.get("nodes", NODE)
+    assert node["spec"]["taints"] == [{"key": "dedicated", "value": "edge", "effect": "NoSchedule"},
+                                      {"key": "node.example.com/wan-only", "effect": "NoExecute"}]
+    ready = condition(node, "Ready")
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "KubeletNotReady", NETWORK_DOWN)
+    machine.health["network"] = (True, "")
+    await eventually(lambda: condition(api.get("nodes", NODE), "Ready")["status"] == "True")
+
+
+async def test_the_pod_cidr_reaches_the_runtime_once_assigned(
+        api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    handed: list[str] = []
+    failures = [EdgeletError("runtime busy")]
+
+    async def update_pod_cidr(cidr: str) -> None:
+        if failures:
+            raise failures.pop()
+        handed.append(cidr)
+
+    m = manager(client, Machine(), Clock(), on_pod_cidr=update_pod_cidr)
+    tasks.append(asyncio.create_task(m.run()))
+    await asyncio.wait_for(m.registered.wait(), 5)
+    await eventually(lambda: node_reads(api) >= 2)  # read at each sync while none is assigned
+    assert handed == []
+    # The node IPAM controller assigns it; a runtime that fails is asked again at the next sync.
+    api.patch("nodes", NODE, {"spec": {"podCIDR": "10.244.3.0/24", "podCIDRs": ["10.244.3.0/24", "fd00:3::/64"]}})
+    await eventually(lambda: handed == ["10.244.3.0/24,fd00:3::/64"])
+    assert m.pod_cidr == "10.244.3.0/24,fd00:3::/64"
+    reads = node_reads(api)
+    await asyncio.sleep(0.1)  # several syncs
+    assert node_reads(api) == reads  # once handed over, the Node is no longer read for it
+    assert handed == ["10.244.3.0/24,fd00:3::/64"]

@@ -37,8 +37,10 @@ def pod_with(**spec_changes):
         (pod_with(ephemeralContainers=[{"name": "debug", "image": "x:1", "targetContainerName": "c"}]), 0, "", ""),
         (pod_with(ephemeralContainers=[{"name": "debug", "image": "x:1", "ports": [{"containerPort": 80}]}]), 0,
          "InvalidPodSpec", "spec.ephemeralContainers[0].ports: may not be set on ephemeral containers"),
-        (pod_with(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]), 0,
-         "UnsupportedFeature", "spec.volumes[0] (data): persistentVolumeClaim"),
+        (pod_with(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]), 0, "", ""),
+        (pod_with(volumes=[{"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]), 0, "", ""),
+        (pod_with(volumes=[{"name": "data", "nfs": {"server": "s", "path": "/"}}]), 0,
+         "UnsupportedFeature", "spec.volumes[0] (data): nfs"),
         (pod_with(volumes=[{"name": "cache", "emptyDir": {}}]), 0, "", ""),
         # Another OS: refused first, before capacity (the kubelet's predicate order).
         (pod_with(os={"name": "windows"}), 110, "PodOSNotSupported", "the OS field doesn't match node OS"),
@@ -82,8 +84,16 @@ def test_extra_checks_run_last_and_first_rejection_wins():
 
 
 def test_unsupported_features_lists_every_problem():
-    pod = pod_with(volumes=[{"name": "a", "nfs": {"server": "s", "path": "/"}}, {"name": "b", "csi": {}}])
-    assert unsupported_features(pod) == ["spec.volumes[0] (a): nfs volumes", "spec.volumes[1] (b): csi volumes"]
+    pod = pod_with(volumes=[{"name": "a", "nfs": {"server": "s", "path": "/"}}, {"name": "b", "iscsi": {}}])
+    assert unsupported_features(pod) == ["spec.volumes[0] (a): nfs volumes", "spec.volumes[1] (b): iscsi volumes"]
+
+
+def test_a_static_pods_claims_are_refused():
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]
+    static = pod_with(volumes=volumes)
+    static["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
+    assert unsupported_features(static) == ["spec.volumes[0] (data): persistentVolumeClaim volumes of a static pod"]
+    assert unsupported_features(pod_with(volumes=volumes)) == []
 
 
 def test_rejected_status_is_failed_with_reason():

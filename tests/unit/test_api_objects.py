@@ -11,9 +11,9 @@ import stat
 import orjson
 import pytest
 
-from edgelet.api.objectstore import CONFIGMAP, SECRET, ObjectStore
+from edgelet.api.objectstore import CLAIM, CONFIGMAP, SECRET, VOLUME, ObjectStore, object_key
 from edgelet.kubeapi.errors import Forbidden, NotFound, ServerError
-from edgelet.kubeapi.objects import ObjectSyncer, referenced_objects
+from edgelet.kubeapi.objects import ObjectSyncer, object_path, referenced_objects
 from edgelet.util.checkpoint import CheckpointStore
 
 NS = "apps"
@@ -44,6 +44,11 @@ def pod(spec: dict) -> dict:
                           "envFrom": [{"configMapRef": {"name": "all-cm"}}, {"secretRef": {"name": "all-sec"}}]}]},
          {(CONFIGMAP, NS, "icm"), (SECRET, NS, "csec"), (CONFIGMAP, NS, "all-cm"), (SECRET, NS, "all-sec")}),
         ({"imagePullSecrets": [{"name": "registry"}, {}]}, {(SECRET, NS, "registry")}),
+        # Claims: named, or the one the ephemeral volume controller makes for the pod (`<pod>-<volume>`).
+        ({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "db"}},
+                      {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                      {"name": "bad", "persistentVolumeClaim": {"claimName": ""}}]},
+         {(CLAIM, NS, "db"), (CLAIM, NS, "p-scratch")}),
         ({"volumes": "not a list", "containers": [{"name": "c", "env": [None, {"valueFrom": "bad"}]}]}, set()),
     ],
 )
@@ -69,8 +74,7 @@ class FakeApi:
         self.refuse: set[str] = set()
 
     def put(self, obj: dict) -> None:
-        plural = "configmaps" if obj["kind"] == CONFIGMAP else "secrets"
-        self.objects[f"/api/v1/namespaces/{NS}/{plural}/{obj['metadata']['name']}"] = obj
+        self.objects[object_path(object_key(obj))] = obj
 
     async def get(self, path: str) -> dict:
         self.gets.append(path)
@@ -267,6 +271,98 @@ async def test_pods_set_while_a_round_reads_wake_the_next_round(api, tmp_path):
         release.set()
         await asyncio.wait_for(syncer.ensure([uses("settings", secrets=("token",))], timeout=5), 5)
         assert syncer.store.get_secret(NS, "token") is not None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def claim(name: str, volume: str = "", phase: str = "Pending") -> dict:
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}"},
+            "spec": {"volumeName": volume} if volume else {}, "status": {"phase": phase}}
+
+
+def volume(name: str, claim_name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"hostPath": {"path": f"/srv/{name}"},
+                     "claimRef": {"namespace": NS, "name": claim_name, "uid": f"uid-{claim_name}"}},
+            "status": {"phase": "Bound"}}
+
+
+def claims(*names: str) -> dict:
+    return pod({"volumes": [{"name": n, "persistentVolumeClaim": {"claimName": n}} for n in names],
+                "containers": [{"name": "c"}]})
+
+
+async def test_a_claim_and_its_volume_are_read_persisted_and_loaded_offline(api, tmp_path):
+    api.put(claim("data", "pv-data", "Bound"))
+    api.put(volume("pv-data", "data"))
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.set_pods([claims("data")])
+    await syncer.refresh_once()
+    assert syncer.store.get(VOLUME, "", "pv-data")["spec"]["hostPath"] == {"path": "/srv/pv-data"}
+    assert "/api/v1/persistentvolumes/pv-data" in api.gets  # cluster-scoped
+    api.down = True
+    store = ObjectStore()
+    assert ObjectSyncer(api, store, str(tmp_path)).load() == 2
+    assert store.get(CLAIM, NS, "data")["spec"]["volumeName"] == "pv-data"
+    assert store.get(VOLUME, NS, "pv-data") == store.get(VOLUME, "", "pv-data") is not None
+
+
+async def test_a_pending_claim_is_read_again_at_each_sync_until_bound_then_its_volume(api, tmp_path):
+    api.put(claim("data"))
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    syncer.set_pods([claims("data")])
+    await syncer.refresh_once()
+    await syncer.fetch_missing(claims("data"))
+    assert api.gets.count(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data") == 2
+    api.put(claim("data", "pv-data", "Bound"))
+    api.put(volume("pv-data", "data"))
+    await syncer.fetch_missing(claims("data"))
+    assert syncer.store.get(VOLUME, "", "pv-data") is not None
+    asked = len(api.gets)
+    await syncer.fetch_missing(claims("data"))  # bound and there: nothing asked
+    assert len(api.gets) == asked
+    # The volume stays as long as a pod's claim is bound to it, and goes with the claim.
+    await syncer.refresh_once()
+    assert syncer.store.get(VOLUME, "", "pv-data") is not None
+    syncer.set_pods([])
+    await syncer.refresh_once()
+    assert syncer.store.get(VOLUME, "", "pv-data") is None and not list(tmp_path.glob("*.ckpt"))
+
+
+async def test_ensure_waits_for_the_volume_of_a_claim(api, tmp_path):
+    api.put(claim("data", "pv-data", "Bound"))
+    api.put(volume("pv-data", "data"))
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path))
+    task = asyncio.create_task(syncer.run())
+    try:
+        await asyncio.wait_for(syncer.ensure([claims("data")], timeout=5), 5)
+        assert syncer.store.get(VOLUME, "", "pv-data") is not None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_claim_pods_wait_for_is_read_again_soon_until_it_is_bound(api, tmp_path):
+    api.put(claim("data"))
+    now = [0.0]
+    syncer = ObjectSyncer(api, ObjectStore(), str(tmp_path), refresh=3600, clock=lambda: now[0])
+    path = f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data"
+    syncer.set_pods([claims("data")])
+    task = asyncio.create_task(syncer.run())
+    try:
+        await asyncio.wait_for(syncer.ensure([claims("data")], timeout=5), 5)
+        api.put(claim("data", "pv-data", "Bound"))
+        api.put(volume("pv-data", "data"))
+        for _ in range(100):  # the loop's short wait (PENDING_CLAIM_POLL) passes; the refresh (3600 s) does not
+            if syncer.store.get(VOLUME, "", "pv-data") is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert syncer.store.get(VOLUME, "", "pv-data") is not None
+        reads = api.gets.count(path)
+        await asyncio.sleep(2.5)  # bound now: no more reads until the refresh
+        assert api.gets.count(path) == reads
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

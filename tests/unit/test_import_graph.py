@@ -171,6 +171,7 @@ _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.tunnel", "edgelet.tunnel.agent", "edgelet.tunnel.konnectivity_pb2",  # the konnectivity tunnel
     "edgelet.lifecycle.shutdown",  # [shutdown] enabled
     "edgelet.podconfig.http",  # [pods] http_url
+    "edgelet.csi.client", "edgelet.csi.csi_pb2", "edgelet.volumes.csi",  # a CSI plugin registers, a pod uses one
     "difflib",  # a manifest with an unknown field
     "encodings.idna",  # resolving a host name (the ops server binds its IP address itself)
     "shutil", "tempfile", "bz2", "lzma", "fractions", "decimal", "_decimal",  # as for a cluster run, below
@@ -192,6 +193,7 @@ def test_a_standalone_run_leaves_cluster_and_other_commands_modules_unloaded(tmp
 # edgelet.util.http11.
 _NOT_FOR_A_CLUSTER_RUN = ["cryptography", "httpx", "httpcore", "anyio", "sniffio", "certifi", "edgelet.podconfig.http",
                           "edgelet.tunnel",  # the konnectivity tunnel: only with [cluster.tunnel]
+                          "edgelet.csi.client", "edgelet.volumes.csi",  # a CSI plugin registers, a pod uses one
                           # 0.5 MiB (docs/benchmarks.md): argparse's width, tempfile's mkdtemp and shutil's rmtree
                           # would bring them; fractions is gone with parse_duration's integer arithmetic, decimal
                           # (0.26 MiB) with the quantities' nano-units.

@@ -71,6 +71,9 @@ def test_journalctl_args_as_the_kubelet_builds_them():
         "--output=short-precise"]
     assert journalctl_args(NodeLogQuery(("ssh",)), ["ssh"]) == ["--utc", "--no-pager", "--unit=ssh",
                                                                 "--output=short-precise"]
+    # A configured journal directory is read instead of the system journal.
+    assert journalctl_args(NodeLogQuery(("ssh",)), ["ssh"], "/data/journal") == [
+        "--directory=/data/journal", "--utc", "--no-pager", "--unit=ssh", "--output=short-precise"]
 
 
 def test_which_services_log_to_the_journal():

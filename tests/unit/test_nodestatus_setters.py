@@ -120,6 +120,10 @@ def test_node_info() -> None:
     assert re.fullmatch(r"v1\.\d+\.\d+-edgelet\.\d+\.\d+\.\d+.*", KUBELET_VERSION)
 
 
+NETWORK_DOWN = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+                "message:Network plugin returns error: cni plugin not initialized")
+
+
 @pytest.mark.parametrize(
     "health, problems",
     [
@@ -131,11 +135,11 @@ def test_node_info() -> None:
         ({"runtime": (True, ""), "pleg": (False, "pleg was last seen active 3m0s ago")},
          ["PLEG is not healthy: pleg was last seen active 3m0s ago"]),
         (
-            {"runtime": (False, "socket missing"), "pleg": (False, "no relist"),
-             "network": (False, "cni config uninitialized")},
-            ["container runtime is down: socket missing", "PLEG is not healthy: no relist",
-             "network is not ready: cni config uninitialized"],
+            {"runtime": (False, "socket missing"), "pleg": (False, "no relist"), "network": (False, NETWORK_DOWN)},
+            ["container runtime is down: socket missing", "PLEG is not healthy: no relist", NETWORK_DOWN],
         ),
+        ({"runtime": (True, ""), "network": (False, NETWORK_DOWN), "shutdown": (False, "shutting down")},
+         [NETWORK_DOWN, "shutdown is not ready: shutting down"]),
     ],
 )
 def test_ready_problems(health: dict, problems: list[str]) -> None:

@@ -51,7 +51,7 @@ def test_an_invalid_update_keeps_the_last_good_version():
     broken["data"] = {"k": "not base64!"}
     problems = store.replace_all("file", [broken, {"kind": "Pod"}])
     assert problems == ["Secret default/s: data['k'] is not valid base64",
-                        "kind: expected ConfigMap or Secret, got 'Pod'"]
+                        "kind: expected ConfigMap, Secret, PersistentVolumeClaim or PersistentVolume, got 'Pod'"]
     assert secret_data(store.get_secret("default", "s")) == {"k": b"v"}
 
 
@@ -62,7 +62,7 @@ def test_an_invalid_update_keeps_the_last_good_version():
         ({"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": 1}}, "data['k'] must be a string"),
         ({"kind": "ConfigMap", "metadata": {"name": "c"}, "data": []}, "data must be an object"),
         ({"kind": "ConfigMap", "metadata": {"name": "c"}, "binaryData": {"k": "@@"}}, "is not valid base64"),
-        ("text", "expected a ConfigMap or Secret object"),
+        ("text", "expected a ConfigMap, Secret, PersistentVolumeClaim or PersistentVolume object"),
     ],
 )
 def test_put_rejects_unusable_objects(obj, message):

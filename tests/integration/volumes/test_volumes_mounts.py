@@ -218,13 +218,12 @@ async def test_config_map_lives_on_disk_and_missing_sources_are_reported_per_vol
                      {"name": "maybe", "secret": {"secretName": "nope", "optional": True}},
                      {"name": "labels", "downwardAPI": {"items": [{"path": "name",
                                                               "fieldRef": {"fieldPath": "metadata.name"}}]}},
-                     {"name": "pvc", "persistentVolumeClaim": {"claimName": "data"}}])
+                     {"name": "nfs", "nfs": {"server": "nas", "path": "/export"}}])
     with pytest.raises(VolumeError) as caught:
         await manager.setup_pod(pod)
     assert caught.value.message == (
         'MountVolume.SetUp failed for volume "gone" : configmap "app-config" not found; '
-        'MountVolume.SetUp failed for volume "pvc" : volume type persistentVolumeClaim is not supported on '
-        "this node")
+        'MountVolume.SetUp failed for volume "nfs" : volume type nfs is not supported on this node')
     cfg = manager.volume_dir(UID, "configMap", "cfg")
     assert open(os.path.join(cfg, "app.conf")).read() == "x=1" and mount_at(cfg) is None
     labels = manager.volume_dir(UID, "downwardAPI", "labels")
@@ -367,6 +366,54 @@ async def test_teardown_never_deletes_host_path_data(manager, host_files):
     await manager.teardown_pod(UID)
     assert open(host_files["file"]).read() == "host data"
     assert not os.path.exists(manager.pod_dir(UID))
+
+
+def _bound_claim(store, name, pv_source, **pv_spec):
+    store.put({"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default", "uid": f"u-{name}"},
+               "spec": {"volumeName": f"pv-{name}"}, "status": {"phase": "Bound"}})
+    store.put({"kind": "PersistentVolume", "metadata": {"name": f"pv-{name}"},
+               "spec": {**pv_source, **pv_spec,
+                        "claimRef": {"namespace": "default", "name": name, "uid": f"u-{name}"}}})
+
+
+async def test_a_local_claim_is_bind_mounted_with_its_fs_group_and_torn_down_without_its_data(manager, store, root):
+    data = os.path.join(root, "disk")
+    os.makedirs(os.path.join(data, "sub"))
+    with open(os.path.join(data, "sub", "kept"), "w") as stream:
+        stream.write("kept")
+    _bound_claim(store, "data", {"local": {"path": data}})
+    _bound_claim(store, "view", {"local": {"path": data}})
+    pod = volume_pod([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                {"name": "view", "persistentVolumeClaim": {"claimName": "view", "readOnly": True}}],
+               [{"name": "app", "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                                                 {"name": "view", "mountPath": "/view", "subPath": "sub"}]}],
+               securityContext={"fsGroup": 3456, "fsGroupChangePolicy": "OnRootMismatch"})
+    paths = await manager.setup_pod(pod)
+    target = manager.volume_dir(UID, "local", "pv-data")
+    assert paths["data"] == target and mount_at(target) is not None
+    assert os.stat(os.path.join(data, "sub", "kept")).st_gid == 3456  # the first mount gave the group
+    assert "ro" in _mount_options(manager.volume_dir(UID, "local", "pv-view"))
+    mounts = manager.mounts_for(pod, pod["spec"]["containers"][0], paths)
+    assert [(m["container_path"], m["readonly"]) for m in mounts[:2]] == [("/data", False), ("/view", True)]
+    # Resolved once per pod: a claim deleted under a running pod leaves its mount in place.
+    store.delete("PersistentVolumeClaim", "default", "data")
+    os.chown(os.path.join(data, "sub", "kept"), -1, 0)
+    assert await manager.setup_pod(pod) == paths
+    assert os.stat(os.path.join(data, "sub", "kept")).st_gid == 0  # mounted already: no second ownership pass
+    await manager.teardown_pod(UID)
+    assert not mounts_under(manager.pods_dir)
+    assert open(os.path.join(data, "sub", "kept")).read() == "kept"
+    with pytest.raises(VolumeError, match='persistentvolumeclaims "data" not found'):
+        await manager.setup_pod(pod)
+
+
+def _mount_options(path):
+    with open("/proc/self/mountinfo") as stream:
+        for line in stream:
+            fields = line.split()
+            if fields[4] == path:
+                return fields[5].split(",")
+    return []
 
 
 def test_remove_tree_refuses_to_cross_into_a_mount(root):
