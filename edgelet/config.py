@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from edgelet.api.limits import INT32_MAX as _INT32_MAX
+from edgelet.api.limits import describe_int, document_problem
+from edgelet.api.quantity import NANO, format_bytes, parse_quantity, parse_quantity_bytes
+from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
 from edgelet.util.cpuset import parse_cpuset
 from edgelet.util.errors import ConfigError
-from edgelet.api.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
-from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
-from edgelet.api.quantity import NANO, format_bytes, parse_quantity, parse_quantity_bytes
 
 __all__ = [
     "Config", "ConfigError", "format_duration", "format_effective", "load_config", "parse_config",
@@ -404,7 +405,8 @@ def _secret(check: Callable[[str], str | None]) -> _Kind:
 
 def _host_port_error(value: str) -> str | None:
     host, colon, port = value.rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535 or (host.startswith("[") != host.endswith("]")):
+    if (not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535
+            or host.startswith("[") != host.endswith("]")):
         return f'must be "host:port" (like "10.0.0.1:8132" or "[fd00::1]:8132"), got {value!r}'
     return None
 
@@ -790,8 +792,8 @@ MAX_CONFIG_DEPTH = 8
 # parts: 400 MB) before any depth check can run; far more parts than any key or value has are refused unread.
 MAX_DOTTED_PARTS = 64
 _LONG_DOTTED_KEY = re.compile(
-    r"""(?<![A-Za-z0-9_-])(?:(?:[A-Za-z0-9_-]++|"[^"\n]*+"|'[^'\n]*+')[ \t]*+\.[ \t]*+){%d}"""
-    % MAX_DOTTED_PARTS)  # the look-behind keeps the search linear: each run of key characters is tried once
+    r"""(?<![A-Za-z0-9_-])(?:(?:[A-Za-z0-9_-]++|"[^"\n]*+"|'[^'\n]*+')[ \t]*+\.[ \t]*+){"""
+    + str(MAX_DOTTED_PARTS) + "}")  # the look-behind keeps the search linear: each run of key characters is tried once
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

@@ -1,9 +1,11 @@
-"""Session-wide test fixtures: the private containerd that integration tests run against.
+"""Session-wide test fixtures: the private containerd that integration tests run against, a CRI client
+connected to it and a runtime emptied around a test.
 
 `containerd` starts one instance per test session through hack/local-containerd.sh in a temporary
 directory and stops it at the end, failing the session if anything (process, mount) outlives it. The
 release it runs is the script's choice: CONTAINERD=1.6|1.7|2.1 in the environment, else its default.
-Without root or the needed tools the fixture skips, except under CI=true, where it fails.
+Without root or the needed tools the fixture skips, except under CI=true, where it fails. A module opts into a
+runtime emptied before and after each test with `pytestmark = pytest.mark.usefixtures("clean_runtime")`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.runtime_cleanup import recorded, remove_pod_cgroups, run_ctr
+# The helper modules' asserts are the tests' too: rewritten as the test modules' are, they hold at -OO (the pure
+# suite runs so, as the package ships), where a plain assert would vanish. Before any of them is imported.
+pytest.register_assert_rewrite("tests.helpers", "tests.runtime_cleanup", "tests.scrape", "tests.logind_double",
+                               "tests.kubeapi_double", "tests.unit", "tests.integration", "tests.e2e", "tests.chaos",
+                               "tests.conformance", "bench")
+
+from edgelet.cri.client import RuntimeClient  # noqa: E402
+from tests.runtime_cleanup import empty_runtime, recorded, remove_pod_cgroups, run_ctr  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONTAINERD = REPO_ROOT / "hack" / "local-containerd.sh"
@@ -124,7 +133,8 @@ def _wait_until_ready(endpoint: str, images: tuple[str, ...]) -> None:
                 missing = [
                     ref
                     for ref in images
-                    if not image_service.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=ref)), timeout=5).image.id
+                    if not image_service.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=ref)),
+                                                     timeout=5).image.id
                 ]
                 if not not_ready and not missing:
                     return
@@ -160,3 +170,18 @@ def containerd(tmp_path_factory: pytest.TempPathFactory):
         asyncio.run(remove_pod_cgroups())
     if stopped.returncode != 0:
         pytest.fail(f"hack/local-containerd.sh stop left things behind:\n{stopped.stderr}", pytrace=False)
+
+
+@pytest.fixture
+async def cri(containerd):
+    """A RuntimeClient connected to the session's containerd, closed after the test."""
+    async with RuntimeClient(containerd.endpoint, timeout=60.0) as client:
+        yield client
+
+
+@pytest.fixture
+async def clean_runtime(cri):
+    """An empty runtime for the test, emptied again afterwards whatever the test left."""
+    await empty_runtime(cri)
+    yield
+    await empty_runtime(cri)

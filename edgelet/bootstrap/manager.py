@@ -16,25 +16,33 @@ import os
 import random
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from edgelet.util.backoff import JitteredBackoff
+from edgelet.api.kubetime import format_time
 from edgelet.bootstrap import ACTION_RECORD
 from edgelet.bootstrap.csr import (
-    CLIENT_SIGNER, CLIENT_USAGES, NODES_GROUP, SERVING_SIGNER, SERVING_USAGES, csr_object, csr_outcome,
-    new_key_and_request, node_user, rotation_deadline,
+    CLIENT_SIGNER,
+    CLIENT_USAGES,
+    NODES_GROUP,
+    SERVING_SIGNER,
+    SERVING_USAGES,
+    csr_object,
+    csr_outcome,
+    new_key_and_request,
+    node_user,
+    rotation_deadline,
 )
 from edgelet.bootstrap.discovery import UnsignedClusterInfo, bundle_hashes, discover_ca
 from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError
 from edgelet.bootstrap.x509 import Certificate, CertificateError, first_certificate, pem_blocks
-from edgelet.util.checkpoint import CheckpointStore, key_to_filename
 from edgelet.config import ClusterConfig, load_config
-from edgelet.util.errors import ConfigError, EdgeletError, TemporaryError
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError, Unauthorized
 from edgelet.kubeapi.kubeconfig import KubeConfig, KubeconfigError, ssl_context
-from edgelet.api.kubetime import format_time
+from edgelet.util.backoff import JitteredBackoff
+from edgelet.util.checkpoint import CheckpointStore, key_to_filename
+from edgelet.util.errors import ConfigError, EdgeletError, TemporaryError
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +94,10 @@ def tls_context(server: str, ca_pem: bytes | None, credentials: Credentials | No
                             client_cert_data=credentials.cert_pem if credentials else None,
                             client_key_data=credentials.key_pem if credentials else None,
                             user_field="client certificate", cluster_field="cluster CA")
-        ctx = ssl_context(config)
-        assert ctx is not None  # the server is https:// (checked by the config)
+        verified = ssl_context(config)
+        if verified is None:  # the config holds the server to https://; nothing here may speak plain HTTP
+            raise ConfigError(where, "server", f"{server}: the cluster is reached over https:// only")
+        ctx = verified
     return ctx
 
 
@@ -163,7 +173,8 @@ class RenewedCertificate:
             log.warning("the stored %s is unusable (%s); requesting a new one", self.what, exc)
             return None
         if not credentials.valid(self._clock()):
-            log.warning("the stored %s (serial %x) expired; %s", self.what, credentials.cert.serial, self._expired_means)
+            log.warning("the stored %s (serial %x) expired; %s", self.what, credentials.cert.serial,
+                        self._expired_means)
         return credentials
 
     _expired_means = "requesting a new one"
@@ -189,7 +200,7 @@ class RenewedCertificate:
             if not self._renewal_due_now():
                 wait = self._deadline - self._clock()
                 if wait > 0:
-                    if announced != self._deadline:
+                    if announced != self._deadline and self.current is not None:  # valid: it is there
                         announced = self._deadline
                         log.info("%s serial %x valid until %s; rotating in %.0fs", self.what,
                                  self.current.cert.serial, format_time(self.current.cert.not_after), wait)
@@ -359,7 +370,9 @@ class ClientCertificateManager(RenewedCertificate):
     async def _obtain(self) -> Credentials:
         self._reread_token()
         if self.ca_pem is None:
-            assert self._pinned_hash is not None
+            if self._pinned_hash is None:  # the config asks a token join for a CA file or its hash
+                raise DiscoveryError("a bootstrap token join needs [cluster] ca_file or ca_cert_hash to trust the "
+                                     "cluster it discovers")
             self.ca_pem = await discover_ca(self.server, self._token, self._pinned_hash)
             await asyncio.to_thread(self._store.write, CA_KEY, self.ca_pem)
             log.info("discovered the cluster CA (public key %s) from kube-public/cluster-info", self._pinned_hash)

@@ -13,7 +13,8 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from edgelet import __version__
 from edgelet.cli.base import ArgumentParser, parse_command_line, setup_logging
@@ -203,9 +204,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def _since(since: str | None, since_time: str | None) -> int | None:
     """--since or --since-time as nanoseconds since the epoch, the time stamps' own unit."""
+    from edgelet.api.kubetime import parse_rfc3339_ns
     from edgelet.config import parse_duration
     from edgelet.logs.reader import LogsError
-    from edgelet.api.kubetime import parse_rfc3339_ns
 
     if since is not None and since_time is not None:
         raise LogsError("at most one of --since and --since-time may be given")
@@ -303,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("kind", choices=["events", "event", "ev"], help="what to list (events only)")
     get.add_argument("-n", "--namespace", default="default", help="only events in this namespace (default: default)")
     get.add_argument("-A", "--all-namespaces", action="store_true", help="events of every namespace")
-    get.add_argument("--for", dest="for_object", metavar="KIND/NAME", help="only events about this object, e.g. pod/web")
+    get.add_argument("--for", dest="for_object", metavar="KIND/NAME",
+                     help="only events about this object, e.g. pod/web")
     get.set_defaults(func=cmd_get)
 
     exec_ = sub.add_parser("exec", parents=[common], rest_dest="cmd",

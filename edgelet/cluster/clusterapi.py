@@ -9,27 +9,27 @@ build a `ClusterApi`, so a hollow node runs exactly the agent's control-plane wi
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterable, Mapping, Protocol
+from typing import Protocol
 
 from edgelet.api import podutil
+from edgelet.api.podutil import Pod
 from edgelet.config import ClusterConfig
+from edgelet.container.runtime import RuntimeFeatures
 from edgelet.events import NO_EVENTS, EventRecorder
 from edgelet.events.apisink import ApiEventSink
 from edgelet.kubeapi.client import ApiClient
 from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.manager import NodeStatusManager
-from edgelet.container.runtime import RuntimeFeatures
 from edgelet.nodestatus.setters import NodeInfo, PressureThresholds, Reserved
 from edgelet.nodestatus.taints import parse_taint
-from edgelet.podconfig.apiserver import ApiServerSource
 from edgelet.pod.manager import PodManager
-from edgelet.api.podutil import Pod
+from edgelet.podconfig.apiserver import ApiServerSource
 from edgelet.status.apisync import StatusSyncer
 from edgelet.status.manager import StatusManager
 from edgelet.status.mirror import MirrorPods, split_mirror_pods
 from edgelet.util.tasks import TaskGroup
-
 
 # After a Lease renewal that ends an outage the pod watch reconnects at a random point within RELIST_SPREAD_ALONE
 # seconds, or within RELIST_SPREAD_CROWD renew intervals when that renewal took CROWDED_RENEWAL seconds or more: an API

@@ -1,6 +1,6 @@
 """Cluster mode in one place: the API client (from the kubeconfig, or TLS bootstrap with a token), the cached
-API pod source, the ConfigMaps and Secrets pods reference, the Services for their variables, node registration with its status and Lease, and pod
-statuses with mirror pods.
+API pod source, the ConfigMaps and Secrets pods reference, the Services for their variables, node registration
+with its status and Lease, and pod statuses with mirror pods.
 
 The Agent builds one `ClusterConnection` when the config has a `[cluster]` section and starts it; nothing in
 here can stop the agent: an unreachable API server only delays what is sent to it. The API work itself is wired
@@ -13,26 +13,27 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from edgelet.api import podutil
+from edgelet.api.env import api_server_address, kubernetes_service
+from edgelet.api.objectstore import ObjectStore
+from edgelet.api.podutil import Pod
 from edgelet.cluster.clusterapi import ClusterApi, NodeReport
+from edgelet.cluster.services import ServiceInformer
+from edgelet.cm.cgroups import reserved_total
 from edgelet.config import Config, EvictionConfig
+from edgelet.container.runtime import RuntimeFeatures
 from edgelet.events import EventRecorder
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import Unauthorized
 from edgelet.kubeapi.objects import ObjectSyncer
-from edgelet.cluster.services import ServiceInformer
-from edgelet.api.env import api_server_address, kubernetes_service
 from edgelet.nodestatus.facts import gather_node_info
-from edgelet.cm.cgroups import reserved_total
-from edgelet.container.runtime import RuntimeFeatures
 from edgelet.nodestatus.setters import PressureThresholds, Reserved
-from edgelet.api.objectstore import ObjectStore
+from edgelet.pod.manager import PodManager
 from edgelet.podconfig.cache import CachingHandle, PodCheckpoints
 from edgelet.podconfig.config import PodConfig
-from edgelet.pod.manager import PodManager
-from edgelet.api.podutil import Pod
 from edgelet.status.manager import StatusManager
 from edgelet.util.tasks import TaskGroup
 
@@ -157,7 +158,8 @@ class ClusterConnection:
 
     def _start_api_tasks(self) -> None:
         tasks = self._tasks
-        assert tasks is not None
+        if tasks is None:
+            raise RuntimeError("the cluster's API work starts only once the connection runs")
         self._api_tasks_started = True
         tasks.start("cluster:objects", self.objects.run())
         tasks.start("cluster:services", self.services.run())
@@ -189,7 +191,8 @@ class ClusterConnection:
     def _use_certificate(self) -> None:
         """A new client certificate (bootstrap or rotation): new connections use it; the API work starts
         with the first one. Running requests and the pod watch go on undisturbed."""
-        self.client.use_tls(self.certificates.tls_context())
+        if self.certificates is not None:  # always: they call this
+            self.client.use_tls(self.certificates.tls_context())
         if not self._api_tasks_started:
             self._start_api_tasks()
 

@@ -1,4 +1,5 @@
-"""Async CRI v1 client over a unix socket: every call is timed and counted once, and gRPC failures become edgelet errors.
+"""Async CRI v1 client over a unix socket: every call is timed and counted once, and gRPC failures become edgelet
+errors.
 
 This is edgelet's counterpart of the kubelet's instrumented remote runtime. The relist hot path gets
 `list_pod_sandbox_raw()` / `list_containers_raw()`, which hand back the undecoded reply bytes.
@@ -15,9 +16,9 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from edgelet.metrics import registry as metrics
 from edgelet.cri import CRIError, NotFound, RuntimeCallError, RuntimeTimeout, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.metrics import registry as metrics
 
 CRI_API_VERSION = "v1"
 
@@ -160,7 +161,6 @@ class RuntimeClient:
         self._channel: aio.Channel | None = None
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {}
         self._raw_calls: dict[str, Callable[..., Awaitable[bytes]]] = {}
-        self._events_call: Callable[..., Any] | None = None
         self._running_to_end: set[asyncio.Future] = set()
         # Resolve the metric children once: .labels() takes a lock and a dict lookup per call.
         self._observe = {op: metrics.runtime_operations_duration_seconds.labels(op).observe for op in _RPCS}
@@ -169,11 +169,10 @@ class RuntimeClient:
     def connect(self) -> None:
         """Opens the channel and starts connecting in the background (call it from the loop that will use
         the client), so that the first call does not wait for the connection; calls need not wait for it."""
-        if self._channel is None:
-            self._connect()
-        self._channel.get_state(try_to_connect=True)
+        channel = self._channel if self._channel is not None else self._connect()
+        channel.get_state(try_to_connect=True)
 
-    def _connect(self) -> None:
+    def _connect(self) -> aio.Channel:
         channel = aio.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
         for operation, (path, request_type, response_type) in _RPCS.items():
             self._calls[operation] = channel.unary_unary(
@@ -186,11 +185,8 @@ class RuntimeClient:
                 self._raw_calls[operation] = channel.unary_unary(
                     path, request_serializer=request_type.SerializeToString, response_deserializer=None
                 )
-        # Raw: the PLEG only needs to know that something changed, and relists to learn what.
-        self._events_call = channel.unary_stream(
-            _CONTAINER_EVENTS, request_serializer=pb.GetEventsRequest.SerializeToString, response_deserializer=None
-        )
         self._channel = channel
+        return channel
 
     async def close(self, grace: float = CLOSE_GRACE) -> None:
         """Closes the channel once the calls that run to their end have ended (at most `grace` seconds)."""
@@ -230,6 +226,8 @@ class RuntimeClient:
         except TimeoutError:
             call.add_done_callback(_abandoned)
             self._count_error[operation]()
+            if wait is None:  # not this deadline's (asyncio.timeout(None) never expires)
+                raise
             raise RuntimeTimeout(self.endpoint, operation, wait) from None
 
     async def _call(self, operation: str, request: Any, timeout: float | None, raw: bool) -> Any:
@@ -277,9 +275,11 @@ class RuntimeClient:
         Raises RuntimeUnavailable when the runtime goes away, CRIError code UNIMPLEMENTED when it serves no
         events (containerd before 1.7). The stream has no deadline; a normal end returns.
         """
-        if self._channel is None:
-            self._connect()
-        call = self._events_call(pb.GetEventsRequest())
+        channel = self._channel if self._channel is not None else self._connect()
+        # Raw: the PLEG only needs to know that something changed, and relists to learn what.
+        events: Callable[..., Any] = channel.unary_stream(
+            _CONTAINER_EVENTS, request_serializer=pb.GetEventsRequest.SerializeToString, response_deserializer=None)
+        call = events(pb.GetEventsRequest())
         try:
             async for message in call:
                 yield message

@@ -29,8 +29,8 @@ from typing import Any
 import orjson
 
 from edgelet.config import format_duration, parse_duration
-from edgelet.util.errors import ConfigError, EdgeletError, YAMLError
 from edgelet.images import auth, reference
+from edgelet.util.errors import ConfigError, EdgeletError, YAMLError
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from typing import Any
 from edgelet.api import podutil
 from edgelet.cri import RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.util.errors import EdgeletError
 from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from edgelet.images import progress, reference
 from edgelet.images.auth import credentials_for
+from edgelet.util.errors import EdgeletError
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,8 @@ class ImageManager:
         present = await self.image_status(image)
         if not should_pull(policy, present is not None):
             if present is not None:
-                self._recorder.event(ref, NORMAL, "Pulled", f'Container image "{spec_image}" already present on machine')
+                self._recorder.event(ref, NORMAL, "Pulled",
+                                     f'Container image "{spec_image}" already present on machine')
                 return present.id
             raise ImageError(
                 ERR_IMAGE_NEVER_PULL, f'Container image "{spec_image}" is not present with pull policy of Never'

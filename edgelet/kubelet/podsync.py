@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
-from edgelet.util.errors import EdgeletError
-from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
-from edgelet.eviction import evicted_status
 from edgelet.api.kubetime import format_time, parse_time
+from edgelet.api.podutil import Pod
 from edgelet.container.cache import InspectionError
 from edgelet.container.runtime import ContainerState, PodRuntimeStatus
-from edgelet.api.podutil import Pod
+from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
+from edgelet.eviction import evicted_status
+from edgelet.metrics import registry as metrics
 from edgelet.pod.workers import TERMINAL_PHASES, SyncOutcome
 from edgelet.status.extras import add_newer_fields
 from edgelet.status.generate import generate_pod_status
+from edgelet.util.errors import EdgeletError
 
 if TYPE_CHECKING:  # the collaborators, for their types only
     from edgelet.kuberuntime.manager import RuntimeManager

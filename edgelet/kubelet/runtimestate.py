@@ -4,12 +4,12 @@ and whether the relist lost the runtime (containers that die with it did not cra
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
+from edgelet.container.runtime import RuntimeFeatures, RuntimeHandlerInfo
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
 from edgelet.util.errors import EdgeletError
-from edgelet.container.runtime import RuntimeFeatures, RuntimeHandlerInfo
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,8 @@ def runtime_features(reply: pb.StatusResponse) -> RuntimeFeatures:
     return RuntimeFeatures(
         handlers=tuple(RuntimeHandlerInfo(
             name=handler.name,
-            recursive_read_only_mounts=handler.features.recursive_read_only_mounts and PASSES_RECURSIVE_READ_ONLY_MOUNTS,
+            recursive_read_only_mounts=handler.features.recursive_read_only_mounts
+            and PASSES_RECURSIVE_READ_ONLY_MOUNTS,
             user_namespaces=handler.features.user_namespaces and PASSES_USER_NAMESPACES,
         ) for handler in reply.runtime_handlers),
         supplemental_groups_policy=reply.features.supplemental_groups_policy,

@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from edgelet.api import podutil
-from edgelet.metrics import registry as metrics
-from edgelet.cadvisor.collector import CadvisorCollector, ContainerFacts
-from edgelet.cadvisor.cgroupfs import CgroupReader
-from edgelet.config import Config
-from edgelet.kubeapi.kubeconfig import load_kubeconfig
-from edgelet.container.runtime import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
 from edgelet.api.podutil import Pod
+from edgelet.cadvisor.cgroupfs import CgroupReader
+from edgelet.cadvisor.collector import CadvisorCollector, ContainerFacts
+from edgelet.config import Config
+from edgelet.container.runtime import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.kubeapi.kubeconfig import load_kubeconfig
+from edgelet.metrics import registry as metrics
 from edgelet.server.http import HealthCheck
 
 from .auth import Authenticator, Authorizer

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import html
+import io
 import os
 import re
 import subprocess
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import cast
 
 from .paths import BadRequest
 
@@ -56,7 +58,7 @@ def _rfc3339(name: str, value: str, errors: list[str]) -> datetime | None:
     if parsed.tzinfo is None:
         errors.append(f'{name}: Invalid value: "{value}": invalid time format')
         return None
-    return parsed.astimezone(timezone.utc)
+    return parsed.astimezone(UTC)
 
 
 def _integer(name: str, value: str, errors: list[str]) -> int | None:
@@ -280,11 +282,14 @@ async def _journal(q: NodeLogQuery, services: Sequence[str], journal_dir: str,
     except OSError:
         yield b"\nerror: journal output not available\n"
         return
-    assert process.stdout is not None
+    stdout = cast("io.BufferedReader | None", process.stdout)  # a pipe: _spawn asks for one
+    if stdout is None:
+        yield b"\nerror: journal output not available\n"
+        return
     try:
         while (remaining := deadline - loop.time()) > 0:
             try:
-                chunk = await asyncio.wait_for(asyncio.to_thread(process.stdout.read1, _CHUNK), remaining)
+                chunk = await asyncio.wait_for(asyncio.to_thread(stdout.read1, _CHUNK), remaining)
             except TimeoutError:
                 return
             if not chunk:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from edgelet.api import podutil
-from ..cri import runtime_v1_pb2 as pb
 from edgelet.api.podutil import Pod
 from edgelet.container import labels
 
+from ..cri import runtime_v1_pb2 as pb
 from . import security
 from .security import SecuritySettings
 
-_PROPAGATION = {"None": 0, "HostToContainer": 1, "Bidirectional": 2}
+_PROPAGATION = {"None": pb.PROPAGATION_PRIVATE, "HostToContainer": pb.PROPAGATION_HOST_TO_CONTAINER,
+                "Bidirectional": pb.PROPAGATION_BIDIRECTIONAL}
 
 
 def container_log_path(container_name: str, restart_count: int) -> str:
@@ -51,7 +52,7 @@ def container_annotations(pod: Pod, container: dict, *, container_hash: str, res
 
 
 # CRI NamespaceMode values.
-NAMESPACE_POD, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_TARGET = 0, 1, 2, 3
+NAMESPACE_POD, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_TARGET = pb.POD, pb.CONTAINER, pb.NODE, pb.TARGET
 
 
 def security_context(pod: Pod, container: dict, pid_target: str = "", *,
@@ -135,9 +136,9 @@ def make_container_config(
                 container_path=m["container_path"],
                 host_path=m["host_path"],
                 readonly=bool(m.get("readonly")),
-                propagation=_PROPAGATION.get(m.get("propagation") or "None", 0)
+                propagation=_PROPAGATION.get(m.get("propagation") or "None", pb.PROPAGATION_PRIVATE)
                 if isinstance(m.get("propagation"), str) or m.get("propagation") is None
-                else int(m["propagation"]),
+                else cast("pb.MountPropagation", int(m["propagation"])),  # the volume manager's, by number
             )
             for m in mounts
         ],

@@ -12,9 +12,9 @@ import inspect
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-from edgelet.util.errors import EdgeletError
 from edgelet.events import NO_EVENTS, Recorder, node_ref
 from edgelet.events.node import condition_events, condition_statuses
 from edgelet.kubeapi.client import ApiClient
@@ -32,6 +32,7 @@ from edgelet.nodestatus.setters import (
     missing_labels,
     pod_cidrs,
 )
+from edgelet.util.errors import EdgeletError
 from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
@@ -247,7 +248,7 @@ class NodeStatusManager:
             raise _InputsUnavailable(f"cannot gather node facts: {e}") from e
         try:
             self._runtime_version = await _resolve(self._runtime_version_provider()) or self._runtime_version
-        except Exception as e:  # runtime down: keep reporting the last version it told us
+        except Exception as e:  # noqa: BLE001 - runtime down: keep reporting the last version it told us
             log.debug("runtime version unavailable: %s", e)
         return StatusInputs(
             facts=facts,

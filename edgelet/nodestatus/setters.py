@@ -7,13 +7,14 @@ in a `NodeInfo` gathered by `edgelet.nodestatus.facts`, so nothing here does I/O
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from edgelet import KUBELET_COMPAT_VERSION, __version__
 from edgelet.api.kubetime import format_time
-from edgelet.container.runtime import RuntimeFeatures
 from edgelet.api.quantity import cpu_quantity
+from edgelet.container.runtime import RuntimeFeatures
 
 KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}-edgelet.{__version__}"  # the suffix says who actually runs
 
@@ -218,23 +219,28 @@ def under_pressure(inputs: StatusInputs) -> dict[str, bool]:
 
 def set_memory_pressure_condition(node: Node, inputs: StatusInputs) -> None:
     if under_pressure(inputs)["memory"]:
-        _set_condition(node, "MemoryPressure", "True", "KubeletHasInsufficientMemory", "edgelet has insufficient memory available", inputs.now)
+        _set_condition(node, "MemoryPressure", "True", "KubeletHasInsufficientMemory",
+                       "edgelet has insufficient memory available", inputs.now)
     else:
-        _set_condition(node, "MemoryPressure", "False", "KubeletHasSufficientMemory", "edgelet has sufficient memory available", inputs.now)
+        _set_condition(node, "MemoryPressure", "False", "KubeletHasSufficientMemory",
+                       "edgelet has sufficient memory available", inputs.now)
 
 
 def set_disk_pressure_condition(node: Node, inputs: StatusInputs) -> None:
     if under_pressure(inputs)["disk"]:
         _set_condition(node, "DiskPressure", "True", "KubeletHasDiskPressure", "edgelet has disk pressure", inputs.now)
     else:
-        _set_condition(node, "DiskPressure", "False", "KubeletHasNoDiskPressure", "edgelet has no disk pressure", inputs.now)
+        _set_condition(node, "DiskPressure", "False", "KubeletHasNoDiskPressure", "edgelet has no disk pressure",
+                       inputs.now)
 
 
 def set_pid_pressure_condition(node: Node, inputs: StatusInputs) -> None:
     if under_pressure(inputs)["pid"]:
-        _set_condition(node, "PIDPressure", "True", "KubeletHasInsufficientPID", "edgelet has insufficient PID available", inputs.now)
+        _set_condition(node, "PIDPressure", "True", "KubeletHasInsufficientPID",
+                       "edgelet has insufficient PID available", inputs.now)
     else:
-        _set_condition(node, "PIDPressure", "False", "KubeletHasSufficientPID", "edgelet has sufficient PID available", inputs.now)
+        _set_condition(node, "PIDPressure", "False", "KubeletHasSufficientPID", "edgelet has sufficient PID available",
+                       inputs.now)
 
 
 def _set_condition(node: Node, kind: str, status: str, reason: str, message: str, now: float) -> None:

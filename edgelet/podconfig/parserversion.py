@@ -26,7 +26,7 @@ PARSER_MODULES = (
     "edgelet.util.errors",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:3774fdd9ef47c7fb689fdbf10ccde51539d85fa752406e1c1e788df9f9533a3a"
+PARSER_DIGEST = "sha256:08c5629c1c318862ea60e4e53efbd8211a543e5d1614771fecfeab867e73f87f"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

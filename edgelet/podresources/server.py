@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import grpc
 
 from edgelet.api import podutil
+from edgelet.api.podutil import Pod
 from edgelet.metrics import registry as metrics
 from edgelet.podresources import podresources_v1_pb2 as api
 from edgelet.podresources import podresources_v1_pb2_grpc as api_grpc
-from edgelet.api.podutil import Pod
 
 SERVER_API_VERSION = "v1"
 

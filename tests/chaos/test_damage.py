@@ -24,8 +24,8 @@ import pytest
 
 from edgelet.util import checkpoint
 from tests.chaos.harness import ChaosAgent, Runtime, checkpoint_kind, checkpoint_problem
-from tests.integration.agent_harness import busybox_pod, wait_for
-from tests.integration.test_cluster import CLUSTER_TOML, api_pod, running_in_api
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.cluster_harness import CLUSTER_TOML, api_pod, running_in_api
 from tests.kubeapi_double import ApiServerDouble
 
 SEED = 10_7777
@@ -159,7 +159,7 @@ def run_damage_rounds(agent: ChaosAgent, runtime: Runtime, figures, rng: random.
         agent.start()
         try:
             # The agent reads its files first; only then may `edgelet pods` (a reader of the status files) look.
-            wait_for(lambda: "container runtime ready" in agent.log_since(offset) or not agent.alive(),
+            wait_for(lambda offset=offset: "container runtime ready" in agent.log_since(offset) or not agent.alive(),
                      CONVERGE_TIMEOUT_S, what=f"the agent's start after {mode}")
             wait_for(converged, CONVERGE_TIMEOUT_S, interval=0.3, what=f"convergence after {mode}")
         except AssertionError as err:
@@ -194,8 +194,8 @@ def run_damage_rounds(agent: ChaosAgent, runtime: Runtime, figures, rng: random.
 
 
 def _write_standalone_pods(agent: ChaosAgent) -> None:
-    agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
-    agent.write_manifest("netpod.yaml", busybox_pod("netpod", "echo hello; exec sleep 3600", host_network=False))
+    agent.write_manifest("steady.yaml", busybox_manifest("steady", "exec sleep 3600"))
+    agent.write_manifest("netpod.yaml", busybox_manifest("netpod", "echo hello; exec sleep 3600", host_network=False))
     agent.write_manifest("config.yaml", """\
         apiVersion: v1
         kind: ConfigMap
@@ -236,7 +236,8 @@ def test_damage_standalone(tmp_path, containerd, runtime, scale, figures):
     def converged() -> bool:
         pods = agent.pods()
         return agent.alive() and all(
-            (pod := pods.get(f"{name}-{agent.node_name}")) and pod["status"].get("phase") == "Running" for name in names)
+            (pod := pods.get(f"{name}-{agent.node_name}")) and pod["status"].get("phase") == "Running" for name
+            in names)
 
     failures = damage_once_converged(agent, runtime, figures, rng, "standalone", converged, scale.damage_modes)
     assert not failures, "\n".join(failures)
@@ -247,15 +248,18 @@ def test_damage_cluster(tmp_path, containerd, runtime, scale, figures):
     rng = random.Random(SEED + 1)
     with ApiServerDouble(bookmark_interval=0.5) as api:
         kubeconfig = api.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        agent = ChaosAgent(tmp_path, containerd.endpoint, figures, extra_toml=CLUSTER_TOML.format(kubeconfig=kubeconfig))
-        api.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"},
+        agent = ChaosAgent(tmp_path, containerd.endpoint, figures,
+                           extra_toml=CLUSTER_TOML.format(kubeconfig=kubeconfig))
+        api.create("configmaps",
+                   {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"},
                                   "data": {"greeting": "hello"}})
-        api.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token", "namespace": "default"},
+        api.create("secrets",
+                   {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token", "namespace": "default"},
                                "data": {"token": "c2VjcmV0"}})
         api.create("pods", api_pod("apipod", volumes=[{"name": "settings", "configMap": {"name": "settings"}},
                                                       {"name": "token", "secret": {"secretName": "token"}}]))
         api.create("pods", api_pod("plain"))
-        agent.write_manifest("static.yaml", busybox_pod("static", "exec sleep 3600"))
+        agent.write_manifest("static.yaml", busybox_manifest("static", "exec sleep 3600"))
 
         def converged() -> bool:
             if not agent.alive() or not all(running_in_api(api, name) for name in ("apipod", "plain")):

@@ -109,7 +109,7 @@ class TestDevicePlugin(api_grpc.DevicePluginServicer):
 
     # -- driving it ------------------------------------------------------------------------------------------------
 
-    def serve(self) -> "TestDevicePlugin":
+    def serve(self) -> TestDevicePlugin:
         self.socket_path.unlink(missing_ok=True)
         self._stopping.clear()
         self._server = grpc.server(ThreadPoolExecutor(max_workers=4))
@@ -126,7 +126,7 @@ class TestDevicePlugin(api_grpc.DevicePluginServicer):
                 timeout=timeout, wait_for_ready=True)
         self.registrations += 1
 
-    def start(self) -> "TestDevicePlugin":
+    def start(self) -> TestDevicePlugin:
         """Serves, registers, and registers again each time kubelet.sock is made anew, as real plugins do."""
         self.serve()
         self.register()

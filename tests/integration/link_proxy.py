@@ -21,8 +21,8 @@ CHUNK = 16 * 1024
 class Link:
     """Bytes served to clients (`served`), connections made (`connections`), drops made (`drops`), and the
     controls: `drop_at(n)` closes every connection once `n` bytes were served in all and keeps the link down (new
-    connections are closed at once) until `up()`, unless told it is a blip; `stall()` (or `stall_at(n)` served bytes) forwards nothing further but keeps connections
-open, until `resume()`."""
+    connections are closed at once) until `up()`, unless told it is a blip; `stall()` (or `stall_at(n)` served
+    bytes) forwards nothing further but keeps connections open, until `resume()`."""
 
     def __init__(self, upstream: tuple[str, int], rate: float | None = None):
         self.upstream = upstream

@@ -14,10 +14,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from edgelet.bootstrap import ACTION_RECORD
 from edgelet.bootstrap.manager import CLIENT_KEY, ClientCertificateManager
-from edgelet.util.checkpoint import CheckpointStore
 from edgelet.cli.describe import describe_node
 from edgelet.config import load_config
-from tests.kubeapi_double import ApiServerDouble, eventually
+from edgelet.util.checkpoint import CheckpointStore
+from tests.helpers import eventually
+from tests.kubeapi_double import ApiServerDouble
 from tests.kubeapi_double.joining import ClusterPKI
 
 OLD_TOKEN = "abcdef.0123456789abcdef"

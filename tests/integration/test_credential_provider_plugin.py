@@ -9,18 +9,11 @@ import logging
 import uuid
 
 import pytest
-from conftest_registry import (  # noqa: F401  (fixtures)
-    AUTH_PASSWORD,
-    AUTH_USER,
-    auth_registry,
-    base_images,
-    image_config_id,
-    make_image,
-)
 
-from edgelet.util.backoff import Backoff
 from edgelet.images import credentialprovider, nodeauth
 from edgelet.images.manager import ImageError, ImageManager
+from edgelet.util.backoff import Backoff
+from tests.integration.registry_harness import AUTH_PASSWORD, AUTH_USER, image_config_id, make_image
 
 pytestmark = pytest.mark.containerd
 
@@ -59,7 +52,7 @@ def pod() -> dict:
 
 
 async def test_a_provider_plugin_gives_the_registry_credentials_once_per_cache_period(
-        cri, auth_registry, base_images, tmp_path, caplog):  # noqa: F811
+        cri, auth_registry, base_images, tmp_path, caplog):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     plugin = bin_dir / "loopback-credential-provider"

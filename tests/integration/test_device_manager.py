@@ -51,7 +51,7 @@ class Node:
                                    add_pod_resources=functools.partial(add_to_server, sources=sources))
         self.task: asyncio.Task | None = None
 
-    async def start(self) -> "Node":
+    async def start(self) -> Node:
         self.manager.start()
         await self.server.start()
         self.task = asyncio.create_task(self.manager.run())

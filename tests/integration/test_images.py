@@ -9,18 +9,10 @@ import json
 import uuid
 
 import pytest
-from conftest_registry import (  # noqa: F401  (fixtures)
-    AUTH_PASSWORD,
-    AUTH_USER,
-    auth_registry,
-    base_images,
-    image_config_id,
-    make_image,
-    registry,
-)
 
-from edgelet.util.backoff import Backoff
 from edgelet.images.manager import ImageError, ImageManager
+from edgelet.util.backoff import Backoff
+from tests.integration.registry_harness import AUTH_PASSWORD, AUTH_USER, image_config_id, make_image
 
 pytestmark = pytest.mark.containerd
 

@@ -12,16 +12,16 @@ import socket
 import ssl
 import subprocess
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
 import httpx
 import pytest
 
-from tests.integration.agent_harness import (AgentProcess, busybox_pod, fails_first_run_pod, free_port, is_running, port_open,
-                                             wait_for)
-from tests.integration.test_cluster import CLUSTER_TOML, NODE
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import AgentProcess, fails_first_run_pod, free_port, is_running, port_open
+from tests.integration.cluster_harness import CLUSTER_TOML, NODE
 from tests.integration.wsclient import ChannelSocket, UpgradeRefused
 from tests.kubeapi_double import ApiServerDouble, StatusError
 from tests.kubeapi_double.testcerts import issue_client_cert, make_ca
@@ -172,7 +172,7 @@ def test_unknown_paths_and_bad_queries_get_clear_answers(kubelet_api):
 # -- logs --------------------------------------------------------------------------------------------
 
 def test_container_logs_with_each_option(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("talker", "for i in 1 2 3 4 5; do echo line $i; done; exec sleep 3600"),
+    start_pod(kubelet_api, busybox_manifest("talker", "for i in 1 2 3 4 5; do echo line $i; done; exec sleep 3600"),
               "talker")
     path = f"/containerLogs/default/{LOG_POD}/main"
     wait_for(lambda: kubelet_api.get(path).text.count("\n") == 5, 10, what="five log lines")
@@ -197,7 +197,7 @@ def test_previous_logs_are_the_last_terminated_run(kubelet_api):
 
 
 def test_follow_streams_new_lines_until_the_client_leaves(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("ticker", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
+    start_pod(kubelet_api, busybox_manifest("ticker", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
               "ticker")
     seen = b""
     with httpx.Client(verify=kubelet_api.context(), timeout=30, trust_env=False) as client:
@@ -223,7 +223,7 @@ def _exec_target(command: list[str], **flags: str) -> str:
 
 @pytest.fixture
 def sleeper(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("sleeper", "exec sleep 3600"), "sleeper")
+    start_pod(kubelet_api, busybox_manifest("sleeper", "exec sleep 3600"), "sleeper")
     return kubelet_api
 
 
@@ -249,7 +249,7 @@ def test_exec_with_stdin_and_with_a_terminal(sleeper):
 
 
 def test_attach_sees_the_containers_output(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("chatty", "i=0; while true; do i=$((i+1)); echo chat $i; sleep 0.2; done"),
+    start_pod(kubelet_api, busybox_manifest("chatty", "i=0; while true; do i=$((i+1)); echo chat $i; sleep 0.2; done"),
               "chatty")
     session = kubelet_api.ws(f"/attach/default/chatty-{NODE}/main?output=1&error=1")
     got = b""
@@ -301,7 +301,7 @@ def _http_pod(name: str, port: int, host_network: bool) -> str:
     script = f"mkdir -p /tmp/www && echo hello from {name} > /tmp/www/index.html && exec httpd -f -p {port} -h /tmp/www"
     if host_network:
         script = script.replace(f"-p {port}", f"-p 127.0.0.1:{port}")
-    return busybox_pod(name, script, host_network=host_network)
+    return busybox_manifest(name, script, host_network=host_network)
 
 
 def port_forward_get(api: KubeletApi, pod: str, port: int) -> bytes:
@@ -372,7 +372,7 @@ def test_stats_summary_has_the_node_and_the_pods(sleeper):
 
 
 def test_stats_summary_has_the_network_of_a_cni_pod(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("netpod", "exec sleep 3600", host_network=False), "netpod")
+    start_pod(kubelet_api, busybox_manifest("netpod", "exec sleep 3600", host_network=False), "netpod")
 
     def pod_network():
         pods = kubelet_api.get("/stats/summary").json()["pods"]
@@ -408,7 +408,7 @@ def ephemeral_status(api: ApiServerDouble, pod: str, name: str) -> dict:
 
 
 def test_ephemeral_container_joins_its_target_and_is_attached_to(kubelet_api):
-    from tests.integration.test_cluster import api_pod, running_in_api
+    from tests.integration.cluster_harness import api_pod, running_in_api
 
     api = kubelet_api.api
     api.create("pods", api_pod("target", "exec sleep 3600"))
@@ -466,8 +466,8 @@ def one(samples: dict[str, list], name: str, **labels: str):
     return found[0]
 
 
-BURNER = busybox_pod("burner", "x=$(head -c 30000000 /dev/zero | tr '\\0' a); while true; do :; done",
-                     host_network=False)
+BURNER = busybox_manifest("burner", "x=$(head -c 30000000 /dev/zero | tr '\\0' a); while true; do :; done",
+                          host_network=False)
 
 
 def test_metrics_endpoints_are_behind_nodes_metrics(kubelet_api):
@@ -517,8 +517,8 @@ def test_cadvisor_series_have_cadvisor_labels_and_move_with_the_container(kubele
 
 
 def test_probe_results_are_counted_on_metrics_probes(kubelet_api):
-    manifest = busybox_pod("probed", "exec sleep 3600",
-                           container_field='readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}')
+    manifest = busybox_manifest("probed", "exec sleep 3600",
+                                container_field='readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}')
     start_pod(kubelet_api, manifest, "probed")
     uid = kubelet_api.agent.pod("probed")["metadata"]["uid"]
     labels = dict(probe_type="Readiness", result="successful", container="main", pod=f"probed-{NODE}",
@@ -554,7 +554,7 @@ def test_node_logs_listing_files_and_queries(kubelet_api):
 # A journal written with systemd-journal-remote from the export format: every field (the unit, the timestamps,
 # the boot) is stored as given, so the queries below have one right answer on any machine, journald or not.
 JOURNAL_REMOTE = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
-JOURNAL_T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=timezone.utc)
+JOURNAL_T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)
 PREVIOUS_BOOT = "00112233445566778899aabbccddeeff"
 DEMO_LINES = [  # (seconds after JOURNAL_T0, unit, message); the first is of the boot before
     (-3600, "demo.service", "demo from the boot before"),

@@ -8,7 +8,8 @@ import pytest
 
 from edgelet.cri.client import RuntimeClient
 from tests.conftest import private_containerd
-from tests.integration.agent_harness import AgentProcess, busybox_pod, is_running, wait_for
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import AgentProcess, is_running
 
 pytestmark = pytest.mark.containerd
 
@@ -25,8 +26,8 @@ def test_pods_on_the_pod_network_wait_for_it_and_host_network_pods_run(bare_netw
     kept = conflist.read_bytes()
     conflist.unlink()
     agent = AgentProcess(tmp_path / "agent", bare_network_runtime.endpoint)
-    agent.write_manifest("cni.yaml", busybox_pod("cni", "sleep 3600", host_network=True))
-    agent.write_manifest("web.yaml", busybox_pod("web", "sleep 3600", host_network=False))
+    agent.write_manifest("cni.yaml", busybox_manifest("cni", "sleep 3600", host_network=True))
+    agent.write_manifest("web.yaml", busybox_manifest("web", "sleep 3600", host_network=False))
     agent.start()
     try:
         wait_for(lambda: is_running(agent.pod("cni")), 60, 0.5, "the host-network pod to run")

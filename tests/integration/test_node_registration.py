@@ -7,20 +7,22 @@ import asyncio
 import contextlib
 import random
 import re
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
-from edgelet.util.errors import EdgeletError
 from edgelet.kubeapi import ApiClient
 from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.manager import NodeStatusManager
 from edgelet.nodestatus.setters import KUBELET_VERSION, NodeInfo
 from edgelet.nodestatus.taints import parse_taint
 from edgelet.simulate.node import HollowNode, Timings
+from edgelet.util.errors import EdgeletError
 from edgelet.util.tasks import TaskGroup
-from tests.kubeapi_double import ApiServerDouble, eventually
+from tests.helpers import eventually
+from tests.kubeapi_double import ApiServerDouble
 
 NODE = "edge-1"
 NODE_PATH = f"/api/v1/nodes/{NODE}"
@@ -92,7 +94,8 @@ def condition(node: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in node["status"]["conditions"] if c["type"] == kind)
 
 
-async def test_registration_creates_the_node_with_labels_and_node_info(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+async def test_registration_creates_the_node_with_labels_and_node_info(api: ApiServerDouble, client: ApiClient,
+                                                                       tasks: list) -> None:
     m = manager(client, Machine(), Clock())
     tasks.append(asyncio.create_task(m.run()))
     await asyncio.wait_for(m.registered.wait(), 5)
@@ -104,14 +107,16 @@ async def test_registration_creates_the_node_with_labels_and_node_info(api: ApiS
     assert info["containerRuntimeVersion"] == "containerd://1.6.20"
     assert info["kubeletVersion"] == KUBELET_VERSION and info["bootID"] == "boot-1" and info["architecture"] == "arm64"
     assert node["status"]["capacity"]["cpu"] == "4"
-    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"}, {"type": "Hostname", "address": NODE}]
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"},
+                                           {"type": "Hostname", "address": NODE}]
     assert condition(node, "Ready")["status"] == "True"
 
 
 async def test_an_existing_node_is_adopted_and_reconciled(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
     api.create("nodes", {"metadata": {"name": NODE, "labels": {"kubernetes.io/arch": "amd64", "owner": "ops"}},
                          "status": {"addresses": [{"type": "InternalIP", "address": "10.9.9.9"}],
-                                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2025-06-01T00:00:00Z"},
+                                    "conditions": [{"type": "Ready", "status": "True",
+                                                    "lastTransitionTime": "2025-06-01T00:00:00Z"},
                                                    {"type": "NetworkUnavailable", "status": "False"}]}})
     uid = api.get("nodes", NODE)["metadata"]["uid"]
     m = manager(client, Machine(), Clock())
@@ -121,7 +126,8 @@ async def test_an_existing_node_is_adopted_and_reconciled(api: ApiServerDouble, 
     assert m.node_uid == uid
     assert node["metadata"]["labels"]["kubernetes.io/arch"] == "arm64"
     assert node["metadata"]["labels"]["owner"] == "ops"  # labels are added, never removed
-    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"}, {"type": "Hostname", "address": NODE}]
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"},
+                                           {"type": "Hostname", "address": NODE}]
     assert condition(node, "Ready")["lastTransitionTime"] == "2025-06-01T00:00:00Z"  # Ready all along
     assert condition(node, "NetworkUnavailable")["status"] == "False"  # others' conditions survive
     assert api.write_count("POST", "/api/v1/nodes") == 1 and api.write_count("PATCH", NODE_PATH) == 1
@@ -162,7 +168,8 @@ async def test_a_runtime_silent_at_start_is_reported_after_one_update_period(
     assert ready["status"] == "False" and "waiting for the container runtime" in ready["message"]
 
 
-async def test_status_is_written_only_on_change_or_report_frequency(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+async def test_status_is_written_only_on_change_or_report_frequency(api: ApiServerDouble, client: ApiClient,
+                                                                    tasks: list) -> None:
     machine, clock = Machine(), Clock()
     m = manager(client, machine, clock, report_frequency=60.0)
     tasks.append(asyncio.create_task(m.run()))
@@ -232,7 +239,8 @@ async def test_a_deleted_node_is_registered_again(api: ApiServerDouble, client: 
 # -- the Lease --------------------------------------------------------------------------------------
 
 
-async def test_lease_is_created_owned_by_the_node_and_renewed(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+async def test_lease_is_created_owned_by_the_node_and_renewed(api: ApiServerDouble, client: ApiClient,
+                                                              tasks: list) -> None:
     node = api.create("nodes", {"metadata": {"name": NODE}})
     lease = LeaseController(client, NODE, duration=40, renew_interval=0.02, rng=random.Random(0))
     tasks.append(asyncio.create_task(lease.run()))
@@ -240,7 +248,8 @@ async def test_lease_is_created_owned_by_the_node_and_renewed(api: ApiServerDoub
     stored = api.get("leases", NODE, "kube-node-lease")
     assert stored["spec"]["holderIdentity"] == NODE and stored["spec"]["leaseDurationSeconds"] == 40
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stored["spec"]["renewTime"])
-    assert stored["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["metadata"]["uid"]}]
+    assert stored["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE,
+                                                      "uid": node["metadata"]["uid"]}]
     assert api.write_count("POST", LEASE_PATH.rsplit("/", 1)[0]) == 1
     assert api.write_count("PUT", LEASE_PATH) >= 9
 
@@ -321,7 +330,8 @@ async def test_a_lease_renewed_late_counts_as_a_lapse(api: ApiServerDouble, clie
     await eventually(lambda: lapses)
 
 
-async def test_the_lease_follows_a_node_deleted_and_registered_again(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+async def test_the_lease_follows_a_node_deleted_and_registered_again(api: ApiServerDouble, client: ApiClient,
+                                                                     tasks: list) -> None:
     # Without a garbage collector (no controller-manager) the Lease outlives the Node: its owner must move.
     machine = Machine()
     m = manager(client, machine, Clock())
@@ -349,7 +359,8 @@ HOLLOW_TIMINGS = Timings(lease_duration=4.0, lease_renew_interval=0.05, node_sta
                          node_status_report_frequency=1.0, status_resync=0.05)
 
 
-async def test_a_hollow_node_registers_holds_its_lease_and_runs_a_pod(api: ApiServerDouble, client: ApiClient, tmp_path) -> None:
+async def test_a_hollow_node_registers_holds_its_lease_and_runs_a_pod(api: ApiServerDouble, client: ApiClient,
+                                                                      tmp_path) -> None:
     """The simulator's node runs the agent's cluster wiring (edgelet/cluster/clusterapi.py) with no container
     runtime."""
     node = HollowNode(HOLLOW, client, state_dir=str(tmp_path), timings=HOLLOW_TIMINGS, rng=random.Random(0))

@@ -21,14 +21,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest_registry import base_images, registry  # noqa: F401  (fixtures)
-from link_proxy import running_link
 
-from edgelet.util.backoff import Backoff
 from edgelet.cri.client import RuntimeClient
 from edgelet.images.manager import ImageError, ImageManager
+from edgelet.util.backoff import Backoff
 from tests.conftest import containerd_release, private_containerd
-from tests.integration.agent_harness import AgentProcess, is_running, wait_for
+from tests.helpers import wait_for
+from tests.integration.agent_harness import AgentProcess, is_running
+from tests.integration.link_proxy import running_link
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -100,7 +100,7 @@ def container(image: str) -> dict:
 
 
 @pytest.fixture
-def sized_image(registry, base_images, tmp_path):  # noqa: F811
+def sized_image(registry, base_images, tmp_path):
     """push(layer_size) -> (reference in the registry, bytes a pull fetches)."""
     def push(layer_size: int) -> tuple[str, int]:
         archive, pulled = make_sized_image(base_images, tmp_path / f"{uuid.uuid4().hex}.tar", layer_size)
@@ -123,7 +123,7 @@ async def _pull_until_present(manager: ImageManager, clock: FakeClock, image: st
     raise AssertionError(f"not pulled in {attempts} attempts: {failures}")
 
 
-async def test_a_dropped_connection_resumes_from_what_was_fetched(cri, registry, sized_image):  # noqa: F811
+async def test_a_dropped_connection_resumes_from_what_was_fetched(cri, registry, sized_image):
     """Every connection is cut half-way through an 8 MiB layer, the link taking new ones at once: the pull goes on
     from the bytes it has (containerd reconnects with a range request) and fetches almost nothing twice. What a
     pull costs on the wire (headers included) is measured on a twin image pulled without a cut, once the busybox
@@ -162,7 +162,7 @@ def guarded_runtime(containerd, tmp_path_factory):
         yield instance
 
 
-async def test_a_stalled_pull_is_cancelled_and_retried_with_the_back_off(guarded_runtime, registry, sized_image):  # noqa: F811
+async def test_a_stalled_pull_is_cancelled_and_retried_with_the_back_off(guarded_runtime, registry, sized_image):
     repository, image_bytes = sized_image(2 * MiB)
     clock = FakeClock()
     async with RuntimeClient(guarded_runtime.endpoint, timeout=60.0) as runtime:
@@ -188,7 +188,7 @@ async def test_a_stalled_pull_is_cancelled_and_retried_with_the_back_off(guarded
         await runtime.remove_image(image)
 
 
-def test_a_throttled_pull_runs_past_the_old_deadline(containerd, registry, sized_image, tmp_path):  # noqa: F811
+def test_a_throttled_pull_runs_past_the_old_deadline(containerd, registry, sized_image, tmp_path):
     """A pull that takes several times the old-style deadline configured (image_pull_timeout = "1s") finishes and
     the pod runs: nothing cuts a pull by the clock."""
     rate = 256 * KiB
@@ -233,7 +233,7 @@ BIG_MB = os.environ.get("EDGELET_SLOW_LINK_MB")
 
 @pytest.mark.skipif(not BIG_MB, reason="the long slow-link run: set EDGELET_SLOW_LINK_MB (and EDGELET_SLOW_LINK_KBIT)")
 @pytest.mark.timeout(4 * 3600)
-async def test_a_big_image_over_a_slow_link_with_drops(cri, registry, sized_image):  # noqa: F811
+async def test_a_big_image_over_a_slow_link_with_drops(cri, registry, sized_image):
     """EDGELET_SLOW_LINK_MB (e.g. 200) of random layer over EDGELET_SLOW_LINK_KBIT (default 1000 = 1 Mbit/s), every
     connection cut at each EDGELET_SLOW_LINK_DROPS-th (default 4) of the image. With EDGELET_SLOW_LINK_OUTAGE = 0
     (the default) the link takes new connections at once and the pull goes on; with N > 0 it stays down N seconds,

@@ -336,7 +336,8 @@ def test_tunnel_settings_and_their_errors(tmp_path):
     for text, key, words in [
         (base, "cluster.tunnel.servers", "at least one"),
         (base + 'servers = ["10.0.0.1"]\n', "cluster.tunnel.servers", "host:port"),
-        (base + 'servers = ["a:1"]\nallowed_destinations = ["b"]\n', "cluster.tunnel.allowed_destinations", "host:port"),
+        (base + 'servers = ["a:1"]\nallowed_destinations = ["b"]\n', "cluster.tunnel.allowed_destinations",
+         "host:port"),
         (base + 'servers = ["a:1"]\nmax_connections = 0\n', "cluster.tunnel.max_connections", "between"),
         (base + 'servers = ["a:1"]\nnope = 1\n', "cluster.tunnel.nope", "unknown setting"),
         ('[kubelet_api]\naddress = ""\n' + base + 'servers = ["a:1"]\n', "cluster.tunnel", "kubelet API"),

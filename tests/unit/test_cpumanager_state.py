@@ -9,9 +9,9 @@ import pytest
 from edgelet.cm.cpumanager import CPUManager, CPUStateError, CPUStateStore
 from edgelet.cm.cpumanager.policy import CPUState
 from edgelet.cm.cpumanager.state import decode_state, encode_state
-from edgelet.util.cpuset import parse_cpuset
 from edgelet.cm.topology import build_topology
 from edgelet.container.runtime import PodRuntimeStatus
+from edgelet.util.cpuset import parse_cpuset
 
 FOUR = build_topology(1, 4, 1)
 

@@ -220,7 +220,8 @@ async def test_an_answer_is_kept_for_its_duration_else_the_default(duration, def
 
 
 async def test_images_the_provider_does_not_match_never_run_it_and_auth_keys_are_matched():
-    plugin, clock = Plugin(answer(auth={"eu.acme.io/team": ROBOT, "other.io": {"username": "x", "password": "y"}})), Clock()
+    plugin, clock = Plugin(answer(auth={"eu.acme.io/team": ROBOT,
+                                        "other.io": {"username": "x", "password": "y"}})), Clock()
     ring = keyring(plugin, clock)
     assert await ring.lookup("docker.io/library/busybox:1") == []
     assert plugin.runs == []

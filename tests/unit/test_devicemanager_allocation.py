@@ -254,8 +254,9 @@ def test_node_status_carries_the_extended_resources():
 def test_describe_node_shows_the_device_resources():
     from edgelet.cli.describe import describe_node
 
-    text = describe_node("edge-1", None, [], 0.0, devices={CAM: {"capacity": 3, "allocatable": 2, "plugin": "/dp/cam.sock"},
-                                                   TPU: {"capacity": 1, "allocatable": 0, "plugin": ""}})
+    devices = {CAM: {"capacity": 3, "allocatable": 2, "plugin": "/dp/cam.sock"},
+               TPU: {"capacity": 1, "allocatable": 0, "plugin": ""}}
+    text = describe_node("edge-1", None, [], 0.0, devices=devices)
     lines = [" ".join(line.split()) for line in text.splitlines()]
     assert lines[1:8] == ["Capacity:", f"{CAM}: 3", f"{TPU}: 1", "Allocatable:", f"{CAM}: 2", f"{TPU}: 0",
                           "Device Plugins:"]

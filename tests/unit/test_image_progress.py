@@ -9,9 +9,9 @@ import json
 import pytest
 
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.util.errors import EdgeletError
 from edgelet.images import progress
 from edgelet.images.progress import RuntimeGuard, StallClock, choose_judge, runtime_guard
+from edgelet.util.errors import EdgeletError
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,8 @@ async def test_guard_cancels_a_pull_that_stops_moving():
         return next(samples, (3, 1))
 
     with pytest.raises(progress.PullStalled) as stalled:
-        await progress.guarded(hanging_pull(asyncio.Event(), cancelled), timeout=4.0, sample=sample, period=0.001, clock=clock)
+        await progress.guarded(hanging_pull(asyncio.Event(), cancelled), timeout=4.0, sample=sample, period=0.001,
+                               clock=clock)
     assert cancelled.is_set()
     assert "no progress in 4s" in str(stalled.value)
     # It moved until t=3 and was cut at the first sample 4 s later, not 4 s after it began.
@@ -132,7 +133,8 @@ async def test_guard_lets_a_moving_pull_finish_and_failing_samples_count_as_no_p
         raise EdgeletError("runtime gone")
 
     with pytest.raises(progress.PullStalled):
-        await progress.guarded(hanging_pull(asyncio.Event(), asyncio.Event()), timeout=2.0, sample=broken, period=0.001, clock=clock)
+        await progress.guarded(hanging_pull(asyncio.Event(), asyncio.Event()), timeout=2.0, sample=broken,
+                               period=0.001, clock=clock)
 
 
 async def test_cancelling_the_caller_cancels_the_pull():
@@ -141,7 +143,8 @@ async def test_cancelling_the_caller_cancels_the_pull():
     async def sample():
         return (0, 0)
 
-    guard = asyncio.ensure_future(progress.guarded(hanging_pull(started, cancelled), timeout=3600.0, sample=sample, period=0.01))
+    guard = asyncio.ensure_future(progress.guarded(hanging_pull(started, cancelled), timeout=3600.0, sample=sample,
+                                                   period=0.01))
     await started.wait()
     guard.cancel()
     with pytest.raises(asyncio.CancelledError):

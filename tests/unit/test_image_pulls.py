@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from edgelet.util.backoff import Backoff
 from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageError, ImageManager
+from edgelet.util.backoff import Backoff
 
 
 class Runtime:

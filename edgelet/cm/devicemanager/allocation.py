@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from edgelet.api import podutil
-from edgelet.podconfig.validation import qualified_name_error
 from edgelet.api.podutil import Pod
 from edgelet.api.quantity import NANO, parse_quantity
+from edgelet.podconfig.validation import qualified_name_error
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from edgelet.util.checkpoint import CheckpointStore
 from edgelet.cm.devicemanager.allocation import Assignment, PodDevices
+from edgelet.util.checkpoint import CheckpointStore
 
 CHECKPOINT_KIND = "device-manager"
 CHECKPOINT_KEY = "kubelet_internal_checkpoint"
@@ -70,7 +70,7 @@ def decode_state(payload: bytes) -> DeviceState:
             response = base64.b64decode(entry.get("AllocResp") or "", validate=True)
         except (binascii.Error, TypeError, ValueError):
             raise ValueError(f"{where}.AllocResp: not base64") from None
-        uid, container, resource = names
+        uid, container, resource = (str(name) for name in names)
         state.pod_devices.setdefault(uid, {}).setdefault(container, {})[resource] = Assignment(tuple(devices),
                                                                                                response)
     registered = body.get("RegisteredDevices")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -38,7 +39,7 @@ class Endpoint:
         self.socket_path = socket_path
         self.options = options
         self._channel = aio.insecure_channel(f"unix://{socket_path}")
-        self._calls = {
+        self._calls: dict[str, Any] = {
             "GetDevicePluginOptions": self._channel.unary_unary(
                 _SERVICE + "GetDevicePluginOptions", request_serializer=api.Empty.SerializeToString,
                 response_deserializer=api.DevicePluginOptions.FromString),

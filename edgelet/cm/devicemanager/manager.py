@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 import orjson
 
 from edgelet.api import podutil
-from edgelet.metrics import registry as metrics
-from edgelet.util.checkpoint import replace_file
+from edgelet.api.podutil import Pod
 from edgelet.cm.devicemanager import deviceplugin_v1beta1_pb2 as api
 from edgelet.cm.devicemanager.allocation import (
     ADMISSION_REASON,
@@ -42,8 +41,9 @@ from edgelet.cm.devicemanager.allocation import (
 from edgelet.cm.devicemanager.checkpoint import DeviceCheckpoint, DeviceState
 from edgelet.cm.devicemanager.endpoint import SUPPORTED_VERSIONS, Endpoint, PluginCallError
 from edgelet.cm.devicemanager.record import record_path
+from edgelet.metrics import registry as metrics
+from edgelet.util.checkpoint import replace_file
 from edgelet.util.errors import EdgeletError
-from edgelet.api.podutil import Pod
 
 log = logging.getLogger(__name__)
 
