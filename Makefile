@@ -11,7 +11,8 @@ CONTAINERD ?=
 export CONTAINERD
 # OS packages the agent's local run and the tests need (Debian/Ubuntu names).
 OS_PACKAGES := containerd runc containernetworking-plugins busybox-static umoci skopeo \
-	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv libyaml-dev faketime
+	docker-registry apache2-utils iproute2 gcc python3-dev python3-venv libyaml-dev faketime \
+	systemd-journal-remote
 PYTHON_BUILD_DEPS := cython "setuptools>=77" wheel
 # Every Python package the venv and the packages use, at the versions last resolved (`make lock`), so that
 # a build next month is the build of today.
@@ -25,7 +26,7 @@ ARCH ?= $(shell dpkg --print-architecture)
 # What building and booting packages needs on top (Debian names).
 PACKAGE_OS_PACKAGES := debootstrap systemd-container rpm qemu-user-static binfmt-support dpkg-dev
 
-.PHONY: all lock deps package-deps e2e-deps venv build run stop test test-unit test-pure test-integration test-e2e test-package conformance chaos chaos-fast bench bench-tunnel fleet proto package clean
+.PHONY: all lock deps package-deps e2e-deps venv build run stop lint test test-unit test-pure test-integration test-e2e test-package conformance chaos chaos-fast bench bench-tunnel fleet proto package clean
 
 all: build
 
@@ -41,14 +42,14 @@ deps:
 $(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c $(CONSTRAINTS) --upgrade pip $(PYTHON_BUILD_DEPS)
-	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e '.[test]'
+	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-build-isolation -e '.[test,lint]'
 	touch $@
 
 # Re-resolves every dependency in a scratch venv and writes the constraints file (commit the result).
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -q --upgrade pip $(PYTHON_BUILD_DEPS) $(PACKAGE_PYTHON_DEPS)
-	.lock-venv/bin/pip install -q --no-build-isolation -e '.[test]'
+	.lock-venv/bin/pip install -q --no-build-isolation -e '.[test,lint]'
 	{ echo "# Resolved by 'make lock'; make, make package and CI install exactly these."; \
 	  .lock-venv/bin/pip freeze --all --exclude-editable | LC_ALL=C sort -f; } > $(CONSTRAINTS)
 	rm -rf .lock-venv
@@ -69,6 +70,11 @@ run: deps build
 # Stops the private containerd of `make run` and everything it runs.
 stop:
 	hack/local-containerd.sh stop $(STATE)/containerd
+
+# ruff over the tree and mypy over edgelet/ (the rules and why: pyproject.toml); a few seconds, no root, no build.
+lint: venv
+	$(PY) -m ruff check
+	$(PY) -m mypy
 
 test: deps build
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/integration
@@ -113,9 +119,10 @@ e2e-deps: deps
 conformance: e2e-deps build
 	CONTAINERD=$${CONTAINERD:-2.1} $(PY) -m tests.conformance.run
 
-# The unit suite once more on the pure-Python twin (the compiled-only cases skip by design).
+# The unit suite once more on the pure-Python twin (the compiled-only cases skip by design), at -OO as the package
+# ships (packaging/edgelet.spec): no docstrings, no asserts, so nothing may lean on either.
 test-pure: venv
-	EDGELET_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit
+	EDGELET_NO_EXTENSIONS=1 $(PY) -OO -m pytest -q -p no:cacheprovider tests/unit
 
 test-unit: build
 	$(PY) -m pytest -q tests/unit

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import procstat
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from edgelet.container import labels
 from edgelet.podconfig import inotify
 
 REPO = Path(__file__).resolve().parent.parent
@@ -398,7 +398,7 @@ def parse_scrape(metrics_text: str) -> Scrape:
                   pleg_evented=bool(evented and float(evented.group(1))))
 
 
-async def scrape(agent: "AgentProcess") -> Scrape:
+async def scrape(agent: AgentProcess) -> Scrape:
     status, body = await agent.http_get("/metrics")
     if status != 200:
         raise RuntimeError(f"GET /metrics answered {status}")

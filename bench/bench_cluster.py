@@ -49,7 +49,9 @@ async def bench_cluster(endpoint: str, client: RuntimeClient, workdir: Path, pod
     with ApiServerDouble(ssl_context=pki.server_context(), node_name=agent_bench.NODE_NAME) as api:
         api.csr_signer = pki.sign
         api.create("configmaps", cluster_info(api.url, pki.ca_pem), "kube-public")
-        agent = agent_bench.AgentProcess(workdir / "agent", endpoint, extra_toml=join_toml(api.url, pki.ca_cert_hash(), agent_bench._free_loopback_port()))
+        agent = agent_bench.AgentProcess(workdir / "agent", endpoint,
+                                         extra_toml=join_toml(api.url, pki.ca_cert_hash(),
+                                                              agent_bench._free_loopback_port()))
         started = time.monotonic()
         agent.start()
         try:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edgelet import _core, _core_py  # noqa: E402  (both twins on purpose: the selector picks one)
-from edgelet.cri import runtime_v1_pb2 as pb  # noqa: E402
-from edgelet.container import labels  # noqa: E402
+from edgelet import _core, _core_py  # both twins on purpose: the selector picks one
+from edgelet.container import labels
+from edgelet.cri import runtime_v1_pb2 as pb
 
 CONTAINERS_PER_POD = 2
 SIZES = (220, 1_000, 10_000)
@@ -117,9 +117,9 @@ def bench_relist(n_containers: int) -> dict[str, float]:
     result: dict[str, float] = {"n_containers": n_containers, "wire_bytes": len(sandboxes_wire) + len(containers_wire)}
     for name, impl in (("compiled", _core), ("pure", _core_py)):
         old, _ = impl.relist(None, first_sandboxes, first_containers)
-        steady, steady_median = _time_ms(lambda: impl.relist(old, sandboxes_wire, containers_wire))
-        changed, _ = _time_ms(lambda: impl.relist(old, changed_sandboxes, changed_containers))
-        cold, _ = _time_ms(lambda: impl.relist(None, sandboxes_wire, containers_wire))
+        steady, steady_median = _time_ms(lambda impl=impl, old=old: impl.relist(old, sandboxes_wire, containers_wire))
+        changed, _ = _time_ms(lambda impl=impl, old=old: impl.relist(old, changed_sandboxes, changed_containers))
+        cold, _ = _time_ms(lambda impl=impl: impl.relist(None, sandboxes_wire, containers_wire))
         result[f"{name}_ms"] = steady
         result[f"{name}_median_ms"] = steady_median
         result[f"{name}_changed_ms"] = changed

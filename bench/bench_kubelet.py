@@ -11,9 +11,9 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
 
 from bench import bench_agent as agent_bench
 from edgelet.cri.client import RuntimeClient

@@ -66,8 +66,9 @@ CHILD = textwrap.dedent("""\
         await runtime.version()
         relisting = asyncio.create_task(relist(runtime))  # held: the loop keeps only a weak reference
         from edgelet.kubeapi.kubeconfig import KubeConfig, ssl_context
-        context = ssl_context(KubeConfig(path="bench", context="bench", server="https://" + address, ca_file=f"{pki}/ca.crt",
-                                         client_cert_file=f"{pki}/node.crt", client_key_file=f"{pki}/node.key"))
+        context = ssl_context(KubeConfig(path="bench", context="bench", server="https://" + address,
+                                         ca_file=f"{pki}/ca.crt", client_cert_file=f"{pki}/node.crt",
+                                         client_key_file=f"{pki}/node.key"))
         host, port = address.rsplit(":", 1)
         api = await asyncio.open_connection(host, int(port), ssl=context, server_hostname=host)
         if with_tunnel:
@@ -75,7 +76,8 @@ CHILD = textwrap.dedent("""\
             from edgelet.tunnel.agent import Tunnel
             from edgelet.tunnel.policy import Destinations, agent_identifiers
             read = lambda name: open(f"{pki}/{name}", "rb").read()
-            tunnel = Tunnel(TunnelConfig(servers=(address,)), node_name="bench", identifiers=agent_identifiers("bench", []),
+            tunnel = Tunnel(TunnelConfig(servers=(address,)), node_name="bench",
+                            identifiers=agent_identifiers("bench", []),
                             destinations=Destinations.build("bench", [], "127.0.0.1:10250"),
                             credentials=lambda: (read("ca.crt"), read("node.key"), read("node.crt")))
             task = asyncio.create_task(tunnel.run())

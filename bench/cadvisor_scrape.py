@@ -25,7 +25,8 @@ from pathlib import Path
 from bench.procstat import rss_mb
 from edgelet.cadvisor.collector import CadvisorCollector
 from edgelet.cri.client import RuntimeClient
-from tests.integration.agent_harness import REPO, AgentProcess, busybox_pod, wait_for
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import REPO, AgentProcess
 
 
 def start_containerd(state: Path) -> str:
@@ -69,9 +70,10 @@ def main() -> int:
             started = 0
             for count in sorted(args.pods):
                 for index in range(started, count):
-                    agent.write_manifest(f"p{index}.yaml", busybox_pod(f"p{index}", "exec sleep 36000"))
+                    agent.write_manifest(f"p{index}.yaml", busybox_manifest(f"p{index}", "exec sleep 36000"))
                 started = count
-                wait_for(lambda: running_pods(agent) >= count, 600, interval=2, what=f"{count} pods running")
+                wait_for(lambda count=count: running_pods(agent) >= count, 600, interval=2,
+                         what=f"{count} pods running")
                 time.sleep(5)
                 figures = asyncio.run(measure(endpoint, args.scrapes))
                 print(f"{count} pods: one scrape {figures['wall_ms']:.1f} ms wall, {figures['cpu_ms']:.1f} ms CPU, "

@@ -21,10 +21,10 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
 
 import orjson
 
@@ -308,7 +308,8 @@ class Run:
     async def _ready_nodes(self) -> int:
         nodes = await self.admin.list("/api/v1/nodes")
         return sum(1 for node in nodes["items"] if any(
-            c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions", [])))
+            c.get("type") == "Ready" and c.get("status") == "True" for c in node.get("status", {}).get("conditions",
+                                                                                                       [])))
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.args.nodes / self.args.start_rate + 300
@@ -324,7 +325,8 @@ class Run:
                 raise RuntimeError(f"only {ready} of {self.args.nodes} nodes became Ready")
             await asyncio.sleep(2.0)
         self.ready_at = time.time()
-        say(f"all {self.args.nodes} nodes Ready after {time.monotonic() - began:.0f}s; settling {self.args.settle:.0f}s")
+        say(f"all {self.args.nodes} nodes Ready after {time.monotonic() - began:.0f}s; "
+            f"settling {self.args.settle:.0f}s")
 
     async def _steady(self) -> None:
         pid = self.simulator.pid
@@ -391,7 +393,7 @@ class Run:
         while True:
             try:
                 async with contextlib.aclosing(self.admin.watch(path, params)) as events:
-                    async for kind, pod in events:
+                    async for _kind, pod in events:
                         params["resourceVersion"] = pod["metadata"].get("resourceVersion", params["resourceVersion"])
                         if pod.get("status", {}).get("phase") == "Running":
                             running.setdefault(pod["metadata"]["name"], time.time())
@@ -426,7 +428,8 @@ class Run:
         figures.reconnect_p90_s = percentile(list(back.values()), 0.90)
         figures.reconnect_peak_per_s = peak_per_second(lists.values())
         if len(back) < self.args.nodes:
-            figures.notes.append(f"{self.args.nodes - len(back)} nodes not reconnected within {self.args.reconnect_wait:.0f}s")
+            figures.notes.append(f"{self.args.nodes - len(back)} nodes not reconnected within "
+                                 f"{self.args.reconnect_wait:.0f}s")
         lease_back = [t - up for t in leases.values()]
         figures.notes.append(
             f"after the outage: Lease p10/p50/p90 {percentile(lease_back, .1):.1f}/{percentile(lease_back, .5):.1f}/"
@@ -444,7 +447,8 @@ class Run:
                 break
             await asyncio.sleep(2.0)
         waited = f"{time.time() - starting:.0f}s after the apiserver was started again"
-        self.not_ready_after_outage = (f"not_ready_after_outage={self.args.nodes - ready} of {self.args.nodes}, {waited}"
+        self.not_ready_after_outage = (f"not_ready_after_outage={self.args.nodes - ready} of {self.args.nodes}, "
+                                       f"{waited}"
                                        if ready >= 0 else f"not_ready_after_outage unknown: no node list {waited}")
 
     def stop(self) -> None:
@@ -487,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         status = 1
     finally:
         run.stop()
-        tail = (workdir / "simulate.out").read_text().strip().splitlines()[-1:] if (workdir / "simulate.out").exists() else []
+        out = workdir / "simulate.out"
+        tail = out.read_text().strip().splitlines()[-1:] if out.exists() else []
         for line in tail:
             say(f"simulator: {line}")
         if args.keep:

@@ -24,22 +24,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bench_agent as agent_bench  # noqa: E402
-from bench import bench_cluster  # noqa: E402
-from bench import bench_core  # noqa: E402
-from bench import bench_kubelet  # noqa: E402
-from bench import bench_kubelet_api  # noqa: E402
-from edgelet import core  # noqa: E402
-from edgelet.cri.client import RuntimeClient  # noqa: E402
-from edgelet.util.errors import EdgeletError  # noqa: E402
-from tests.integration.agent_harness import unmount_under  # noqa: E402
-from tests.runtime_cleanup import empty_runtime, remove_pod_cgroups  # noqa: E402
+from bench import bench_agent as agent_bench
+from bench import (
+    bench_cluster,
+    bench_core,
+    bench_kubelet,
+    bench_kubelet_api,
+)
+from edgelet import core
+from edgelet.cri.client import RuntimeClient
+from edgelet.util.errors import EdgeletError
+from tests.integration.agent_harness import unmount_under
+from tests.runtime_cleanup import empty_runtime, remove_pod_cgroups
 
 REPO = agent_bench.REPO
 LOCAL_CONTAINERD = REPO / "hack" / "local-containerd.sh"
@@ -396,7 +398,8 @@ async def measure_idle(agent: agent_bench.AgentProcess, counter: agent_bench.Wri
     try:
         if opts.resyncs:
             await sleep_until(agent.ready_at + SYNC_FREQUENCY + 2.0)
-        log(f"edgelet, {results.burst_pods} pods: CPU and RSS over {opts.idle_windows} windows of {opts.idle_seconds:.0f}s")
+        log(f"edgelet, {results.burst_pods} pods: CPU and RSS over {opts.idle_windows} windows "
+            f"of {opts.idle_seconds:.0f}s")
         before = await agent_bench.scrape(agent)
         for _ in range(opts.idle_windows):
             results.idle110.append(await agent_bench.measure_usage(agent, opts.idle_seconds))
@@ -479,7 +482,8 @@ async def run_all(rt_endpoints: tuple[str, str], stop_raw: Callable[[], None], w
         results.kubelet_api_rss_off_mb, results.kubelet_api_rss_on_mb = \
             await bench_kubelet_api.kubelet_api_rss(workdir / "kubelet-api", agent_endpoint)
         if not opts.skip_cluster:
-            log(f"cluster mode: bootstrap-token join over TLS, one rotation, kubelet API on, {opts.burst_pods} API pods")
+            log(f"cluster mode: bootstrap-token join over TLS, one rotation, kubelet API on, "
+                f"{opts.burst_pods} API pods")
             results.cluster = await bench_cluster.bench_cluster(
                 agent_endpoint, agent_rt, workdir / "cluster", opts.burst_pods, windows=opts.idle_windows,
                 window_s=opts.idle_seconds, restarts=opts.restarts)
@@ -589,7 +593,7 @@ def idle_lines(results: Results, figures: dict[str, float]) -> list[str]:
         f"  {'':34} {'0 pods':>10} {f'{pods} pods':>10}   goal at {pods}",
         f"  {'RSS MiB (VmRSS), median':34} {results.idle0.rss_mb:>10.1f} {figures['rss_110_mb']:>10.1f}   "
         f"{goal(goals, 'rss_110_mb', figures['rss_110_mb'])}",
-        f"  {f'idle CPU % of one core, median':34} "
+        f"  {'idle CPU % of one core, median':34} "
         f"{results.idle0.cpu_pct:>10.2f} {figures['idle_cpu_110_pct']:>10.2f}   "
         f"{goal(goals, 'idle_cpu_110_pct', figures['idle_cpu_110_pct'])}",
         f"    {len(windows)} windows of {windows[0].window_s:.0f} s at {pods} pods: CPU "
@@ -705,7 +709,8 @@ def bench_line(figures: dict[str, float], runtime: str, pleg_mode: str) -> str:
             f"cri_calls_per_relist={figures['cri_calls_per_relist']:.2f} "
             f"cri_calls_per_pod_start={figures['cri_calls_per_pod_start']:.2f} "
             f"kubelet_api_rss_mb={figures['kubelet_api_rss_mb']:.1f} "
-            f"rss_110_cluster_mb={figures['rss_110_cluster_mb']:.1f} pss_110_cluster_mb={figures['pss_110_cluster_mb']:.1f} "
+            f"rss_110_cluster_mb={figures['rss_110_cluster_mb']:.1f} "
+            f"pss_110_cluster_mb={figures['pss_110_cluster_mb']:.1f} "
             f"restart_110_cluster_ms={figures['restart_110_cluster_ms']:.0f} "
             f"kubelet_start={figures['kubelet_start']:.2f} kubelet_burst={figures['kubelet_burst']:.2f} "
             f"kubelet_rss={figures['kubelet_rss']:.2f} kubelet_idle_cpu={figures['kubelet_idle_cpu']:.2f}")

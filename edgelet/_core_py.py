@@ -7,13 +7,13 @@ import re
 import struct
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import orjson
 from google.protobuf.message import DecodeError
 
-from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.container import labels
+from edgelet.cri import runtime_v1_pb2 as pb
 
 __all__ = [
     "HASH_VERSION",
@@ -54,13 +54,16 @@ CONTAINER_RECORD_FIELDS = (
 )  # fmt: skip
 SANDBOX_RECORD_FIELDS = ("id", "pod_uid", "name", "namespace", "state", "created_at", "attempt")
 # The fields by name where the relist reads them, at the places both kinds share; and each kind's width.
-_ID, _POD_UID, _STATE, _CREATED_AT = 0, 1, 4, 5
+_ID: Final = 0
+_POD_UID: Final = 1
+_STATE: Final = 4
+_CREATED_AT: Final = 5
 _CONTAINER_WIDTH, _SANDBOX_WIDTH = 9, 7
 
 # The kubelet's plegState of a runtime object.
 _RUNNING, _EXITED, _UNKNOWN, _NON_EXISTENT = range(4)
-_CONTAINER_PLEG = {pb.CONTAINER_RUNNING: _RUNNING, pb.CONTAINER_EXITED: _EXITED}
-_SANDBOX_PLEG = {pb.SANDBOX_READY: _RUNNING, pb.SANDBOX_NOTREADY: _EXITED}
+_CONTAINER_PLEG: dict[int, int] = {pb.CONTAINER_RUNNING: _RUNNING, pb.CONTAINER_EXITED: _EXITED}
+_SANDBOX_PLEG: dict[int, int] = {pb.SANDBOX_READY: _RUNNING, pb.SANDBOX_NOTREADY: _EXITED}
 
 # ---------------------------------------------------------------------------------------------
 # XXH64, after the public xxHash specification.

@@ -5,6 +5,8 @@ See `edgelet._yaml` for the shape of an event; tests/unit/test_yamlload.py holds
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from edgelet.util.errors import YAMLError
@@ -27,7 +29,7 @@ _KINDS = {
 }
 
 
-def _event(event: yaml.Event) -> tuple:
+def _event(event: Any) -> tuple:  # a yaml.Event subclass, each with its own fields (the stubs know only Event)
     kind = _KINDS[type(event)]
     mark = event.start_mark
     if kind == 6:

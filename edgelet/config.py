@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from edgelet.api.limits import INT32_MAX as _INT32_MAX
+from edgelet.api.limits import describe_int, document_problem
+from edgelet.api.quantity import NANO, format_bytes, parse_quantity, parse_quantity_bytes
+from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
 from edgelet.util.cpuset import parse_cpuset
 from edgelet.util.errors import ConfigError
-from edgelet.api.limits import INT32_MAX as _INT32_MAX, describe_int, document_problem
-from edgelet.podconfig.validation import dns1123_subdomain_error, label_value_error, qualified_name_error
-from edgelet.api.quantity import NANO, format_bytes, parse_quantity, parse_quantity_bytes
 
 __all__ = [
     "Config", "ConfigError", "format_duration", "format_effective", "load_config", "parse_config",
@@ -298,7 +299,9 @@ def _signal_error(value: str) -> str | None:
 class RuntimeConfig:
     endpoint: str = setting("unix:///run/containerd/containerd.sock", _string(_unix_endpoint_error))
     request_timeout: float = setting("2m", _duration())
-    image_pull_timeout: float = setting("10m", _duration())
+    # No longer applied: a pull is judged by its progress ([images] pull_progress_timeout), not by a clock. Kept so
+    # configs that set it still load; the agent says at start that it ignores a value other than "0".
+    image_pull_timeout: float = setting("0", _duration(exclusive=False))
     runtime_handler: str = setting("", _string())
 
     @property
@@ -376,6 +379,12 @@ def _token_error(value: str) -> str | None:
     return token_error(value)
 
 
+def _taint_error(value: str) -> str | None:
+    from edgelet.nodestatus.taints import taint_error  # cluster nodes only
+
+    return taint_error(value)
+
+
 def _service_host_error(value: str) -> str | None:
     if any(c in value for c in "/:[] ") and not _is_ipv6(value):
         return f"must be a host name or IP address (no scheme or port), got {value!r}"
@@ -396,7 +405,8 @@ def _secret(check: Callable[[str], str | None]) -> _Kind:
 
 def _host_port_error(value: str) -> str | None:
     host, colon, port = value.rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535 or (host.startswith("[") != host.endswith("]")):
+    if (not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535
+            or host.startswith("[") != host.endswith("]")):
         return f'must be "host:port" (like "10.0.0.1:8132" or "[fd00::1]:8132"), got {value!r}'
     return None
 
@@ -437,6 +447,8 @@ class ClusterConfig:
     status_resync: float = setting("10s", _duration())
     node_labels: Mapping[str, str] = setting({}, _string_table(qualified_name_error, label_value_error),
                                              factory=lambda: MappingProxyType({}))
+    # The kubelet's --register-with-taints: taints the Node gets when this agent creates it ("key=value:Effect").
+    register_with_taints: tuple[str, ...] = setting([], _string_list(_taint_error))
     # What pods see as KUBERNETES_SERVICE_HOST/PORT. An edge node has no kube-proxy to reach the `kubernetes`
     # Service's ClusterIP, so empty means the API server this agent itself talks to.
     kubernetes_service_host: str = setting("", _string(_service_host_error))
@@ -496,6 +508,8 @@ class KubeletApiConfig:
     serving_cert: str = setting("self-signed", _choice("self-signed", "csr"))
     # What /logs/ serves and its node log queries read files from (the kubelet's /var/log).
     node_log_dir: str = setting("/var/log", _path(required=True))
+    # The journal node log queries read (journalctl --directory); "" = the system journal.
+    journal_dir: str = setting("", _path())
 
     def problems(self) -> Iterator[tuple[str, str]]:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
@@ -515,10 +529,35 @@ class ImagesConfig:
     gc_high_threshold_percent: int = setting(85, _integer(0, 100))
     gc_low_threshold_percent: int = setting(80, _integer(0, 100))
     minimum_gc_age: float = setting("2m", _duration(exclusive=False))
+    # The kubelet's serializeImagePulls and maxParallelImagePulls (0: no limit, the kubelet's nil).
+    serialize_image_pulls: bool = setting(True, _boolean())
+    max_parallel_image_pulls: int = setting(0, _integer(0))
+    # A pull with no progress this long is cancelled and retried with the image back-off (containerd's
+    # image_pull_progress_timeout); "0" never cancels. See edgelet.images.progress for who measures it.
+    pull_progress_timeout: float = setting("5m", _duration(exclusive=False))
+    # The kubelet's --image-credential-provider-config (a CredentialProviderConfig file, YAML or JSON) and
+    # --image-credential-provider-bin-dir (where its plugins are); set both or neither.
+    credential_provider_config: str = setting("", _path())
+    credential_provider_bin_dir: str = setting("", _path())
+    # The node's docker config (config.json, or a legacy .dockercfg); "" = the kubelet's search: root_dir,
+    # the working directory, $HOME/.docker, /.docker.
+    docker_config: str = setting("", _path())
 
     def problems(self) -> Iterator[tuple[str, str]]:
+        if bool(self.credential_provider_config) != bool(self.credential_provider_bin_dir):
+            missing = "credential_provider_bin_dir" if self.credential_provider_config else "credential_provider_config"
+            yield missing, "must be set together with the other (a provider config names plugins in the bin dir)"
         if self.gc_low_threshold_percent > self.gc_high_threshold_percent:
             yield "gc_low_threshold_percent", "must not be above gc_high_threshold_percent"
+        if self.serialize_image_pulls and self.max_parallel_image_pulls > 1:
+            yield "max_parallel_image_pulls", "must be 0 or 1 while serialize_image_pulls is true (as the kubelet's)"
+
+    @property
+    def parallel_pulls(self) -> int | None:
+        """How many pulls may run at once; None: no limit."""
+        if self.serialize_image_pulls:
+            return 1
+        return self.max_parallel_image_pulls or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,6 +669,16 @@ class CsiConfig:
     plugins_registry: str = setting("/var/lib/kubelet/plugins_registry", _path())
 
 
+@dataclass(frozen=True, slots=True)
+class DevicesConfig:
+    """Device plugins and the pod resources API, on the kubelet's paths (plugins and monitoring agents hard-code
+    them): plugins register on `<plugin_dir>/kubelet.sock` (the kubelet's device-plugins directory); "" turns
+    device plugins off. `pod_resources_socket` serves v1.PodResourcesLister; "" turns it off."""
+
+    plugin_dir: str = setting("/var/lib/kubelet/device-plugins", _path())
+    pod_resources_socket: str = setting("/var/lib/kubelet/pod-resources/kubelet.sock", _path())
+
+
 def _default_node_name() -> str:
     return socket.gethostname().lower()
 
@@ -663,6 +712,7 @@ class Config:
     shutdown: ShutdownConfig = section(ShutdownConfig)
     security: SecurityConfig = section(SecurityConfig)
     csi: CsiConfig = section(CsiConfig)
+    devices: DevicesConfig = section(DevicesConfig)
 
     # Layout under root_dir (a kubelet-like tree, all in one place so one backup or wipe covers it):
     #   pods/<uid>/volumes/...                       per-pod directories (volumes, etc-hosts)
@@ -722,6 +772,13 @@ class Config:
         if self.cluster is not None and self.cluster.tunnel is not None and not self.kubelet_api.address:
             yield "cluster.tunnel", "carries the kubelet API, which [kubelet_api] address = \"\" disables"
 
+    def ignored(self) -> Iterator[str]:
+        """Settings still read but no longer applied, each with what replaced it (logged at start)."""
+        if self.runtime.image_pull_timeout:
+            yield (f"[runtime] image_pull_timeout = {format_duration(self.runtime.image_pull_timeout)!r} is ignored: "
+                   "a pull has no deadline and is cancelled only when it makes no progress ([images] "
+                   "pull_progress_timeout)")
+
     def derived_paths(self) -> dict[str, str]:
         return {name: getattr(self, name) for name in ("pods_dir", "state_dir", "cache_dir", "images_dir")}
 
@@ -735,8 +792,8 @@ MAX_CONFIG_DEPTH = 8
 # parts: 400 MB) before any depth check can run; far more parts than any key or value has are refused unread.
 MAX_DOTTED_PARTS = 64
 _LONG_DOTTED_KEY = re.compile(
-    r"""(?<![A-Za-z0-9_-])(?:(?:[A-Za-z0-9_-]++|"[^"\n]*+"|'[^'\n]*+')[ \t]*+\.[ \t]*+){%d}"""
-    % MAX_DOTTED_PARTS)  # the look-behind keeps the search linear: each run of key characters is tried once
+    r"""(?<![A-Za-z0-9_-])(?:(?:[A-Za-z0-9_-]++|"[^"\n]*+"|'[^'\n]*+')[ \t]*+\.[ \t]*+){"""
+    + str(MAX_DOTTED_PARTS) + "}")  # the look-behind keeps the search linear: each run of key characters is tried once
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

@@ -11,7 +11,7 @@ if NO_EXTENSIONS:
     from edgelet import _core_py as _impl
 else:
     try:
-        from edgelet import _core as _impl  # type: ignore[no-redef]
+        from edgelet import _core as _impl  # type: ignore[no-redef, attr-defined]  # compiled: typed by its twin
     except ImportError as exc:
         raise ImportError(
             "edgelet._core (the compiled hot path) is not built: run "

@@ -11,7 +11,7 @@ if os.environ.get("EDGELET_NO_EXTENSIONS") == "1":
     from edgelet import _libc_py as _impl
 else:
     try:
-        from edgelet import _libc as _impl  # type: ignore[no-redef]
+        from edgelet import _libc as _impl  # type: ignore[no-redef, attr-defined]  # compiled: typed by its twin
     except ImportError as exc:
         raise ImportError(
             "edgelet._libc (the compiled C library calls) is not built: run "

@@ -33,7 +33,7 @@ if os.environ.get("EDGELET_NO_EXTENSIONS") == "1":
     from edgelet import _yaml_py as _impl
 else:
     try:
-        from edgelet import _yaml as _impl  # type: ignore[no-redef]
+        from edgelet import _yaml as _impl  # type: ignore[no-redef, attr-defined]  # compiled: typed by its twin
     except ImportError as exc:
         raise ImportError(
             "edgelet._yaml (the compiled libyaml binding) is not built: run "
@@ -242,7 +242,8 @@ def _float(node: Node) -> float:
 _TIMESTAMP = re.compile(r"""^(?P<year>[0-9]{4})-(?P<month>[0-9][0-9]?)-(?P<day>[0-9][0-9]?)
                            (?:(?:[Tt]|[ \t]+)(?P<hour>[0-9][0-9]?):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})
                             (?:\.(?P<fraction>[0-9]*))?
-                            (?:[ \t]*(?P<tz>Z|(?P<tz_sign>[-+])(?P<tz_hour>[0-9][0-9]?)(?::(?P<tz_minute>[0-9]{2}))?))?)?$""",
+                            (?:[ \t]*(?P<tz>Z|(?P<tz_sign>[-+])(?P<tz_hour>[0-9][0-9]?)
+                                (?::(?P<tz_minute>[0-9]{2}))?))?)?$""",
                         re.X)
 
 

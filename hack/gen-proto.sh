@@ -2,8 +2,10 @@
 # Regenerates the Python modules of edgelet's .proto files: the CRI subset (edgelet/cri/runtime_v1.proto,
 # messages and gRPC stubs) and the gRPC health protocol subset the grpc probe calls
 # (edgelet/prober/health_v1.proto, messages only) and the konnectivity agent protocol subset
-# (edgelet/tunnel/konnectivity.proto, messages and gRPC stubs), and the CSI node and plugin registration subsets
-# (edgelet/csi/csi.proto and pluginregistration.proto, messages and gRPC stubs).
+# (edgelet/tunnel/konnectivity.proto, messages and gRPC stubs), the CSI node and plugin registration subsets
+# (edgelet/csi/csi.proto and pluginregistration.proto, messages and gRPC stubs), and the kubelet's device plugin
+# API (edgelet/cm/devicemanager/deviceplugin_v1beta1.proto) and pod resources API
+# (edgelet/podresources/podresources_v1.proto), messages and gRPC stubs.
 #
 # Usage: hack/gen-proto.sh [--check]
 #   --check   generate into a temporary directory and fail if the committed files differ.
@@ -39,6 +41,8 @@ generate edgelet/prober health_v1.proto 0
 generate edgelet/tunnel konnectivity.proto 1
 generate edgelet/csi csi.proto 1
 generate edgelet/csi pluginregistration.proto 1
+generate edgelet/cm/devicemanager deviceplugin_v1beta1.proto 1
+generate edgelet/podresources podresources_v1.proto 1
 
 # render DIR MODULE: replaces protoc's MODULE.py with a module that builds the same names by edgelet.util.protobuild,
 # from the serialized descriptor protoc's module adds to its pool.
@@ -68,6 +72,8 @@ render edgelet/prober health_v1_pb2
 render edgelet/tunnel konnectivity_pb2
 render edgelet/csi csi_pb2
 render edgelet/csi pluginregistration_pb2
+render edgelet/cm/devicemanager deviceplugin_v1beta1_pb2
+render edgelet/podresources podresources_v1_pb2
 
 # protoc writes a top-level import; inside the package the stub must import its sibling: sibling DIR MODULE.
 sibling() {
@@ -82,6 +88,8 @@ sibling edgelet/cri runtime_v1
 sibling edgelet/tunnel konnectivity
 sibling edgelet/csi csi
 sibling edgelet/csi pluginregistration
+sibling edgelet/cm/devicemanager deviceplugin_v1beta1
+sibling edgelet/podresources podresources_v1
 
 status=0
 for f in edgelet/cri/runtime_v1_pb2.py edgelet/cri/runtime_v1_pb2.pyi edgelet/cri/runtime_v1_pb2_grpc.py \
@@ -89,7 +97,11 @@ for f in edgelet/cri/runtime_v1_pb2.py edgelet/cri/runtime_v1_pb2.pyi edgelet/cr
         edgelet/tunnel/konnectivity_pb2.py edgelet/tunnel/konnectivity_pb2.pyi edgelet/tunnel/konnectivity_pb2_grpc.py \
         edgelet/csi/csi_pb2.py edgelet/csi/csi_pb2.pyi edgelet/csi/csi_pb2_grpc.py \
         edgelet/csi/pluginregistration_pb2.py edgelet/csi/pluginregistration_pb2.pyi \
-        edgelet/csi/pluginregistration_pb2_grpc.py; do
+        edgelet/csi/pluginregistration_pb2_grpc.py \
+        edgelet/cm/devicemanager/deviceplugin_v1beta1_pb2.py edgelet/cm/devicemanager/deviceplugin_v1beta1_pb2.pyi \
+        edgelet/cm/devicemanager/deviceplugin_v1beta1_pb2_grpc.py \
+        edgelet/podresources/podresources_v1_pb2.py edgelet/podresources/podresources_v1_pb2.pyi \
+        edgelet/podresources/podresources_v1_pb2_grpc.py; do
     if [[ "$mode" == "--check" ]]; then
         if ! cmp -s "$work/out/$f" "$repo/$f"; then
             echo "gen-proto: $f is stale; run hack/gen-proto.sh" >&2

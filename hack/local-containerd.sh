@@ -29,7 +29,8 @@
 # Images: docker.io/library/busybox:local (workloads) and edgelet.local/pause:1 (sandbox_image).
 # Needs root, runc, containernetworking-plugins, umoci, busybox-static, python3, iproute2 (and containerd or
 # apt-get for the archive).
-# Environment: EDGELET_POD_SUBNET (e.g. 10.223.7.0/24) overrides the derived pod subnet.
+# Environment: EDGELET_POD_SUBNET (e.g. 10.223.7.0/24) overrides the derived pod subnet;
+# EDGELET_IMAGE_PULL_PROGRESS_TIMEOUT (e.g. 4s) sets the CRI image_pull_progress_timeout (1.7 and later).
 set -euo pipefail
 
 readonly BUSYBOX_IMAGE="docker.io/library/busybox:local"
@@ -214,6 +215,13 @@ settings = {
 }
 if nri:
     settings[nri] = '"$state_dir/nri.sock"'
+if "${EDGELET_IMAGE_PULL_PROGRESS_TIMEOUT:-}":
+    if "image_pull_progress_timeout" not in text:
+        sys.exit("local-containerd: EDGELET_IMAGE_PULL_PROGRESS_TIMEOUT: this containerd has no image_pull_progress_timeout")
+    settings[images, "image_pull_progress_timeout"] = '"${EDGELET_IMAGE_PULL_PROGRESS_TIMEOUT:-}"'
+if version == 3:
+    # CDI specs of this instance's own (tests write them there), not the machine's /etc/cdi.
+    settings[(runtime, "cdi_spec_dirs")] = '["$state_dir/cdi"]'
 section, out, seen = "", [], set()
 for line in text.splitlines(keepends=True):
     header = re.match(r"\s*\[(.+)\]\s*$", line)
@@ -233,7 +241,7 @@ PY
 
 write_cni() {
     local subnet="$1" bridge="$2"
-    mkdir -p "$state_dir/cni" "$state_dir/cni-ipam"
+    mkdir -p "$state_dir/cni" "$state_dir/cni-ipam" "$state_dir/cdi"
     # containerd sets up the pod's loopback itself (loopback plugin from bin_dir); this is eth0.
     cat >"$state_dir/cni/10-edgelet.conflist" <<JSON
 {

@@ -1,25 +1,36 @@
-"""Session-wide test fixtures: the private containerd that integration tests run against.
+"""Session-wide test fixtures: the private containerd that integration tests run against, a CRI client
+connected to it and a runtime emptied around a test.
 
 `containerd` starts one instance per test session through hack/local-containerd.sh in a temporary
 directory and stops it at the end, failing the session if anything (process, mount) outlives it. The
 release it runs is the script's choice: CONTAINERD=1.6|1.7|2.1 in the environment, else its default.
-Without root or the needed tools the fixture skips, except under CI=true, where it fails.
+Without root or the needed tools the fixture skips, except under CI=true, where it fails. A module opts into a
+runtime emptied before and after each test with `pytestmark = pytest.mark.usefixtures("clean_runtime")`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 
-from tests.runtime_cleanup import recorded, remove_pod_cgroups, run_ctr
+# The helper modules' asserts are the tests' too: rewritten as the test modules' are, they hold at -OO (the pure
+# suite runs so, as the package ships), where a plain assert would vanish. Before any of them is imported.
+pytest.register_assert_rewrite("tests.helpers", "tests.runtime_cleanup", "tests.scrape", "tests.logind_double",
+                               "tests.kubeapi_double", "tests.unit", "tests.integration", "tests.e2e", "tests.chaos",
+                               "tests.conformance", "bench")
+
+from edgelet.cri.client import RuntimeClient  # noqa: E402
+from tests.runtime_cleanup import empty_runtime, recorded, remove_pod_cgroups, run_ctr  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONTAINERD = REPO_ROOT / "hack" / "local-containerd.sh"
@@ -69,13 +80,40 @@ def _cannot_run(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _local_containerd(action: str, state_dir: Path) -> subprocess.CompletedProcess[str]:
+def _local_containerd(action: str, state_dir: Path, env: dict[str, str] | None = None
+                      ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(LOCAL_CONTAINERD), action, str(state_dir)],
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, **(env or {})},
     )
+
+
+def containerd_release() -> str:
+    """The containerd release hack/local-containerd.sh runs here ("1.6", "1.7" or "2.1")."""
+    fetched = subprocess.run(["bash", str(LOCAL_CONTAINERD), "fetch"], capture_output=True, text=True, timeout=600)
+    if fetched.returncode != 0:
+        pytest.fail(f"hack/local-containerd.sh fetch failed:\n{fetched.stderr}", pytrace=False)
+    return fetched.stdout.split()[0]
+
+
+@contextlib.contextmanager
+def private_containerd(state_dir: Path, env: dict[str, str] | None = None) -> Iterator[Containerd]:
+    """A containerd of its own for tests that need it configured otherwise (`env` for hack/local-containerd.sh),
+    stopped at the end; the tools it needs are the session fixture's, so use it beside `containerd`."""
+    started = _local_containerd("start", state_dir, env)
+    try:
+        if started.returncode != 0:
+            pytest.fail(f"hack/local-containerd.sh start failed:\n{started.stderr}", pytrace=False)
+        instance = Containerd(endpoint=started.stdout.strip().splitlines()[-1], state_dir=state_dir)
+        _wait_until_ready(instance.endpoint, (instance.image, instance.pause_image))
+        yield instance
+    finally:
+        stopped = _local_containerd("stop", state_dir)
+    if stopped.returncode != 0:
+        pytest.fail(f"hack/local-containerd.sh stop left things behind:\n{stopped.stderr}", pytrace=False)
 
 
 def _wait_until_ready(endpoint: str, images: tuple[str, ...]) -> None:
@@ -95,7 +133,8 @@ def _wait_until_ready(endpoint: str, images: tuple[str, ...]) -> None:
                 missing = [
                     ref
                     for ref in images
-                    if not image_service.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=ref)), timeout=5).image.id
+                    if not image_service.ImageStatus(pb.ImageStatusRequest(image=pb.ImageSpec(image=ref)),
+                                                     timeout=5).image.id
                 ]
                 if not not_ready and not missing:
                     return
@@ -131,3 +170,18 @@ def containerd(tmp_path_factory: pytest.TempPathFactory):
         asyncio.run(remove_pod_cgroups())
     if stopped.returncode != 0:
         pytest.fail(f"hack/local-containerd.sh stop left things behind:\n{stopped.stderr}", pytrace=False)
+
+
+@pytest.fixture
+async def cri(containerd):
+    """A RuntimeClient connected to the session's containerd, closed after the test."""
+    async with RuntimeClient(containerd.endpoint, timeout=60.0) as client:
+        yield client
+
+
+@pytest.fixture
+async def clean_runtime(cri):
+    """An empty runtime for the test, emptied again afterwards whatever the test left."""
+    await empty_runtime(cri)
+    yield
+    await empty_runtime(cri)

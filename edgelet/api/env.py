@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
-from edgelet.api import podutil
-from edgelet.util.errors import EdgeletError
+from edgelet.api import podutil, resources
 from edgelet.api.objectstore import InvalidObjectError, configmap_data, secret_data
 from edgelet.api.podutil import Pod
-from edgelet.api import resources
+from edgelet.util.errors import EdgeletError
 
 
 class EnvError(EdgeletError):
@@ -376,12 +376,13 @@ def resolve_env(
             value = expand(str(value), lookup)
         elif value_from:
             try:
-                value = _value_from(pod, container, value_from, refs, node_ips=node_ips, pod_ips=pod_ips,
-                                    node_allocatable=node_allocatable)
+                referenced = _value_from(pod, container, value_from, refs, node_ips=node_ips, pod_ips=pod_ips,
+                                         node_allocatable=node_allocatable)
             except (ValueError, resources.ResourceError) as exc:
                 raise EnvError(f"env {name}: {exc}") from None
-            if value is None:  # an optional reference that is absent: the variable is left out
+            if referenced is None:  # an optional reference that is absent: the variable is left out
                 continue
+            value = referenced
         env[name] = value
 
     result = list(env.items())

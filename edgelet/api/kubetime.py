@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import calendar
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 _SECONDS = "%Y-%m-%dT%H:%M:%SZ"
 # The last second formatted and its text: the stamps of one second (every condition, event and start time
@@ -27,7 +27,7 @@ def format_time(seconds: float) -> str:
 
 def format_micro_time(seconds: float) -> str:
     """metav1.MicroTime: `2026-01-01T00:00:00.000000Z` (Lease renewTime, the config.seen annotation)."""
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(text: str) -> float:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from edgelet.api import podutil
-from edgelet.util.errors import PermanentError, cut_long_values
 from edgelet.api.limits import document_problem
+from edgelet.util.errors import PermanentError, cut_long_values
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def bound_volume(claim: dict[str, Any] | None) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def with_bound_volumes(keys: Iterable[Key], lookup: Callable[[Key], "dict[str, Any] | None"]) -> set[Key]:
+def with_bound_volumes(keys: Iterable[Key], lookup: Callable[[Key], dict[str, Any] | None]) -> set[Key]:
     """`keys` plus the PersistentVolume of each bound claim among them (as `lookup` holds the claim)."""
     closed = set(keys)
     for key in [key for key in closed if key[0] == CLAIM]:
@@ -123,8 +124,7 @@ def object_key(obj: Any) -> Key:
     if kind not in KINDS:
         raise InvalidObjectError(f"kind: expected {_KIND_NAMES}, got {kind!r}")
     metadata = obj.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    if not isinstance(name, str) or not name:
+    if not isinstance(metadata, dict) or not isinstance(name := metadata.get("name"), str) or not name:
         raise InvalidObjectError(f"{kind}: metadata.name is required")
     namespace = metadata.get("namespace") or "default"
     if not isinstance(namespace, str):
@@ -191,7 +191,9 @@ def validate_object(obj: Any) -> Key:
 
 
 def _describe(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     if obj.get("kind") in CLUSTER_SCOPED:
         return f"{obj.get('kind')} {metadata.get('name')}"
     return f"{obj.get('kind')} {metadata.get('namespace') or 'default'}/{metadata.get('name')}"

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from edgelet.api import podutil
-from edgelet.util.errors import PermanentError
+from edgelet.api import podutil, qos
 from edgelet.api.podutil import Pod
 from edgelet.api.quantity import NANO, parse_quantity, to_int_ceil, to_millis_ceil
-from edgelet.api import qos
+from edgelet.util.errors import PermanentError
 
 MIN_SHARES = 2
 MAX_SHARES = 262144

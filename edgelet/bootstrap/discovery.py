@@ -15,9 +15,9 @@ from typing import Any
 from edgelet import yamlload
 from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError, spki_hash, verify_detached
 from edgelet.bootstrap.x509 import CertificateError, parse_certificate, pem_blocks
-from edgelet.util.errors import YAMLError
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import NotFound
+from edgelet.util.errors import YAMLError
 
 CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
 

@@ -67,7 +67,7 @@ def make(request: dict[str, Any]) -> dict[str, str]:
     if request.get("organization"):
         attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, request["organization"]))
     subject = x509.Name(attributes)
-    alt_names = [x509.DNSName(name) for name in request.get("dns_names") or ()]
+    alt_names: list[x509.GeneralName] = [x509.DNSName(name) for name in request.get("dns_names") or ()]
     alt_names += [x509.IPAddress(ipaddress.ip_address(a)) for a in request.get("ip_addresses") or ()]
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption()).decode("ascii")
@@ -79,7 +79,7 @@ def make(request: dict[str, Any]) -> dict[str, str]:
         return {"key": key_pem, "csr": csr.public_bytes(serialization.Encoding.PEM).decode("ascii")}
     if request["kind"] != "self-signed":
         raise ValueError(f"unknown kind {request['kind']!r}: csr or self-signed")
-    start = datetime.datetime.fromtimestamp(request["not_before"], datetime.timezone.utc)
+    start = datetime.datetime.fromtimestamp(request["not_before"], datetime.UTC)
     certificate = (
         x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
         .serial_number(x509.random_serial_number())

@@ -10,29 +10,39 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import logging
 import os
 import random
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from edgelet.util.backoff import JitteredBackoff
+from edgelet.api.kubetime import format_time
+from edgelet.bootstrap import ACTION_RECORD
 from edgelet.bootstrap.csr import (
-    CLIENT_SIGNER, CLIENT_USAGES, NODES_GROUP, SERVING_SIGNER, SERVING_USAGES, csr_object, csr_outcome,
-    new_key_and_request, node_user, rotation_deadline,
+    CLIENT_SIGNER,
+    CLIENT_USAGES,
+    NODES_GROUP,
+    SERVING_SIGNER,
+    SERVING_USAGES,
+    csr_object,
+    csr_outcome,
+    new_key_and_request,
+    node_user,
+    rotation_deadline,
 )
-from edgelet.bootstrap.discovery import bundle_hashes, discover_ca
+from edgelet.bootstrap.discovery import UnsignedClusterInfo, bundle_hashes, discover_ca
 from edgelet.bootstrap.tokens import BootstrapToken, DiscoveryError
 from edgelet.bootstrap.x509 import Certificate, CertificateError, first_certificate, pem_blocks
-from edgelet.util.checkpoint import CheckpointStore, key_to_filename
-from edgelet.config import ClusterConfig
-from edgelet.util.errors import ConfigError, EdgeletError, TemporaryError
+from edgelet.config import ClusterConfig, load_config
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError, Unauthorized
 from edgelet.kubeapi.kubeconfig import KubeConfig, KubeconfigError, ssl_context
-from edgelet.api.kubetime import format_time
+from edgelet.util.backoff import JitteredBackoff
+from edgelet.util.checkpoint import CheckpointStore, key_to_filename
+from edgelet.util.errors import ConfigError, EdgeletError, TemporaryError
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +94,10 @@ def tls_context(server: str, ca_pem: bytes | None, credentials: Credentials | No
                             client_cert_data=credentials.cert_pem if credentials else None,
                             client_key_data=credentials.key_pem if credentials else None,
                             user_field="client certificate", cluster_field="cluster CA")
-        ctx = ssl_context(config)
-        assert ctx is not None  # the server is https:// (checked by the config)
+        verified = ssl_context(config)
+        if verified is None:  # the config holds the server to https://; nothing here may speak plain HTTP
+            raise ConfigError(where, "server", f"{server}: the cluster is reached over https:// only")
+        ctx = verified
     return ctx
 
 
@@ -161,7 +173,8 @@ class RenewedCertificate:
             log.warning("the stored %s is unusable (%s); requesting a new one", self.what, exc)
             return None
         if not credentials.valid(self._clock()):
-            log.warning("the stored %s (serial %x) expired; %s", self.what, credentials.cert.serial, self._expired_means)
+            log.warning("the stored %s (serial %x) expired; %s", self.what, credentials.cert.serial,
+                        self._expired_means)
         return credentials
 
     _expired_means = "requesting a new one"
@@ -187,7 +200,7 @@ class RenewedCertificate:
             if not self._renewal_due_now():
                 wait = self._deadline - self._clock()
                 if wait > 0:
-                    if announced != self._deadline:
+                    if announced != self._deadline and self.current is not None:  # valid: it is there
                         announced = self._deadline
                         log.info("%s serial %x valid until %s; rotating in %.0fs", self.what,
                                  self.current.cert.serial, format_time(self.current.cert.not_after), wait)
@@ -233,12 +246,15 @@ class ClientCertificateManager(RenewedCertificate):
     what = "client certificate"
     _expired_means = "bootstrapping again with the token"
 
-    def __init__(self, cluster: ClusterConfig, node_name: str, pki_dir: str, *,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
-        """Raises ConfigError for an unreadable ca_file."""
+    def __init__(self, cluster: ClusterConfig, node_name: str, pki_dir: str, *, config_path: str = "",
+                 state_dir: str = "", clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+        """Raises ConfigError for an unreadable ca_file. `config_path` is read again for a new bootstrap token
+        while the API server refuses ours; `state_dir` keeps what an operator must do (`edgelet describe node`)."""
         self.server = cluster.server
         self.node_name = node_name
         self._token = BootstrapToken.parse(cluster.bootstrap_token)
+        self._config_path = config_path
+        self._action_record = os.path.join(state_dir, ACTION_RECORD) if state_dir else ""
         self._pinned_hash = cluster.ca_cert_hash or None
         ca_from_file = read_ca_file(cluster.ca_file) if cluster.ca_file else None
         store = CheckpointStore(pki_dir, kind="pki")
@@ -276,9 +292,57 @@ class ClientCertificateManager(RenewedCertificate):
     def problem(self) -> str | None:
         """Why there is no usable certificate, when the reason is not just an unreachable server."""
         error = self.last_error
+        if (action := self.operator_action()) is not None:
+            return action
         if isinstance(error, (DiscoveryError, CertificateDenied, Unauthorized, KubeconfigError)):
             return str(error)
         return None
+
+    def operator_action(self) -> str | None:
+        """The one line an operator needs when the node cannot join by itself: no valid certificate (it expired
+        while the device was offline, say) and the API server refuses the bootstrap token (expired or deleted:
+        kubeadm's live 24 h)."""
+        if self.valid() or not isinstance(self.last_error, (Unauthorized, UnsignedClusterInfo)):
+            return None
+        if self.current is not None:
+            lost = f"the client certificate expired at {format_time(self.current.cert.not_after)}"
+        else:
+            lost = "the node has no client certificate"
+        where = f" in {self._config_path}" if self._config_path else ""
+        return (f"{lost} and the API server refuses bootstrap token {self._token.id} (expired or deleted): write a "
+                f"new token (kubeadm token create) to [cluster] bootstrap_token{where}; edgelet joins with it at "
+                "its next attempt, no restart needed, and keeps running its pods meanwhile")
+
+    def _reread_token(self) -> None:
+        """A new [cluster] bootstrap_token written to the config file is used from this attempt on."""
+        if not self._config_path:
+            return
+        try:
+            cluster = load_config(self._config_path).cluster
+        except ConfigError as exc:  # a half-written file: the next attempt reads it again
+            log.debug("not reading a new bootstrap token: %s", exc)
+            return
+        text = cluster.bootstrap_token if cluster is not None else ""
+        if text and text != str(self._token):
+            self._token = BootstrapToken.parse(text)
+            log.info("a new bootstrap token (id %s) in %s: joining with it", self._token.id, self._config_path)
+
+    def _record_action(self, action: str | None) -> None:
+        """What `edgelet describe node` shows: the operator's line while it holds, nothing once joined."""
+        if not self._action_record:
+            return
+        try:
+            if action is None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._action_record)
+            else:
+                os.makedirs(os.path.dirname(self._action_record), exist_ok=True)
+                temporary = f"{self._action_record}.tmp"
+                with open(temporary, "w", encoding="utf-8") as file:
+                    file.write(action + "\n")
+                os.replace(temporary, self._action_record)
+        except OSError as exc:
+            log.debug("cannot record the bootstrap state: %s", exc)
 
     def _renewal_due_now(self) -> bool:
         return not self.valid() or self._cert_refused
@@ -288,15 +352,27 @@ class ClientCertificateManager(RenewedCertificate):
 
     def _renewed(self) -> None:
         self._cert_refused = False
+        self._record_action(None)
 
     def _report(self, exc: BaseException) -> None:
         if isinstance(exc, Unauthorized) and self.valid():
             self._cert_refused = True  # e.g. revoked or the CA changed: start over with the token
-        super()._report(exc)
+        self.last_error = exc
+        action = self.operator_action()
+        if action is None:
+            super()._report(exc)
+            return
+        if action != self._last_logged:  # once, as every distinct problem
+            log.error("%s", action)
+            self._record_action(action)
+        self._last_logged = action
 
     async def _obtain(self) -> Credentials:
+        self._reread_token()
         if self.ca_pem is None:
-            assert self._pinned_hash is not None
+            if self._pinned_hash is None:  # the config asks a token join for a CA file or its hash
+                raise DiscoveryError("a bootstrap token join needs [cluster] ca_file or ca_cert_hash to trust the "
+                                     "cluster it discovers")
             self.ca_pem = await discover_ca(self.server, self._token, self._pinned_hash)
             await asyncio.to_thread(self._store.write, CA_KEY, self.ca_pem)
             log.info("discovered the cluster CA (public key %s) from kube-public/cluster-info", self._pinned_hash)

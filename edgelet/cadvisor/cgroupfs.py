@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from edgelet.cm import cgroups
+
 from .series import Usage
 
 CGROUP_FS = "/sys/fs/cgroup"

@@ -15,11 +15,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from edgelet.cri import RuntimeCallError
 from edgelet.container import labels
+from edgelet.cri import RuntimeCallError
 from edgelet.nodestatus.facts import read_meminfo
+
 from .cgroupfs import CgroupReader, container_id_of, device_names
 from .procfs import device_of, mount_sources, parse_net_dev
 from .series import Identity, Machine, Sample, Usage, cgroup_samples, machine_samples, render
@@ -141,7 +142,7 @@ class CadvisorCollector:
             try:
                 if os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat("/proc/self/ns/net").st_ino:
                     return []
-                return [(name, *map(float, counters))
+                return [cast("tuple[str, float, float, float, float]", (name, *map(float, counters)))
                         for name, counters in parse_net_dev(_read(f"/proc/{pid}/net/dev")).items()]
             except OSError:
                 continue

@@ -35,7 +35,7 @@ def terminal_width() -> int:
         columns = int(os.environ["COLUMNS"])
     except (KeyError, ValueError):
         columns = 0
-    if columns <= 0:
+    if columns <= 0 and sys.__stdout__ is not None:
         try:
             columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
         except (AttributeError, ValueError, OSError):
@@ -64,9 +64,9 @@ class ArgumentParser(argparse.ArgumentParser):
     without it, what follows `--` are more positional arguments.
     """
 
-    def __init__(self, *args, formatter_class: type[argparse.HelpFormatter] = HelpFormatter,
+    def __init__(self, *, formatter_class: type[argparse.HelpFormatter] = HelpFormatter,
                  allow_abbrev: bool = False, rest_dest: str | None = None, **kwargs):
-        super().__init__(*args, formatter_class=formatter_class, allow_abbrev=allow_abbrev, **kwargs)
+        super().__init__(formatter_class=formatter_class, allow_abbrev=allow_abbrev, **kwargs)
         self.rest_dest = rest_dest
 
 

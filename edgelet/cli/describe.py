@@ -5,9 +5,11 @@ keeps under root_dir (pod statuses and the local event log): they answer whether
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -158,7 +160,8 @@ def _container(container: Mapping[str, Any], status: Mapping[str, Any]) -> list[
               *(f"      {e.get('name')}:\t{e['value'] if 'value' in e else '<set from a reference>'}" for e in env)]
     mounts = container.get("volumeMounts") or []
     lines += ["    Mounts:" + ("\t<none>" if not mounts else ""),
-              *(f"      {m.get('mountPath')} from {m.get('name')} ({'ro' if m.get('readOnly') else 'rw'})" for m in mounts)]
+              *(f"      {m.get('mountPath')} from {m.get('name')} ({'ro' if m.get('readOnly') else 'rw'})" for m
+                in mounts)]
     return lines
 
 
@@ -167,8 +170,10 @@ _VOLUME_TYPES = {
     "emptyDir": ("EmptyDir (a temporary directory that shares a pod's lifetime)",
                  (("Medium", "medium", ""), ("SizeLimit", "sizeLimit", "<unset>"))),
     "hostPath": ("HostPath (bare host directory volume)", (("Path", "path", ""), ("HostPathType", "type", ""))),
-    "configMap": ("ConfigMap (a volume populated by a ConfigMap)", (("Name", "name", ""), ("Optional", "optional", False))),
-    "secret": ("Secret (a volume populated by a Secret)", (("SecretName", "secretName", ""), ("Optional", "optional", False))),
+    "configMap": ("ConfigMap (a volume populated by a ConfigMap)",
+                  (("Name", "name", ""), ("Optional", "optional", False))),
+    "secret": ("Secret (a volume populated by a Secret)",
+               (("SecretName", "secretName", ""), ("Optional", "optional", False))),
     "downwardAPI": ("DownwardAPI (a volume populated by information about the pod)", ()),
     "projected": ("Projected (a volume that contains injected data from multiple sources)", ()),
 }
@@ -187,7 +192,7 @@ def _volume(volume: Mapping[str, Any]) -> list[str]:
     return lines + ["    Type:\t<unknown>"]
 
 
-def _tolerations(tolerations: list[Mapping[str, Any]]) -> list[str]:
+def _tolerations(tolerations: Sequence[Mapping[str, Any]]) -> list[str]:
     if not tolerations:
         return ["Tolerations:\t<none>"]
     texts = []
@@ -205,7 +210,7 @@ def _tolerations(tolerations: list[Mapping[str, Any]]) -> list[str]:
     return [f"Tolerations:\t{texts[0]}", *(f"\t{text}" for text in texts[1:])]
 
 
-def event_rows_for_describe(events: list[Mapping[str, Any]], now: float) -> list[str]:
+def event_rows_for_describe(events: Sequence[Mapping[str, Any]], now: float) -> list[str]:
     if not events:
         return ["Events:\t<none>"]
     lines = ["Events:", "  Type\tReason\tAge\tFrom\tMessage", "  ----\t------\t----\t----\t-------"]
@@ -214,11 +219,12 @@ def event_rows_for_describe(events: list[Mapping[str, Any]], now: float) -> list
         count = e.get("count") or 1
         age = f"{_since(e.get('lastTimestamp'), now)} (x{count} over {first})" if count > 1 else first
         source = (e.get("source") or {}).get("component") or e.get("reportingComponent", "")
-        lines.append(f"  {e.get('type', '')}\t{e.get('reason', '')}\t{age}\t{source}\t{str(e.get('message', '')).strip()}")
+        message = str(e.get("message", "")).strip()
+        lines.append(f"  {e.get('type', '')}\t{e.get('reason', '')}\t{age}\t{source}\t{message}")
     return lines
 
 
-def describe_pod(pod: Mapping[str, Any], events: list[Mapping[str, Any]], now: float) -> str:
+def describe_pod(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: float) -> str:
     """kubectl describe pod, for the fields a node knows."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     node = spec.get("nodeName") or "<none>"
@@ -266,10 +272,20 @@ def describe_pod(pod: Mapping[str, Any], events: list[Mapping[str, Any]], now: f
 
 # -- get events -------------------------------------------------------------------------------------
 
-def describe_node(node_name: str, tunnel: Mapping[str, Any] | None, events: list[Mapping[str, Any]], now: float) -> str:
-    """`edgelet describe node`: what the node knows of itself offline, its konnectivity tunnel included (as
-    the agent last recorded it under root_dir/state)."""
+def describe_node(node_name: str, tunnel: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]],
+                  now: float, bootstrap: str | None = None, devices: Mapping[str, Any] | None = None) -> str:
+    """`edgelet describe node`: what the node knows of itself offline, its device plugins' resources and its
+    konnectivity tunnel included (as the agent last recorded them under root_dir/state), and what an operator must
+    do for it to join again."""
     lines = [f"Name:\t{node_name}"]
+    if bootstrap:
+        lines.append(f"Bootstrap:\t{bootstrap}")
+    if devices:
+        for title, key in (("Capacity", "capacity"), ("Allocatable", "allocatable")):
+            lines += [f"{title}:", *(f"  {name}:\t{entry.get(key, 0)}" for name, entry in sorted(devices.items())
+                                     if isinstance(entry, Mapping))]
+        lines += ["Device Plugins:", *(f"  {name}:\t{entry.get('plugin') or '<not registered>'}"
+                                       for name, entry in sorted(devices.items()) if isinstance(entry, Mapping))]
     if tunnel is None:
         lines.append("Tunnel:\t<none>")
     else:
@@ -288,26 +304,27 @@ def describe_node(node_name: str, tunnel: Mapping[str, Any] | None, events: list
     return tabwrite("\n".join(lines) + "\n")
 
 
-def sort_events(events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def sort_events(events: Iterable[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
     """By last time seen, oldest first (ties keep the log's order)."""
     return sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("firstTimestamp") or "")
 
 
-def events_table(events: list[Mapping[str, Any]], now: float, *, all_namespaces: bool) -> str:
+def events_table(events: Sequence[Mapping[str, Any]], now: float, *, all_namespaces: bool) -> str:
     """kubectl get events: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE (NAMESPACE first with -A)."""
     header = ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     rows = [["NAMESPACE", *header] if all_namespaces else header]
     for e in sort_events(events):
         obj = e.get("involvedObject") or {}
-        target = f"{str(obj.get('kind', '')).lower()}/{obj['name']}" if obj.get("name") else str(obj.get("kind", "")).lower()
+        target = f"{str(obj.get('kind', '')).lower()}/{obj['name']}" if obj.get("name") else str(obj.get("kind",
+                                                                                                         "")).lower()
         row = [_since(e.get("lastTimestamp") or e.get("firstTimestamp"), now), e.get("type", ""), e.get("reason", ""),
                target, str(e.get("message", "")).strip()]
         rows.append([(e.get("metadata") or {}).get("namespace", ""), *row] if all_namespaces else row)
     return tabwrite("".join("\t".join(row) + "\n" for row in rows), minwidth=10, padding=3)
 
 
-def select_events(events: list[Mapping[str, Any]], *, namespace: str | None, for_object: str | None,
-                  node_name: str) -> list[Mapping[str, Any]]:
+def select_events(events: Sequence[Mapping[str, Any]], *, namespace: str | None, for_object: str | None,
+                  node_name: str) -> Sequence[Mapping[str, Any]]:
     """Events in `namespace` (None: all), about `kind/name` when given (a static pod also by its short name)."""
     kind = name = None
     if for_object:
@@ -325,15 +342,15 @@ def select_events(events: list[Mapping[str, Any]], *, namespace: str | None, for
     return chosen
 
 
-def find_pod(pods: list[Mapping[str, Any]], namespace: str, name: str, node_name: str) -> Mapping[str, Any] | None:
+def find_pod(pods: Sequence[Mapping[str, Any]], namespace: str, name: str, node_name: str) -> Mapping[str, Any] | None:
     """The pod by name in the namespace; a static pod also answers to its name without the node suffix."""
     matches = [p for p in pods if (p.get("metadata") or {}).get("namespace", "default") == namespace
                and (p.get("metadata") or {}).get("name") in (name, f"{name}-{node_name}")]
     exact = [p for p in matches if p["metadata"]["name"] == name]
-    return (exact or matches or [None])[0]
+    return exact[0] if exact else matches[0] if matches else None
 
 
-def pod_events(events: list[Mapping[str, Any]], pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def pod_events(events: Sequence[Mapping[str, Any]], pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
     meta = pod.get("metadata") or {}
     return [e for e in events if (e.get("involvedObject") or {}).get("kind") == "Pod"
             and (e.get("involvedObject") or {}).get("name") == meta.get("name")
@@ -350,10 +367,22 @@ def _read(config) -> tuple[list[dict], list[dict]]:
     return read_pod_list(status_dir(config))["items"], read_events(event_log_dir(config.root_dir))
 
 
+def _bootstrap_action(state_dir: str) -> str | None:
+    """What the agent last said an operator must do for the node to join (edgelet.bootstrap.manager)."""
+    from edgelet.bootstrap import ACTION_RECORD
+
+    try:
+        with open(os.path.join(state_dir, ACTION_RECORD), encoding="utf-8") as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
 def describe_command(config, args: argparse.Namespace) -> int:
     """`edgelet describe pod NAME` or `node` (its flags are defined with the other commands' in edgelet.cli.main)."""
     pods, events = _read(config)
     if args.kind in ("node", "nodes", "no"):
+        from edgelet.cm.devicemanager.record import read_record
         from edgelet.tunnel.wiring import read_state
 
         if args.name and args.name != config.node_name:
@@ -361,7 +390,9 @@ def describe_command(config, args: argparse.Namespace) -> int:
             return EXIT_FAILURE
         node_events = select_events(events, namespace=None, for_object=f"node/{config.node_name}",
                                     node_name=config.node_name)
-        sys.stdout.write(describe_node(config.node_name, read_state(config.state_dir), node_events, time.time()))
+        sys.stdout.write(describe_node(config.node_name, read_state(config.state_dir), node_events, time.time(),
+                                       _bootstrap_action(config.state_dir),
+                                       devices=read_record(config.state_dir)))
         return EXIT_OK
     if not args.name:
         print("edgelet: describe pod needs the pod's NAME", file=sys.stderr)

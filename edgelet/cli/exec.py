@@ -9,12 +9,12 @@ import argparse
 import os
 import signal
 import sys
-from typing import IO
+from typing import IO, Any
 
 from edgelet.api import podutil
+from edgelet.api.podutil import Pod
 from edgelet.cli.pods import select
 from edgelet.util.errors import EdgeletError
-from edgelet.api.podutil import Pod
 
 EXIT_FAILURE = 1
 EXIT_INTERRUPTED = 130
@@ -133,10 +133,10 @@ def _exec_url(config, pod_uid: str, container: str, cmd: list[str], *, stdin: bo
     """The streaming URL for the command in the pod's running container (the newest, after restarts)."""
     import asyncio
 
+    from edgelet.container.labels import CONTAINER_NAME, POD_UID
     from edgelet.cri import RuntimeCallError
     from edgelet.cri import runtime_v1_pb2 as pb
     from edgelet.cri.client import RuntimeClient
-    from edgelet.container.labels import CONTAINER_NAME, POD_UID
 
     async def ask() -> str:
         async with RuntimeClient(config.runtime.endpoint, timeout=config.runtime.request_timeout) as client:
@@ -162,8 +162,8 @@ class _terminal:
     def __init__(self, session, fd: int | None):
         self._session = session
         self._fd = fd
-        self._saved = None
-        self._previous_handler = None
+        self._saved: Any = None  # termios attributes, restored on exit
+        self._previous_handler: Any = None
 
     def __enter__(self) -> None:
         if self._fd is None:
@@ -178,6 +178,8 @@ class _terminal:
 
     def _send_size(self) -> None:
         for fd in (sys.stdout.fileno(), self._fd):
+            if fd is None:
+                continue
             try:
                 size = os.get_terminal_size(fd)
             except OSError:

@@ -13,7 +13,8 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from edgelet import __version__
 from edgelet.cli.base import ArgumentParser, parse_command_line, setup_logging
@@ -54,7 +55,11 @@ def load_checked_config(path: str, *, referenced_files: bool = True):
 
 def check_referenced_files(config) -> None:
     """Files named by the config that `run` reads before anything starts (the kubeconfig and its certificates,
-    or the CA file of a bootstrap token join; the tunnel's CA file)."""
+    or the CA file of a bootstrap token join; the tunnel's CA file; the credential provider config)."""
+    if config.images.credential_provider_config:
+        from edgelet.images.credentialprovider import load_provider_config
+
+        load_provider_config(config.images.credential_provider_config, config.images.credential_provider_bin_dir)
     if config.cluster is not None and config.cluster.kubeconfig:
         from edgelet.kubeapi.kubeconfig import load_kubeconfig, ssl_context
 
@@ -106,7 +111,7 @@ def _build_agent(args: argparse.Namespace) -> Agent | int:
     from edgelet.util.errors import ConfigError, EdgeletError
 
     try:
-        return Agent(config)
+        return Agent(config, config_path=args.config)
     except ConfigError as exc:  # a file the config points at changed between the check and now
         print(f"edgelet: invalid config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
@@ -199,9 +204,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def _since(since: str | None, since_time: str | None) -> int | None:
     """--since or --since-time as nanoseconds since the epoch, the time stamps' own unit."""
+    from edgelet.api.kubetime import parse_rfc3339_ns
     from edgelet.config import parse_duration
     from edgelet.logs.reader import LogsError
-    from edgelet.api.kubetime import parse_rfc3339_ns
 
     if since is not None and since_time is not None:
         raise LogsError("at most one of --since and --since-time may be given")
@@ -299,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("kind", choices=["events", "event", "ev"], help="what to list (events only)")
     get.add_argument("-n", "--namespace", default="default", help="only events in this namespace (default: default)")
     get.add_argument("-A", "--all-namespaces", action="store_true", help="events of every namespace")
-    get.add_argument("--for", dest="for_object", metavar="KIND/NAME", help="only events about this object, e.g. pod/web")
+    get.add_argument("--for", dest="for_object", metavar="KIND/NAME",
+                     help="only events about this object, e.g. pod/web")
     get.set_defaults(func=cmd_get)
 
     exec_ = sub.add_parser("exec", parents=[common], rest_dest="cmd",

@@ -85,8 +85,7 @@ def load_view(config) -> tuple[list[Pod], str]:
     # A hung agent still has its PID: whether it answers tells. Without an ops endpoint there is no asking.
     responding = ask_ops_endpoint(*config.server.host_port) if alive and config.server.host_port else ""
     state = agent_state(record, now=time.time(), alive=alive, responding=responding)
-    if state.running:
-        assert record is not None
+    if state.running and record is not None:  # running: the agent's record says so
         return present_pods(pods, runtime_ready=record.runtime_ready, runtime_message=record.runtime_message), ""
     uids, changed_at = _manifest_uids(config)
     return present_pods(pods, manifest_uids=uids, manifests_changed_at=changed_at), state.message

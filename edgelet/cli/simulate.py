@@ -50,10 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from edgelet.util.errors import ConfigError
     from edgelet.kubeapi.kubeconfig import load_kubeconfig
     from edgelet.simulate.fleet import FleetOptions, options_problem
     from edgelet.simulate.node import Timings
+    from edgelet.util.errors import ConfigError
 
     setup_logging(args.log_level)
     try:
@@ -102,8 +102,8 @@ def _run(options, kubeconfig) -> int:
 
     import uvloop
 
-    from edgelet.util.errors import ConfigError
     from edgelet.simulate.fleet import Fleet
+    from edgelet.util.errors import ConfigError
 
     async def simulate(state_dir: str) -> None:
         stop = asyncio.Event()
@@ -111,7 +111,8 @@ def _run(options, kubeconfig) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         fleet = Fleet(options, kubeconfig, state_dir=state_dir)
-        print(f"edgelet simulate: {options.nodes} hollow nodes against {kubeconfig.server}", file=sys.stderr, flush=True)
+        print(f"edgelet simulate: {options.nodes} hollow nodes against {kubeconfig.server}", file=sys.stderr,
+              flush=True)
         await fleet.run(stop)
 
     with tempfile.TemporaryDirectory(prefix="edgelet-simulate-") as state_dir:

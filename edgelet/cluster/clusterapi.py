@@ -9,23 +9,24 @@ build a `ClusterApi`, so a hollow node runs exactly the agent's control-plane wi
 from __future__ import annotations
 
 import random
-from typing import Callable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from edgelet.api import podutil
+from edgelet.api.podutil import Pod
 from edgelet.config import ClusterConfig
 from edgelet.events import NO_EVENTS, EventRecorder
 from edgelet.events.apisink import ApiEventSink
 from edgelet.kubeapi.client import ApiClient
 from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.manager import NodeReport, NodeStatusManager
-from edgelet.podconfig.apiserver import ApiServerSource
+from edgelet.nodestatus.taints import parse_taint
 from edgelet.pod.manager import PodManager
-from edgelet.api.podutil import Pod
+from edgelet.podconfig.apiserver import ApiServerSource
 from edgelet.status.apisync import StatusSyncer
 from edgelet.status.manager import StatusManager
 from edgelet.status.mirror import NO_STATIC_PODS, MirrorPods, StaticPods, split_mirror_pods
 from edgelet.util.tasks import TaskGroup
-
 
 # After a Lease renewal that ends an outage the pod watch reconnects at a random point within RELIST_SPREAD_ALONE
 # seconds, or within RELIST_SPREAD_CROWD renew intervals when that renewal took CROWDED_RENEWAL seconds or more: an API
@@ -100,6 +101,8 @@ class ClusterApi:
         self.node_status = NodeStatusManager(
             client, node_name, report,
             node_labels=cluster.node_labels,
+            register_taints=tuple(parse_taint(taint) for taint in cluster.register_with_taints),
+            on_pod_cidr=report.pod_cidr_handler,
             update_frequency=cluster.node_status_update_frequency,
             report_frequency=cluster.node_status_report_frequency,
             rng=rng,

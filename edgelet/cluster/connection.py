@@ -1,6 +1,6 @@
 """Cluster mode in one place: the API client (from the kubeconfig, or TLS bootstrap with a token), the cached
-API pod source, the ConfigMaps and Secrets pods reference, the Services for their variables, node registration with its status and Lease, and pod
-statuses with mirror pods.
+API pod source, the ConfigMaps and Secrets pods reference, the Services for their variables, node registration
+with its status and Lease, and pod statuses with mirror pods.
 
 The Agent builds one `ClusterConnection` when the config has a `[cluster]` section and starts it; nothing in
 here can stop the agent: an unreachable API server only delays what is sent to it. The API work itself is wired
@@ -13,29 +13,30 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from edgelet.api import podutil
+from edgelet.api.env import api_server_address, kubernetes_service
+from edgelet.api.objectstore import ObjectStore
+from edgelet.api.podutil import Pod
 from edgelet.cluster.clusterapi import ClusterApi
+from edgelet.cluster.services import ServiceInformer
+from edgelet.cm.cgroups import reserved_total
 from edgelet.config import Config, EvictionConfig
+from edgelet.container.runtime import RuntimeFeatures
 from edgelet.events import EventRecorder
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import Unauthorized
 from edgelet.kubeapi.objects import ObjectSyncer
-from edgelet.cluster.services import ServiceInformer
-from edgelet.api.env import api_server_address, kubernetes_service
 from edgelet.nodestatus.facts import gather_node_info
 from edgelet.nodestatus.health import NodeHealth
 from edgelet.nodestatus.manager import NodeReport
-from edgelet.cm.cgroups import reserved_total
-from edgelet.container.runtime import RuntimeFeatures
 from edgelet.nodestatus.setters import PressureThresholds, Reserved
-from edgelet.api.objectstore import ObjectStore
+from edgelet.pod.manager import PodManager
 from edgelet.podconfig.cache import CachingHandle, PodCheckpoints
 from edgelet.podconfig.config import PodConfig
-from edgelet.pod.manager import PodManager
-from edgelet.api.podutil import Pod
 from edgelet.status.manager import StatusManager
 from edgelet.util.tasks import TaskGroup
 
@@ -81,13 +82,16 @@ class NodeSide:
     runtime_version: Callable[[], str | Awaitable[str]]  # the Node's containerRuntimeVersion
     runtime_features: Callable[[], RuntimeFeatures | None] = lambda: None
     pressure: Callable[[], Mapping[str, bool]] | None = None  # the eviction manager's conditions
+    extended_resources: Callable[[], Mapping[str, tuple[int, int]]] = dict  # the device plugins' resources
+    pod_cidr_handler: Callable[[str], Awaitable[None]] | None = None  # the Node's spec.podCIDR to the runtime
     could_have_running_containers: Callable[[str], bool] = lambda uid: False  # the pod records'
     recorder: EventRecorder | None = None
 
 
 class ClusterConnection:
-    def __init__(self, config: Config, node: NodeSide, *, node_ip: str):
-        """Raises KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
+    def __init__(self, config: Config, node: NodeSide, *, node_ip: str, config_path: str = ""):
+        """`config_path` is where a token join reads a new bootstrap token while its own is refused. Raises
+        KubeconfigError (a ConfigError naming the file and field) for an unusable kubeconfig."""
         cluster = config.cluster
         if cluster is None:
             raise ValueError("ClusterConnection needs a config with a [cluster] section")
@@ -96,7 +100,8 @@ class ClusterConnection:
         if cluster.bootstrap_token:
             from edgelet.bootstrap.manager import ClientCertificateManager
 
-            self.certificates = ClientCertificateManager(cluster, node_name, config.pki_dir)
+            self.certificates = ClientCertificateManager(cluster, node_name, config.pki_dir, config_path=config_path,
+                                                         state_dir=config.state_dir)
             self.client = ApiClient(cluster.server, tls=self.certificates.tls_context())
         else:
             self.client = ApiClient.from_kubeconfig(cluster.kubeconfig)
@@ -116,10 +121,12 @@ class ClusterConnection:
             runtime_version=node.runtime_version,
             runtime_features=node.runtime_features,
             pressure=node.pressure,
+            extended_resources=node.extended_resources,
             thresholds=pressure_thresholds(config.eviction),
             reserved=reserved_for_pods(config),
             max_pods=config.max_pods,
             daemon_port=config.kubelet_api.port,
+            pod_cidr_handler=node.pod_cidr_handler,
         )
         self.api = ClusterApi(self.client, node_name, cluster, report=report, api_pods=self.caching,
                               pod_manager=node.pod_manager, status_manager=node.status_manager, static=pod_config,
@@ -151,7 +158,8 @@ class ClusterConnection:
 
     def _start_api_tasks(self) -> None:
         tasks = self._tasks
-        assert tasks is not None
+        if tasks is None:
+            raise RuntimeError("the cluster's API work starts only once the connection runs")
         self._api_tasks_started = True
         tasks.start("cluster:objects", self.objects.run())
         tasks.start("cluster:services", self.services.run())
@@ -183,7 +191,8 @@ class ClusterConnection:
     def _use_certificate(self) -> None:
         """A new client certificate (bootstrap or rotation): new connections use it; the API work starts
         with the first one. Running requests and the pod watch go on undisturbed."""
-        self.client.use_tls(self.certificates.tls_context())
+        if self.certificates is not None:  # always: they call this
+            self.client.use_tls(self.certificates.tls_context())
         if not self._api_tasks_started:
             self._start_api_tasks()
 

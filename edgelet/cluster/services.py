@@ -12,14 +12,15 @@ variables, which point at the configured API address), as static pods always do.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from edgelet.api import podutil
+from edgelet.api.env import MASTER_NAMESPACE, MASTER_SERVICES, EnvError, pod_service_env
+from edgelet.api.podutil import Pod
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError
-from edgelet.api.env import EnvError, MASTER_NAMESPACE, MASTER_SERVICES, pod_service_env
 from edgelet.podconfig.apiserver import ApiServerSource
-from edgelet.api.podutil import Pod
 
 SERVICES_PATH = "/api/v1/services"
 NOT_SYNCED = "services have not yet been read at least once, cannot construct envvars"
@@ -122,7 +123,7 @@ class ServiceInformer(ApiServerSource):
         server that answers."""
         if not self._known.synced and not podutil.is_static(pod) and self._api_answers():
             raise EnvError(NOT_SYNCED)
-        services = self._known.services
+        services: Sequence[Mapping[str, Any]] = self._known.services
         if self._master is not None:
             services = [s for s in services if not _is_master(s)] + [self._master]
         return pod_service_env(pod, services)

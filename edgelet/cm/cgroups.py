@@ -8,14 +8,20 @@ Names are tuples of components, as the kubelet's CgroupName: ("kubepods", "burst
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
-from edgelet.api import podutil
-from edgelet.api import qos
-from edgelet.api.resources import (QUOTA_PERIOD, MIN_SHARES, container_quantity, effective_request, milli_cpu_to_shares,
-                                   milli_cpu_to_quota, pod_total)
+from edgelet.api import podutil, qos
 from edgelet.api.quantity import parse_quantity, to_int_ceil, to_millis_ceil
+from edgelet.api.resources import (
+    MIN_SHARES,
+    QUOTA_PERIOD,
+    container_quantity,
+    effective_request,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+    pod_total,
+)
 
 CGROUPFS = "cgroupfs"
 SYSTEMD = "systemd"

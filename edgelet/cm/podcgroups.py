@@ -19,16 +19,16 @@ import asyncio
 import errno
 import logging
 import os
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
-from edgelet.api import podutil
+from edgelet.api import podutil, qos
+from edgelet.api.resources import MIN_SHARES, QUOTA_PERIOD, milli_cpu_to_shares
+from edgelet.util.errors import TemporaryError
+
 from ..config import CgroupsConfig
 from ..cri import CRIError
 from ..cri import runtime_v1_pb2 as pb
 from ..cri.client import RuntimeClient
-from edgelet.util.errors import TemporaryError
-from edgelet.api import qos
-from edgelet.api.resources import MIN_SHARES, QUOTA_PERIOD, milli_cpu_to_shares
 from . import cgroups
 from .cgroups import Allocatable, CgroupName, CgroupResources
 
@@ -210,7 +210,7 @@ class PodCgroups:
             # found there by the next sweep.
             for directory in self._dirs(name):
                 if self._cpuset is not None and directory.startswith(self._cpuset + os.sep):
-                    self._make_cpuset(name, clone_children=clone_cpusets)
+                    self._make_cpuset(self._cpuset, name, clone_children=clone_cpusets)
                 else:
                     os.makedirs(directory, exist_ok=True)
             if self._v2:
@@ -224,11 +224,11 @@ class PodCgroups:
         except OSError as exc:
             raise CgroupError(f"cgroup {cgroups.to_cgroupfs(name)}: {exc}") from None
 
-    def _make_cpuset(self, name: CgroupName, *, clone_children: bool) -> None:
+    def _make_cpuset(self, hierarchy: str, name: CgroupName, *, clone_children: bool) -> None:
         """Makes the cpuset levels of `name` that are missing, each given its parent's CPUs and memory nodes where
         the kernel left them empty (no process can join an empty cpuset; libcontainer copies them the same way);
         with `clone_children`, every level also clones its future children."""
-        directory = self._cpuset
+        directory = hierarchy
         for component in name:
             parent, directory = directory, os.path.join(directory, component)
             try:

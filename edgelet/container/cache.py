@@ -10,10 +10,10 @@ failed inspection is such an observation too, and the reader gets its error inst
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
-from edgelet.util.errors import EdgeletError
 from edgelet.container.runtime import PodRuntimeStatus
+from edgelet.util.errors import EdgeletError
 
 
 class InspectionError(EdgeletError):

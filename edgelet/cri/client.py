@@ -1,4 +1,5 @@
-"""Async CRI v1 client over a unix socket: every call is timed and counted once, and gRPC failures become edgelet errors.
+"""Async CRI v1 client over a unix socket: every call is timed and counted once, and gRPC failures become edgelet
+errors.
 
 This is edgelet's counterpart of the kubelet's instrumented remote runtime. The relist hot path gets
 `list_pod_sandbox_raw()` / `list_containers_raw()`, which hand back the undecoded reply bytes.
@@ -15,9 +16,9 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from edgelet.metrics import registry as metrics
 from edgelet.cri import CRIError, NotFound, RuntimeCallError, RuntimeTimeout, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.metrics import registry as metrics
 
 CRI_API_VERSION = "v1"
 
@@ -82,6 +83,11 @@ _RPCS: dict[str, tuple[str, Any, Any]] = {
     "remove_image": (_IMAGE + "RemoveImage", pb.RemoveImageRequest, pb.RemoveImageResponse),
     "image_fs_info": (_IMAGE + "ImageFsInfo", pb.ImageFsInfoRequest, pb.ImageFsInfoResponse),
     "runtime_config": (_RUNTIME + "RuntimeConfig", pb.RuntimeConfigRequest, pb.RuntimeConfigResponse),
+    "update_runtime_config": (
+        _RUNTIME + "UpdateRuntimeConfig",
+        pb.UpdateRuntimeConfigRequest,
+        pb.UpdateRuntimeConfigResponse,
+    ),
 }
 
 # The container event stream (the evented PLEG): opened once, read for as long as it lasts.
@@ -148,15 +154,13 @@ class RuntimeClient:
     from one event loop: its channel opens on the first call, bound to the loop that makes it.
     """
 
-    def __init__(self, endpoint: str, *, timeout: float = 120.0, pull_timeout: float = 1800.0):
+    def __init__(self, endpoint: str, *, timeout: float = 120.0):
         self.endpoint = normalize_endpoint(endpoint)
         self.timeout = timeout
-        self.pull_timeout = pull_timeout
         # grpc.aio binds a channel to the running loop, so the channel waits for the first call.
         self._channel: aio.Channel | None = None
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {}
         self._raw_calls: dict[str, Callable[..., Awaitable[bytes]]] = {}
-        self._events_call: Callable[..., Any] | None = None
         self._running_to_end: set[asyncio.Future] = set()
         # Resolve the metric children once: .labels() takes a lock and a dict lookup per call.
         self._observe = {op: metrics.runtime_operations_duration_seconds.labels(op).observe for op in _RPCS}
@@ -165,11 +169,10 @@ class RuntimeClient:
     def connect(self) -> None:
         """Opens the channel and starts connecting in the background (call it from the loop that will use
         the client), so that the first call does not wait for the connection; calls need not wait for it."""
-        if self._channel is None:
-            self._connect()
-        self._channel.get_state(try_to_connect=True)
+        channel = self._channel if self._channel is not None else self._connect()
+        channel.get_state(try_to_connect=True)
 
-    def _connect(self) -> None:
+    def _connect(self) -> aio.Channel:
         channel = aio.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
         for operation, (path, request_type, response_type) in _RPCS.items():
             self._calls[operation] = channel.unary_unary(
@@ -182,11 +185,8 @@ class RuntimeClient:
                 self._raw_calls[operation] = channel.unary_unary(
                     path, request_serializer=request_type.SerializeToString, response_deserializer=None
                 )
-        # Raw: the PLEG only needs to know that something changed, and relists to learn what.
-        self._events_call = channel.unary_stream(
-            _CONTAINER_EVENTS, request_serializer=pb.GetEventsRequest.SerializeToString, response_deserializer=None
-        )
         self._channel = channel
+        return channel
 
     async def close(self, grace: float = CLOSE_GRACE) -> None:
         """Closes the channel once the calls that run to their end have ended (at most `grace` seconds)."""
@@ -226,6 +226,8 @@ class RuntimeClient:
         except TimeoutError:
             call.add_done_callback(_abandoned)
             self._count_error[operation]()
+            if wait is None:  # not this deadline's (asyncio.timeout(None) never expires)
+                raise
             raise RuntimeTimeout(self.endpoint, operation, wait) from None
 
     async def _call(self, operation: str, request: Any, timeout: float | None, raw: bool) -> Any:
@@ -262,15 +264,22 @@ class RuntimeClient:
         """The runtime's own configuration (its cgroup driver); CRIError code UNIMPLEMENTED before containerd 2.0."""
         return await self._invoke("runtime_config", pb.RuntimeConfigRequest())
 
+    async def update_pod_cidr(self, pod_cidr: str) -> None:
+        """Hands the node's pod CIDR (spec.podCIDR; several joined by commas) to the runtime's network plugin."""
+        config = pb.RuntimeConfig(network_config=pb.NetworkConfig(pod_cidr=pod_cidr))
+        await self._invoke("update_runtime_config", pb.UpdateRuntimeConfigRequest(runtime_config=config))
+
     async def container_events(self) -> AsyncIterator[bytes]:
         """The runtime's container events as serialized ContainerEventResponse messages, until the stream ends.
 
         Raises RuntimeUnavailable when the runtime goes away, CRIError code UNIMPLEMENTED when it serves no
         events (containerd before 1.7). The stream has no deadline; a normal end returns.
         """
-        if self._channel is None:
-            self._connect()
-        call = self._events_call(pb.GetEventsRequest())
+        channel = self._channel if self._channel is not None else self._connect()
+        # Raw: the PLEG only needs to know that something changed, and relists to learn what.
+        events: Callable[..., Any] = channel.unary_stream(
+            _CONTAINER_EVENTS, request_serializer=pb.GetEventsRequest.SerializeToString, response_deserializer=None)
+        call = events(pb.GetEventsRequest())
         try:
             async for message in call:
                 yield message
@@ -383,9 +392,14 @@ class RuntimeClient:
         auth: pb.AuthConfig | None = None,
         sandbox_config: pb.PodSandboxConfig | None = None,
     ) -> str:
-        """Pulls `image` and returns the runtime's reference to it (an image id or digest)."""
+        """Pulls `image` and returns the runtime's reference to it (an image id or digest).
+
+        No deadline, as the kubelet sets none: a pull on a slow link may take hours and still be healthy. A pull
+        that stops moving is the runtime's to cancel (containerd's image_pull_progress_timeout), or the caller's
+        (edgelet.images.progress); cancelling this call cancels the pull in the runtime.
+        """
         request = pb.PullImageRequest(image=pb.ImageSpec(image=image), auth=auth, sandbox_config=sandbox_config)
-        return (await self._invoke("pull_image", request, timeout=self.pull_timeout)).image_ref
+        return (await self._invoke("pull_image", request, timeout=None)).image_ref
 
     async def remove_image(self, image: str) -> None:
         await self._invoke_idempotent("remove_image", pb.RemoveImageRequest(image=pb.ImageSpec(image=image)))

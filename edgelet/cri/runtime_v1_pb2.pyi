@@ -624,6 +624,12 @@ class Device(_message.Message):
     permissions: str
     def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., permissions: _Optional[str] = ...) -> None: ...
 
+class CDIDevice(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
 class LinuxContainerSecurityContext(_message.Message):
     __slots__ = ("capabilities", "privileged", "namespace_options", "selinux_options", "run_as_user", "run_as_username", "readonly_rootfs", "supplemental_groups", "apparmor_profile", "no_new_privs", "run_as_group", "masked_paths", "readonly_paths", "seccomp", "apparmor", "supplemental_groups_policy")
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
@@ -677,7 +683,7 @@ class ContainerMetadata(_message.Message):
     def __init__(self, name: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ContainerConfig(_message.Message):
-    __slots__ = ("metadata", "image", "command", "args", "working_dir", "envs", "mounts", "devices", "labels", "annotations", "log_path", "stdin", "stdin_once", "tty", "linux")
+    __slots__ = ("metadata", "image", "command", "args", "working_dir", "envs", "mounts", "devices", "labels", "annotations", "log_path", "stdin", "stdin_once", "tty", "linux", "CDI_devices")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -707,6 +713,7 @@ class ContainerConfig(_message.Message):
     STDIN_ONCE_FIELD_NUMBER: _ClassVar[int]
     TTY_FIELD_NUMBER: _ClassVar[int]
     LINUX_FIELD_NUMBER: _ClassVar[int]
+    CDI_DEVICES_FIELD_NUMBER: _ClassVar[int]
     metadata: ContainerMetadata
     image: ImageSpec
     command: _containers.RepeatedScalarFieldContainer[str]
@@ -722,7 +729,8 @@ class ContainerConfig(_message.Message):
     stdin_once: bool
     tty: bool
     linux: LinuxContainerConfig
-    def __init__(self, metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., args: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., envs: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., log_path: _Optional[str] = ..., stdin: bool = ..., stdin_once: bool = ..., tty: bool = ..., linux: _Optional[_Union[LinuxContainerConfig, _Mapping]] = ...) -> None: ...
+    CDI_devices: _containers.RepeatedCompositeFieldContainer[CDIDevice]
+    def __init__(self, metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., args: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., envs: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., log_path: _Optional[str] = ..., stdin: bool = ..., stdin_once: bool = ..., tty: bool = ..., linux: _Optional[_Union[LinuxContainerConfig, _Mapping]] = ..., CDI_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ...) -> None: ...
 
 class CreateContainerRequest(_message.Message):
     __slots__ = ("pod_sandbox_id", "config", "sandbox_config")
@@ -1387,6 +1395,28 @@ class RemoveImageRequest(_message.Message):
     def __init__(self, image: _Optional[_Union[ImageSpec, _Mapping]] = ...) -> None: ...
 
 class RemoveImageResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NetworkConfig(_message.Message):
+    __slots__ = ("pod_cidr",)
+    POD_CIDR_FIELD_NUMBER: _ClassVar[int]
+    pod_cidr: str
+    def __init__(self, pod_cidr: _Optional[str] = ...) -> None: ...
+
+class RuntimeConfig(_message.Message):
+    __slots__ = ("network_config",)
+    NETWORK_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    network_config: NetworkConfig
+    def __init__(self, network_config: _Optional[_Union[NetworkConfig, _Mapping]] = ...) -> None: ...
+
+class UpdateRuntimeConfigRequest(_message.Message):
+    __slots__ = ("runtime_config",)
+    RUNTIME_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    runtime_config: RuntimeConfig
+    def __init__(self, runtime_config: _Optional[_Union[RuntimeConfig, _Mapping]] = ...) -> None: ...
+
+class UpdateRuntimeConfigResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 

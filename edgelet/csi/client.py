@@ -3,8 +3,8 @@ services of a driver. Loaded when a plugin registers; every call has a deadline 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
+from collections.abc import Mapping
+from typing import Any
 
 from grpc import aio
 

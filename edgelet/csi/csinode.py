@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from edgelet.kubeapi.errors import ApiError, NotFound
 from edgelet.util.retry import Retrier
+
 from .drivers import Driver
 
 log = logging.getLogger(__name__)

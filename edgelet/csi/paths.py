@@ -64,7 +64,7 @@ class VolumeRecord:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> "VolumeRecord | None":
+    def from_json(cls, data: Any) -> VolumeRecord | None:
         if not isinstance(data, dict):
             return None
         try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from .drivers import Driver, DriverRegistry
 
@@ -65,7 +66,7 @@ class CsiPluginHandler:
         if self.on_registered is not None:
             try:
                 await self.on_registered(name)
-            except Exception as e:  # the driver is registered all the same; a later teardown tries again
+            except Exception as e:  # noqa: BLE001 - the driver is registered all the same; a later teardown tries again
                 log.warning("CSI driver %s: unstaging volumes no pod uses failed: %s", name, e)
 
     async def deregister(self, name: str) -> None:

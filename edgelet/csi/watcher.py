@@ -95,7 +95,7 @@ class PluginWatcher:
 
         try:
             info = await plugin_info(socket_path)
-        except Exception as e:  # not (yet) serving: tried again at the next rescan
+        except Exception as e:  # noqa: BLE001 - not (yet) serving: tried again at the next rescan
             log.info("plugin socket %s: GetInfo failed: %s", socket_path, e)
             return
         handler = self.handlers.get(info.type)
@@ -106,11 +106,11 @@ class PluginWatcher:
             try:
                 await handler.register(info.name, info.endpoint or socket_path, list(info.supported_versions),
                                        socket_path)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - reported back to the plugin, as the kubelet's watcher does
                 error = f"RegisterPlugin error -- plugin registration failed with err: {e}"
         try:
             await notify_registration(socket_path, not error, error)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the plugin may be gone already: logged, the watcher goes on
             log.warning("plugin %s: NotifyRegistrationStatus failed: %s", info.name, e)
         if error:
             log.warning("plugin %s (%s) at %s not registered: %s", info.name, info.type, socket_path, error)
@@ -124,5 +124,5 @@ class PluginWatcher:
         log.info("%s plugin %s deregistered: its socket %s is gone", kind, name, socket_path)
         try:
             await self.handlers[kind].deregister(name)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - one plugin's failed deregistration is not the watcher's end
             log.warning("plugin %s: deregistration failed: %s", name, e)

@@ -13,14 +13,15 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
+from edgelet.api.kubetime import parse_time
 from edgelet.metrics import registry as metrics
+from edgelet.util.retry import Retrier
+
 from ..kubeapi.client import ApiClient
 from ..kubeapi.errors import ApiError, NotFound, ServerError
-from edgelet.api.kubetime import parse_time
-from edgelet.util.retry import Retrier
 from .correlator import Correlation, repeat_patch
 from .model import EVENT_TTL, Event
 
@@ -63,7 +64,8 @@ class ApiEventSink:
             key = (meta["namespace"], meta["name"])
             waiting = self._pending.get(key)
             # A repeat of an event not sent yet replaces it, still to be created if it never was.
-            self._pending[key] = _Pending(item.event, create=not item.is_update or (waiting is not None and waiting.create))
+            self._pending[key] = _Pending(item.event,
+                                          create=not item.is_update or (waiting is not None and waiting.create))
             while len(self._pending) > self._buffer_size:
                 self._pending.popitem(last=False)
                 metrics.events_dropped.labels("buffer_full").inc()

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from edgelet.api.kubetime import format_time
+
 from .model import Event, event_name
 
 COMBINED_PREFIX = "(combined from similar events): "
@@ -134,7 +136,8 @@ class EventCorrelator:
             return event, event_key(event)
         record.messages = record.messages[:-1]  # client-go's PopAny: the set stays just under the limit
         stamp = format_time(now)
-        combined = {**event, "metadata": {**event["metadata"], "name": event_name(event["involvedObject"].get("name", ""), now)},
+        combined = {**event,
+                    "metadata": {**event["metadata"], "name": event_name(event["involvedObject"].get("name", ""), now)},
                     "message": COMBINED_PREFIX + event["message"], "count": 1,
                     "firstTimestamp": stamp, "lastTimestamp": stamp}
         return combined, key

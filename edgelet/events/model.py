@@ -25,7 +25,7 @@ EVENT_TTL = 3600.0
 MAX_MESSAGE = 1024
 
 
-def pod_ref(pod: podutil.Pod, container: str | None = None) -> ObjectRef:
+def pod_ref(pod: podutil.PodView, container: str | None = None) -> ObjectRef:
     """The pod (or one of its containers: fieldPath `spec.containers{name}`) as involvedObject."""
     meta = pod.get("metadata") or {}
     ref = {"kind": "Pod", "namespace": meta.get("namespace") or "default", "name": meta.get("name", ""),

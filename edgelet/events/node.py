@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .model import NORMAL, WARNING
 
@@ -27,7 +28,8 @@ _CONDITION_REASONS = {
 }
 
 
-def condition_events(node_name: str, previous: Mapping[str, str], current: Mapping[str, str]) -> list[tuple[str, str, str]]:
+def condition_events(node_name: str, previous: Mapping[str, str],
+                     current: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """(type, reason, message) for each condition whose status changed (or appeared), from the maps
     condition type -> status."""
     events = []
@@ -41,7 +43,8 @@ def condition_events(node_name: str, previous: Mapping[str, str], current: Mappi
 
 
 def condition_statuses(node_status: Mapping[str, Any] | None) -> dict[str, str]:
-    return {c.get("type"): c.get("status") for c in (node_status or {}).get("conditions") or [] if isinstance(c, dict)}
+    return {c.get("type") or "": c.get("status") or ""
+            for c in (node_status or {}).get("conditions") or [] if isinstance(c, dict)}
 
 
 def reboot_event(node_name: str, last_boot_id: str, boot_id: str) -> tuple[str, str, str] | None:

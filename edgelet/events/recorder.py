@@ -9,9 +9,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from edgelet.metrics import registry as metrics
+
 from .correlator import Correlation, EventCorrelator
 from .locallog import EventLog
 from .model import ObjectRef, make_event
@@ -93,6 +95,8 @@ class EventRecorder:
             await asyncio.to_thread(self._append, batch)
 
     def _append(self, batch: list[Correlation]) -> None:
+        if self._log is None:
+            return
         try:
             self._log.append(item.event for item in batch)
         except OSError as exc:  # a full or read-only disk costs the local copy, never the agent

@@ -16,14 +16,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
+from edgelet.api.podutil import Pod
 from edgelet.config import Threshold
-from edgelet.util.errors import EdgeletError
 from edgelet.eviction import policy
 from edgelet.eviction import signals as sig
 from edgelet.eviction.usage import PodUsage
-from edgelet.api.podutil import Pod
+from edgelet.metrics import registry as metrics
+from edgelet.util.errors import EdgeletError
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +188,10 @@ class EvictionManager:
             if self._reclaim_containers is not None:
                 steps.append(("dead containers", self._reclaim_containers))
             images_here = signal in _IMAGE_SIGNALS or not self._signals.dedicated_image_fs
-            if images_here and self._reclaim_images is not None:
+            if images_here and (reclaim_images := self._reclaim_images) is not None:
                 amount = RECLAIM_ALL if policy.SIGNAL_RESOURCE[signal] == policy.INODES else \
                     max(policy.shortfall(self.thresholds[signal], observations[signal]), 1)
-                steps.append(("unused images", lambda: self._reclaim_images(amount)))
+                steps.append(("unused images", lambda: reclaim_images(amount)))
         if not steps:
             return False
         for what, step in steps:

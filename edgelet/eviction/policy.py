@@ -8,14 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from edgelet.api import podutil
+from edgelet.api import podutil, qos
+from edgelet.api.podutil import Pod
+from edgelet.api.quantity import parse_quantity, to_int_ceil
+from edgelet.api.resources import SYSTEM_CRITICAL_PRIORITY, ResourceError, effective_request
 from edgelet.config import Threshold
 from edgelet.eviction import signals as sig
 from edgelet.eviction.usage import PodUsage
-from edgelet.api import qos
-from edgelet.api.resources import SYSTEM_CRITICAL_PRIORITY, ResourceError, effective_request
-from edgelet.api.podutil import Pod
-from edgelet.api.quantity import parse_quantity, to_int_ceil
 
 REASON = "Evicted"
 HARD_EVICTION_GRACE_SECONDS = 1  # the kubelet's immediateEvictionGracePeriodSeconds

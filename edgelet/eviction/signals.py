@@ -142,7 +142,7 @@ class NodeSignals:
         if self._image_mountpoint is None and self._image_fs_mountpoint is not None:
             try:
                 self._image_mountpoint = await self._image_fs_mountpoint() or None
-            except Exception as exc:  # the runtime may be down: the image signals wait for it
+            except Exception as exc:  # noqa: BLE001 - the runtime may be down: the image signals wait for it
                 log.debug("eviction: image filesystem unknown yet: %s", exc)
         return await asyncio.to_thread(self._observe)
 

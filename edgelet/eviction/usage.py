@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from edgelet.api import podutil
+from edgelet.api.podutil import Pod
+from edgelet.container.runtime import PodRuntimeStatus
 from edgelet.eviction.signals import parse_flat_keyed
 from edgelet.kuberuntime.sandbox import pod_log_dir
-from edgelet.container.runtime import PodRuntimeStatus
-from edgelet.api.podutil import Pod
 
 _CONTAINER_DIR = re.compile(r"(?:^|[-:])([0-9a-f]{64})(?:\.scope)?$")
 _SCAN_DEPTH = 5

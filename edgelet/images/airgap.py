@@ -23,11 +23,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from edgelet.util.checkpoint import CheckpointStore
 from edgelet.cri import RuntimeUnavailable
-from edgelet.util.errors import EdgeletError, PermanentError, TemporaryError
 from edgelet.images import reference
-from edgelet.util.tasks import wait_set
 from edgelet.podconfig.inotify import (
     IN_CLOSE_WRITE,
     IN_DELETE,
@@ -37,9 +34,12 @@ from edgelet.podconfig.inotify import (
     IN_MOVED_TO,
     Inotify,
 )
+from edgelet.util.checkpoint import CheckpointStore
+from edgelet.util.errors import EdgeletError, PermanentError, TemporaryError
+from edgelet.util.tasks import wait_set
 
 if TYPE_CHECKING:  # the archive reader and the registry load only once an archive shows up
-    from edgelet.images.archive import ArchiveSource, Blob
+    from edgelet.images.archive import ArchiveIndex, ArchiveSource, Blob
     from edgelet.images.registry import Opener, RegistryServer
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ class AirgapImages:
             image_id = self._records[name].images.get(key)
             if image_id and await self._runtime.image_status(image_id) is not None:
                 return image_id
-            source = await self._load(name)
+            source, _ = await self._load(name)
             try:
                 return await self._pull_one(name, source, key)
             finally:
@@ -365,8 +365,8 @@ class AirgapImages:
                 return False
         return True
 
-    async def _load(self, name: str) -> ArchiveSource:
-        """The archive, indexed (and decompressed) for serving; read again if the file changed since."""
+    async def _load(self, name: str) -> tuple[ArchiveSource, ArchiveIndex]:
+        """The archive and its index (decompressed for serving); read again if the file changed since."""
         from edgelet.images.archive import ArchiveError, ArchiveSource
 
         path = os.path.join(self.directory, name)
@@ -379,31 +379,29 @@ class AirgapImages:
         if source is None or self._source_signatures.get(name) != signature:
             source = self._sources[name] = ArchiveSource(path, self._cache_dir)
             self._source_signatures[name] = signature
-        await asyncio.to_thread(source.load)
-        return source
+        return source, await asyncio.to_thread(source.load)
 
     async def _import(self, name: str, signature: tuple[int, int]) -> bool:
         """Reads the archive and pulls each of its images; True when all made it into the runtime."""
         from edgelet.images.archive import ArchiveError
 
         try:
-            source = await self._load(name)
+            source, index = await self._load(name)
         except ArchiveError as err:
             self._forget(name)
             self._failed[name] = signature
             log.warning("air-gap: cannot import %s", err)
             return False
         self._failed.pop(name, None)
-        assert source.index is not None
-        if not source.index.images:
+        if not index.images:
             log.warning("air-gap: %s names no image (no io.containerd.image.name, ref name or RepoTags)", source.path)
         # Swap the names in one step, so the image manager never sees the archive's images missing.
         self._drop_providers(name)
-        self._adopt(name, _Record(signature, {key: "" for key in source.index.images}))
+        self._adopt(name, _Record(signature, {key: "" for key in index.images}))
         started = time.monotonic()
         pulled = 0
         try:
-            for key in source.index.images:
+            for key in index.images:
                 try:
                     await self._pull_one(name, source, key)
                     pulled += 1
@@ -416,9 +414,9 @@ class AirgapImages:
                     log.warning("air-gap: importing %s from %s failed: %s", key, name, err)
         finally:
             await asyncio.to_thread(source.release)
-        log.info("air-gap: imported %d of %d images of %s in %.3fs", pulled, len(source.index.images), name,
+        log.info("air-gap: imported %d of %d images of %s in %.3fs", pulled, len(index.images), name,
                  time.monotonic() - started)
-        if pulled == len(source.index.images):
+        if pulled == len(index.images):
             self._verified.add(name)
             return True
         return False

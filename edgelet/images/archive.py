@@ -20,8 +20,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from edgelet.util.errors import PermanentError
 from edgelet.images import reference
+from edgelet.util.errors import PermanentError
 
 MEDIA_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MEDIA_OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -185,9 +185,9 @@ def _index_oci_layout(tar: _Tar) -> ArchiveIndex:
     for position, descriptor in enumerate(descriptors):
         where = f"index.json manifests[{position}]"
         digest = _mark_manifest(tar, index, descriptor, where, required=True)
-        name = image_name((descriptor.get("annotations") or {}) if isinstance(descriptor, dict) else {})
-        if name is not None:
-            index.images[_normalized(name, tar.label, where)] = digest
+        image = image_name((descriptor.get("annotations") or {}) if isinstance(descriptor, dict) else {})
+        if image is not None:
+            index.images[_normalized(image, tar.label, where)] = digest
     return index
 
 

@@ -137,17 +137,35 @@ def parse_pull_secret(secret: Mapping[str, Any]) -> list[tuple[RegistryKey, Auth
         config = orjson.loads(_decode(encoded, f"{name}: data[{field}]"))
     except orjson.JSONDecodeError as err:
         raise ValueError(f"{name}: data[{field}]: not JSON ({err})") from None
+    return parse_auths(config, wrapped, f"{name}: data[{field}]")
+
+
+def parse_auths(config: Any, wrapped: bool, where: str) -> list[tuple[RegistryKey, AuthFields]]:
+    """The (registry key, credential) pairs of a docker config: `{"auths": {...}}` when `wrapped` (config.json),
+    else the map itself (.dockercfg). Raises ValueError naming `where` and the registry."""
     auths = config.get("auths") if wrapped and isinstance(config, dict) else config
     if not isinstance(auths, dict):
-        where = ' under "auths"' if wrapped else ""
-        raise ValueError(f"{name}: data[{field}]: expected an object of registries{where}")
+        under = ' under "auths"' if wrapped else ""
+        raise ValueError(f"{where}: expected an object of registries{under}")
     pairs = []
     for location, entry in auths.items():
         key = parse_registry_key(location)
         if key is None:
-            raise ValueError(f"{name}: data[{field}]: registry {location!r} has no host")
-        pairs.append((key, parse_config_entry(entry, f"{name}: data[{field}][{location!r}]")))
+            raise ValueError(f"{where}: registry {location!r} has no host")
+        pairs.append((key, parse_config_entry(entry, f"{where}[{location!r}]")))
     return pairs
+
+
+def matching_credentials(pairs: Iterable[tuple[RegistryKey, AuthFields]], ref: reference.ImageReference
+                         ) -> list[AuthFields]:
+    """The credentials of `pairs` whose key matches the image, most specific key first, duplicates dropped."""
+    matching = sorted(((key.specificity, index), fields) for index, (key, fields) in enumerate(pairs)
+                      if fields and key_matches(key, ref))
+    unique: list[AuthFields] = []
+    for _, fields in matching:
+        if fields not in unique:
+            unique.append(fields)
+    return unique
 
 
 def credentials_for(image: str, pull_secrets: Iterable[Mapping[str, Any]]) -> list[AuthFields]:
@@ -160,19 +178,10 @@ def credentials_for(image: str, pull_secrets: Iterable[Mapping[str, Any]]) -> li
         ref = reference.parse(image)
     except reference.InvalidReference:
         return []
-    candidates: list[tuple[tuple[int, int], int, AuthFields]] = []
+    pairs: list[tuple[RegistryKey, AuthFields]] = []
     for secret in pull_secrets:
         try:
-            pairs = parse_pull_secret(secret)
+            pairs += parse_pull_secret(secret)
         except ValueError as err:
             log.warning("ignoring image pull secret: %s", err)
-            continue
-        for key, fields in pairs:
-            if fields and key_matches(key, ref):
-                candidates.append((key.specificity, len(candidates), fields))
-    candidates.sort(key=lambda item: item[:2])
-    unique: list[AuthFields] = []
-    for _, _, fields in candidates:
-        if fields not in unique:
-            unique.append(fields)
-    return unique
+    return matching_credentials(pairs, ref)

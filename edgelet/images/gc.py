@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from edgelet.util.errors import EdgeletError
 from edgelet.images import reference
+from edgelet.util.errors import EdgeletError
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
 """Makes sure a container's image is in the runtime before it is created, as the kubelet's image manager does:
-imagePullPolicy, pull secrets, back-off per (pod, image), one pull per image at a time.
+imagePullPolicy, pull secrets, back-off per (pod, image), one pull per image at a time, serialized or a bounded
+number in parallel, and no deadline: a pull is cancelled only when it stops making progress (`progress`).
 
 Images provided by the air-gap directory (`edgelet.images.airgap`) are pulled from it instead of
 their registry and count as present for IfNotPresent and Never.
@@ -17,10 +18,10 @@ from typing import Any
 from edgelet.api import podutil
 from edgelet.cri import RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.util.errors import EdgeletError
 from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
-from edgelet.images import reference
+from edgelet.images import progress, reference
 from edgelet.images.auth import credentials_for
+from edgelet.util.errors import EdgeletError
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,6 @@ PULL_ALWAYS = "Always"
 PULL_IF_NOT_PRESENT = "IfNotPresent"
 PULL_NEVER = "Never"
 PULL_POLICIES = (PULL_ALWAYS, PULL_IF_NOT_PRESENT, PULL_NEVER)
-
-DEFAULT_MAX_PARALLEL_PULLS = 2
 
 
 class ImageError(EdgeletError):
@@ -107,9 +106,12 @@ class ImageManager:
     """`ensure_image` gives the image reference to create a container with, or raises ImageError.
 
     `runtime` is an `edgelet.cri.client.RuntimeClient`; `pull_backoff` an `edgelet.util.backoff.Backoff`
-    (the kubelet uses 10 s doubling to 300 s); `pull_timeout` bounds one pull attempt (None: the
-    runtime client's own deadline); `airgap` an `edgelet.images.airgap.AirgapImages` or None;
-    `recorder` gets the kubelet's image events (Pulling, Pulled, Failed, BackOff, ...).
+    (the kubelet uses 10 s doubling to 300 s); `max_parallel_pulls` bounds the pulls in flight (1: the
+    kubelet's serialized pulls; None: no bound); `progress_timeout` cancels a pull with no progress for that
+    long where the runtime does not (`edgelet.images.progress`; 0: never); `airgap` an
+    `edgelet.images.airgap.AirgapImages` or None; `recorder` gets the kubelet's image events (Pulling,
+    Pulled, Failed, BackOff, ...); `node_keyring` (`edgelet.images.nodeauth.NodeKeyring`) gives the node's own
+    credentials for an image, tried after the pod's pull secrets.
     """
 
     def __init__(
@@ -117,18 +119,21 @@ class ImageManager:
         runtime,
         *,
         pull_backoff,
-        pull_timeout: float | None = None,
         airgap=None,
-        max_parallel_pulls: int = DEFAULT_MAX_PARALLEL_PULLS,
+        max_parallel_pulls: int | None = 1,
+        progress_timeout: float = 300.0,
+        node_keyring=None,
         recorder: Recorder = NO_EVENTS,
     ):
         self._runtime = runtime
         self._backoff = pull_backoff
-        self._pull_timeout = pull_timeout
         self._airgap = airgap
-        self._pull_slots = asyncio.Semaphore(max(max_parallel_pulls, 1))
+        self._pull_slots = asyncio.Semaphore(max_parallel_pulls) if max_parallel_pulls else None
         self._locks = _KeyedLocks()
         self._recorder = recorder
+        self._progress_timeout = progress_timeout
+        self._judge: progress.Judge | None = None
+        self._node_keyring = node_keyring
 
     async def image_status(self, image: str) -> pb.Image | None:
         """The runtime's record of `image` (as a pod names it), air-gap images included; None when absent."""
@@ -179,7 +184,8 @@ class ImageManager:
         present = await self.image_status(image)
         if not should_pull(policy, present is not None):
             if present is not None:
-                self._recorder.event(ref, NORMAL, "Pulled", f'Container image "{spec_image}" already present on machine')
+                self._recorder.event(ref, NORMAL, "Pulled",
+                                     f'Container image "{spec_image}" already present on machine')
                 return present.id
             raise ImageError(
                 ERR_IMAGE_NEVER_PULL, f'Container image "{spec_image}" is not present with pull policy of Never'
@@ -217,7 +223,7 @@ class ImageManager:
                 present = await self.image_status(image)
                 if present is not None:
                     return present.id
-            async with self._pull_slots:
+            async with self._pull_slots or contextlib.nullcontext():
                 started = time.monotonic()
                 log.info("pulling image %s", image)
                 if self._airgap is not None and self._airgap.provides(key):
@@ -228,13 +234,33 @@ class ImageManager:
                 return image_ref
 
     async def _attempt(self, awaitable) -> str:
-        if self._pull_timeout is None:
+        """One pull, with no deadline: cancelled only for lack of progress, by the judge `_judge_pulls` picks."""
+        judge = await self._judge_pulls()
+        if not judge.agent_timeout:
             return await awaitable
         try:
-            async with asyncio.timeout(self._pull_timeout):
-                return await awaitable
-        except TimeoutError:
-            raise _PullFailed(f"timed out after {self._pull_timeout:g}s") from None
+            return await progress.guarded(awaitable, timeout=judge.agent_timeout, sample=self._image_fs_sample)
+        except progress.PullStalled as err:
+            raise _PullFailed(str(err)) from None
+
+    async def _judge_pulls(self) -> progress.Judge:
+        """Who cancels a stalled pull, decided once from the runtime's CRI Version and Status (verbose) replies."""
+        if self._judge is not None:
+            return self._judge
+        try:
+            version = await self._runtime.version()
+            status = await self._runtime.status(verbose=True)
+        except EdgeletError as err:  # not kept: asked again at the next pull
+            log.info("cannot ask the runtime whether it cancels stalled pulls (%s): the agent guards this one", err)
+            return progress.choose_judge(self._progress_timeout, progress.NO_RUNTIME_GUARD, "the runtime")
+        guard = progress.runtime_guard(version.runtime_name, version.runtime_version, status.info)
+        label = f"{version.runtime_name} {version.runtime_version}"
+        self._judge = progress.choose_judge(self._progress_timeout, guard, label)
+        (log.warning if self._judge.warn else log.info)("image pulls: %s", self._judge.summary)
+        return self._judge
+
+    async def _image_fs_sample(self) -> tuple[int, int]:
+        return progress.fs_sample(await self._runtime.image_fs_info())
 
     async def _pull_airgap(self, key: str) -> str:
         try:
@@ -245,8 +271,12 @@ class ImageManager:
     async def _pull_with_credentials(
         self, image: str, pull_secrets: Iterable[Mapping[str, Any]], sandbox_config: pb.PodSandboxConfig | None
     ) -> str:
-        """Tries each matching credential, then anonymously; the error names every attempt's failure."""
-        attempts: list[pb.AuthConfig | None] = [pb.AuthConfig(**c) for c in credentials_for(image, pull_secrets)]
+        """Tries the pod's credentials, then the node's, then anonymously (the kubelet's order); the error names
+        every attempt's failure, never a secret."""
+        credentials = credentials_for(image, pull_secrets)
+        if self._node_keyring is not None:
+            credentials += [c for c in await self._node_keyring.lookup(image) if c not in credentials]
+        attempts: list[pb.AuthConfig | None] = [pb.AuthConfig(**c) for c in credentials]
         attempts.append(None)
         failures = []
         for auth in attempts:
@@ -254,8 +284,13 @@ class ImageManager:
                 return await self._attempt(self._runtime.pull_image(image, auth=auth, sandbox_config=sandbox_config))
             except RuntimeUnavailable as err:
                 raise _PullFailed(str(err)) from None
-            except (EdgeletError, _PullFailed) as err:
-                failures.append((auth, getattr(err, "details", "") or str(err)))
+            except _PullFailed:  # cancelled for lack of progress: the link, not the credential, is at fault
+                raise
+            except EdgeletError as err:
+                message = getattr(err, "details", "") or str(err)
+                if self._judge is not None and self._judge.stalled(message):
+                    raise _PullFailed(self._judge.explain(message)) from None
+                failures.append((auth, message))
         if len(failures) == 1:
             raise _PullFailed(failures[0][1])
         raise _PullFailed("; ".join(f"{_who(auth)}: {message}" for auth, message in failures))

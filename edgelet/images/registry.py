@@ -166,7 +166,8 @@ class RegistryServer:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        assert task is not None
+        if task is None:  # asyncio runs each connection's callback as a task of its own
+            raise RuntimeError("a connection handled outside a task")
         self._connections[task] = writer
         try:
             await self._serve(reader, writer)
@@ -225,7 +226,7 @@ class RegistryServer:
 
     async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, head_only: bool, reply: _Reply) -> None:
         source: BinaryIO | bytes | None = None
-        if reply.blob is not None and not head_only:
+        if reply.blob is not None and reply.opener is not None and not head_only:
             # Open before the status line goes out, so a vanished file is still a clean 404.
             try:
                 source = await asyncio.to_thread(_read_span, reply.opener, reply.blob, reply.start, reply.length)

@@ -7,19 +7,21 @@ Requests return decoded JSON dicts; failures raise the types of `edgelet.kubeapi
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import platform
 import ssl
 import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit
-from typing import Any, AsyncIterator, Mapping
 
 import orjson
 
 from edgelet import __version__
-from edgelet.util.http11 import HttpError, HttpTimeout, Pool, target
 from edgelet.kubeapi.errors import ApiError, Gone, ServerError, WatchStreamError, error_from_status
 from edgelet.kubeapi.kubeconfig import KubeConfig, load_kubeconfig, read_token_file, ssl_context
+from edgelet.util.http11 import HttpError, HttpTimeout, Pool, target
 
 PATCH_CONTENT_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
@@ -54,7 +56,7 @@ class BearerAuth:
             self._loaded_at = time.monotonic()
             try:
                 self._token = read_token_file(self._token_file, self._kubeconfig_path, self._field)
-            except Exception:  # keep the last good token; the server tells us if it expired
+            except Exception:  # noqa: BLE001 - keep the last good token; the server tells us if it expired
                 pass
         return self._token
 
@@ -81,7 +83,8 @@ class ApiClient:
         self._prefix = urlsplit(self.server).path
         self._timeout = timeout
         self._connect_timeout = connect_timeout
-        self._auth = BearerAuth(token, token_file, kubeconfig_path=kubeconfig_path, field="tokenFile") if token or token_file else None
+        self._auth = BearerAuth(token, token_file, kubeconfig_path=kubeconfig_path,
+                                field="tokenFile") if token or token_file else None
         self._http = self._new_http(tls)
         # Pools replaced by `use_tls`, with the number of requests and watches still running on each.
         self._in_flight: dict[Pool, int] = {}
@@ -90,7 +93,8 @@ class ApiClient:
         """A pool to the server; with no context an https server is verified against the system's CAs."""
         return Pool(self.server, tls=tls, connect_timeout=self._connect_timeout, max_idle=5, keepalive_expiry=60.0,
                     headers=[("Accept", "application/json"),
-                             ("User-Agent", f"edgelet/{__version__} ({platform.system().lower()}/{platform.machine()})")])
+                             ("User-Agent",
+                              f"edgelet/{__version__} ({platform.system().lower()}/{platform.machine()})")])
 
     def use_tls(self, tls: ssl.SSLContext) -> None:
         """New connections use `tls` (a rotated client certificate). Requests and watches already running
@@ -115,7 +119,8 @@ class ApiClient:
                     _close_later(http)
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: KubeConfig | str, *, context: str | None = None, timeout: float = 10.0) -> "ApiClient":
+    def from_kubeconfig(cls, kubeconfig: KubeConfig | str, *, context: str | None = None,
+                        timeout: float = 10.0) -> ApiClient:
         config = load_kubeconfig(kubeconfig, context=context) if isinstance(kubeconfig, str) else kubeconfig
         return cls(
             config.server,
@@ -129,7 +134,7 @@ class ApiClient:
     def __repr__(self) -> str:
         return f"ApiClient(server={self.server!r})"
 
-    async def __aenter__(self) -> "ApiClient":
+    async def __aenter__(self) -> ApiClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -164,7 +169,8 @@ class ApiClient:
             raise ValueError(f"patch_type must be one of {sorted(PATCH_CONTENT_TYPES)}, not {patch_type!r}") from None
         return await self._request("PATCH", path, body=orjson.dumps(body), content_type=content_type)
 
-    async def delete(self, path: str, preconditions_uid: str | None = None, grace_period: int | None = None) -> dict[str, Any]:
+    async def delete(self, path: str, preconditions_uid: str | None = None,
+                     grace_period: int | None = None) -> dict[str, Any]:
         options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if preconditions_uid:
             options["preconditions"] = {"uid": preconditions_uid}
@@ -172,21 +178,25 @@ class ApiClient:
             options["gracePeriodSeconds"] = int(grace_period)
         return await self._request("DELETE", path, body=orjson.dumps(options), content_type="application/json")
 
-    async def watch(self, path: str, params: Mapping[str, str] | None = None) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    async def watch(self, path: str,
+                    params: Mapping[str, str] | None = None) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """Yield `(type, object)` events. ERROR events raise (`Gone` for 410); a clean end of the
         stream (server timeout) just ends the iteration. Close it with `contextlib.aclosing`."""
         query = dict(params or {})
         query["watch"] = "true"
         server_seconds = float(query.get("timeoutSeconds") or _DEFAULT_WATCH_SECONDS)
         try:
-            async with self._pool() as http, http.stream("GET", target(self._path(path), query), headers=self._auth_headers(),
+            async with self._pool() as http, http.stream("GET", target(self._path(path), query),
+                                                         headers=self._auth_headers(),
                                                          timeout=server_seconds + _WATCH_READ_SLACK) as response:
                 if response.status != 200:
-                    raise error_from_status(response.status, _json_or_none(await response.read()), method="WATCH", path=path)
+                    raise error_from_status(response.status, _json_or_none(await response.read()), method="WATCH",
+                                            path=path)
                 async for event in _decode_events(response.chunks, path):
                     yield event
         except HttpTimeout:
-            raise ServerError(0, "Timeout", "no data from the watch stream in time", method="WATCH", path=path) from None
+            raise ServerError(0, "Timeout", "no data from the watch stream in time", method="WATCH",
+                              path=path) from None
         except HttpError as e:
             raise ServerError(0, "StreamBroken", _transport_message(e), method="WATCH", path=path) from None
 
@@ -194,7 +204,7 @@ class ApiClient:
         """The request target of an API path on this server (a server URL may carry a path prefix)."""
         return self._prefix + path
 
-    def _auth_headers(self) -> list[tuple[str, str]]:
+    def _auth_headers(self) -> builtins.list[tuple[str, str]]:  # (`list` is a method here)
         return self._auth.headers() if self._auth is not None else []
 
     async def _request(
@@ -221,7 +231,8 @@ class ApiClient:
         if not 200 <= response.status < 300:
             raise error_from_status(response.status, decoded, method=method, path=path)
         if not isinstance(decoded, dict):
-            raise ServerError(response.status, "InvalidResponse", "the response is not a JSON object", method=method, path=path)
+            raise ServerError(response.status, "InvalidResponse", "the response is not a JSON object", method=method,
+                              path=path)
         return decoded
 
 
@@ -250,13 +261,15 @@ async def _decode_events(chunks: AsyncIterator[bytes], path: str) -> AsyncIterat
             if line.strip():
                 yield parse_watch_line(line, path, line_number)
         if len(buffer) > _MAX_WATCH_LINE:
-            raise WatchStreamError(0, "MalformedStream", f"line {line_number + 1} exceeds {_MAX_WATCH_LINE} bytes", method="WATCH", path=path)
+            raise WatchStreamError(0, "MalformedStream", f"line {line_number + 1} exceeds {_MAX_WATCH_LINE} bytes",
+                                   method="WATCH", path=path)
     if buffer.strip():
         # Some servers end the last event without a newline; a complete object is still fine.
         try:
             event = parse_watch_line(bytes(buffer), path, line_number + 1)
         except WatchStreamError:
-            raise WatchStreamError(0, "TruncatedStream", f"the stream ended inside event {line_number + 1}", method="WATCH", path=path) from None
+            raise WatchStreamError(0, "TruncatedStream", f"the stream ended inside event {line_number + 1}",
+                                   method="WATCH", path=path) from None
         yield event
 
 
@@ -265,17 +278,21 @@ def parse_watch_line(line: bytes, path: str, line_number: int) -> tuple[str, dic
     try:
         event = orjson.loads(line)
     except orjson.JSONDecodeError as e:
-        raise WatchStreamError(0, "MalformedStream", f"event {line_number} is not JSON ({e})", method="WATCH", path=path) from None
+        raise WatchStreamError(0, "MalformedStream", f"event {line_number} is not JSON ({e})", method="WATCH",
+                               path=path) from None
     if not isinstance(event, dict):
-        raise WatchStreamError(0, "MalformedStream", f"event {line_number} is not a JSON object", method="WATCH", path=path)
+        raise WatchStreamError(0, "MalformedStream", f"event {line_number} is not a JSON object", method="WATCH",
+                               path=path)
     kind = event.get("type")
     obj = event.get("object")
     if kind not in WATCH_EVENT_TYPES or not isinstance(obj, dict):
-        raise WatchStreamError(0, "MalformedStream", f"event {line_number} has no known type and object", method="WATCH", path=path)
+        raise WatchStreamError(0, "MalformedStream", f"event {line_number} has no known type and object",
+                               method="WATCH", path=path)
     if kind == "ERROR":
         code = obj.get("code")
         if code == 410:
-            raise Gone(410, str(obj.get("reason") or "Expired"), str(obj.get("message") or "resource version too old"), method="WATCH", path=path)
+            raise Gone(410, str(obj.get("reason") or "Expired"), str(obj.get("message") or "resource version too old"),
+                       method="WATCH", path=path)
         raise error_from_status(code if isinstance(code, int) and code >= 400 else 500, obj, method="WATCH", path=path)
     return kind, obj
 

@@ -11,8 +11,9 @@ import binascii
 import contextlib
 import os
 import ssl
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from edgelet import yamlload
 from edgelet.util.errors import ConfigError, YAMLError
@@ -52,8 +53,10 @@ class KubeConfig:
             auth.append("client_cert=" + (repr(self.client_cert_file) if self.client_cert_file else "<inline>"))
         if self.client_key_file or self.client_key_data:
             auth.append("client_key=" + (repr(self.client_key_file) if self.client_key_file else "<redacted>"))
-        tls = "insecure" if self.insecure_skip_tls_verify else ("custom-ca" if self.ca_file or self.ca_data else "system-ca")
-        return f"KubeConfig(path={self.path!r}, context={self.context!r}, server={self.server!r}, tls={tls}, {', '.join(auth) or 'anonymous'})"
+        tls = "insecure" if self.insecure_skip_tls_verify else ("custom-ca" if self.ca_file or self.ca_data
+                                                                else "system-ca")
+        return (f"KubeConfig(path={self.path!r}, context={self.context!r}, server={self.server!r}, tls={tls}, "
+                f"{', '.join(auth) or 'anonymous'})")
 
     __str__ = __repr__
 
@@ -83,7 +86,8 @@ def read_token_file(token_file: str, kubeconfig_path: str, field: str) -> str:
         with open(token_file, encoding="utf-8") as f:
             token = f.read().strip()
     except (OSError, UnicodeDecodeError) as e:
-        raise KubeconfigError(kubeconfig_path, field, f"cannot read token file {token_file!r}: {getattr(e, 'strerror', None) or e}") from None
+        raise KubeconfigError(kubeconfig_path, field,
+                              f"cannot read token file {token_file!r}: {getattr(e, 'strerror', None) or e}") from None
     if not token:
         raise KubeconfigError(kubeconfig_path, field, f"token file {token_file!r} is empty")
     return token
@@ -126,7 +130,8 @@ def parse_kubeconfig(doc: Any, path: str, *, context: str | None = None) -> Kube
         user = _named_entry(doc, "users", user_name, "user", path)
     for unsupported in ("exec", "auth-provider", "username", "password"):
         if user.get(unsupported):
-            raise KubeconfigError(path, f"{user_field}.{unsupported}", "is not supported; use a token or a client certificate")
+            raise KubeconfigError(path, f"{user_field}.{unsupported}",
+                                  "is not supported; use a token or a client certificate")
 
     token = user.get("token")
     if token is not None and (not isinstance(token, str) or not token.strip()):
@@ -175,7 +180,8 @@ def ssl_context(config: KubeConfig) -> ssl.SSLContext | None:
             ctx = ssl.create_default_context()
     except (OSError, ssl.SSLError, UnicodeDecodeError, ValueError) as e:
         field = "certificate-authority-data" if config.ca_data is not None else "certificate-authority"
-        raise KubeconfigError(config.path, f"{config.cluster_field}.{field}", f"not a usable CA certificate: {_short(e)}") from None
+        raise KubeconfigError(config.path, f"{config.cluster_field}.{field}",
+                              f"not a usable CA certificate: {_short(e)}") from None
     if config.insecure_skip_tls_verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -208,7 +214,8 @@ def _as_file(path: str | None, data: bytes | None) -> Iterator[str]:
     if path:
         yield path
         return
-    assert data is not None
+    if data is None:
+        raise ValueError("neither a file nor inline data to read")
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("edgelet-tls", os.MFD_CLOEXEC)
         try:

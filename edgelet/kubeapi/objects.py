@@ -18,14 +18,12 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import orjson
 
 from edgelet.api import podutil
-from edgelet.util.checkpoint import CheckpointStore
-from edgelet.kubeapi.client import ApiClient
-from edgelet.kubeapi.errors import ApiError, NotFound, ServerError
 from edgelet.api.objectstore import (
     CLAIM,
     CLUSTER_SCOPED,
@@ -42,6 +40,9 @@ from edgelet.api.objectstore import (
     with_bound_volumes,
 )
 from edgelet.api.podutil import Pod
+from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import ApiError, NotFound, ServerError
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.util.retry import Retrier
 from edgelet.util.tasks import wait_set
 

@@ -12,22 +12,22 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
-from edgelet.lifecycle.admission import Verdict, apparmor_check, supplemental_groups_check, sysctl_check
-from edgelet.util.backoff import Backoff
+from edgelet.api.objectstore import ObjectStore, referenced_objects, with_bound_volumes
+from edgelet.api.podutil import Pod
+from edgelet.api.quantity import cpu_quantity
+from edgelet.cm.cgroups import node_allocatable
 from edgelet.cm.cpumanager.manager import CPUManager
 from edgelet.cm.cpumanager.state import CPUStateStore
-from edgelet.config import Config
-from edgelet.logs.rotation import LogRotator
-from edgelet.kuberuntime.logmigration import migrate_pod_logs
+from edgelet.cm.podcgroups import PodCgroups
+from edgelet.config import ClusterConfig, Config
 from edgelet.cri.client import RuntimeClient
-from edgelet.util.errors import EdgeletError
 from edgelet.events import WARNING, EventRecorder, node_ref, pod_ref
 from edgelet.events.locallog import EventLog, event_log_dir
 from edgelet.events.node import start_events
@@ -36,33 +36,39 @@ from edgelet.eviction.manager import Collaborators as EvictionCollaborators
 from edgelet.images.airgap import AirgapImages
 from edgelet.images.gc import ImageGC
 from edgelet.images.manager import ImageManager
+from edgelet.images.nodeauth import node_keyring
+from edgelet.kubelet.podsync import PodSyncer
+from edgelet.kubelet.runtimestate import RuntimeState
+from edgelet.kubelet.syncloop import Collaborators as LoopCollaborators
+from edgelet.kubelet.syncloop import SyncLoop
 from edgelet.kuberuntime.gc import ContainerGC, GCPolicy
+from edgelet.kuberuntime.logmigration import migrate_pod_logs
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
 from edgelet.kuberuntime.resizer import Resizer
 from edgelet.kuberuntime.security import SECCOMP_DIR, SecuritySettings
+from edgelet.lifecycle.admission import ADMIT, Verdict, apparmor_check, supplemental_groups_check, sysctl_check
+from edgelet.logs.rotation import LogRotator
+from edgelet.metrics import registry as metrics
 from edgelet.nodestatus.facts import MEMINFO, default_ipv4_address, read_meminfo
 from edgelet.nodestatus.health import NodeHealth
-from edgelet.api.objectstore import ObjectStore, referenced_objects, with_bound_volumes
-from edgelet.cm.cgroups import node_allocatable
-from edgelet.cm.podcgroups import PodCgroups
 from edgelet.pleg.generic import GenericPLEG
-from edgelet.api.quantity import cpu_quantity
-from edgelet.podconfig.config import PodConfig
 from edgelet.pod.manager import PodManager
-from edgelet.kubelet.podsync import PodSyncer
-from edgelet.api.podutil import Pod
 from edgelet.pod.workers import PodRecords, PodWorkers
+from edgelet.podconfig.config import PodConfig
 from edgelet.prober import HookRunner, ProbeManager
-from edgelet.util.rootlock import RootLock
-from edgelet.kubelet.runtimestate import RuntimeState
-from edgelet.util.sdnotify import Notifier
 from edgelet.server.http import Listener, OpsServer, bind_all
 from edgelet.status.manager import StatusManager, pod_list, status_dir
 from edgelet.status.view import Heartbeat, present_pods
-from edgelet.kubelet.syncloop import Collaborators as LoopCollaborators, SyncLoop
+from edgelet.util.backoff import Backoff
+from edgelet.util.errors import EdgeletError
+from edgelet.util.rootlock import RootLock
+from edgelet.util.sdnotify import Notifier
 from edgelet.util.tasks import TaskGroup, wait_set
 from edgelet.volumes import VolumeManager
 from edgelet.volumes.claims import node_labels
+
+if TYPE_CHECKING:  # imported when devices are configured
+    from edgelet.cm.devicemanager.manager import DeviceManager
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +98,11 @@ def host_apparmor_enabled() -> bool:
 class Agent:
     """One node agent; `await Agent(config).run()` runs it until SIGTERM or SIGINT."""
 
-    def __init__(self, config: Config):
-        """Builds every manager in dependency order: each gets only what was built before it."""
+    def __init__(self, config: Config, config_path: str = ""):
+        """Builds every manager in dependency order: each gets only what was built before it. `config_path`, the
+        file `config` was read from, is read again for a new bootstrap token."""
         self.config = config
+        self.config_path = config_path
         # First of all: a second agent on this root_dir must stop before it touches a single file there.
         self._root_lock = RootLock(config.root_dir)
         self._root_lock.acquire()
@@ -121,7 +129,6 @@ class Agent:
         self.runtime = RuntimeClient(
             config.runtime.endpoint,
             timeout=config.runtime.request_timeout,
-            pull_timeout=config.runtime.image_pull_timeout,
         )
         self.pleg = GenericPLEG(
             self.runtime,
@@ -141,8 +148,12 @@ class Agent:
         self.images = ImageManager(
             self.runtime,
             pull_backoff=Backoff(config.backoff.image_pull_initial, config.backoff.image_pull_max),
-            pull_timeout=config.runtime.image_pull_timeout,
             airgap=self.airgap,
+            max_parallel_pulls=config.images.parallel_pulls,
+            progress_timeout=config.images.pull_progress_timeout,
+            node_keyring=node_keyring(root_dir=config.root_dir, docker_config=config.images.docker_config,
+                                      provider_config=config.images.credential_provider_config,
+                                      provider_bin_dir=config.images.credential_provider_bin_dir),
             recorder=self.recorder,
         )
         self.image_gc = ImageGC(
@@ -164,7 +175,7 @@ class Agent:
                                      node_allocatable=self.node_allocatable,
                                      cluster_domain=config.pods.cluster_domain)
         self.plugin_watcher, self.csi_plugins = self._make_plugin_watcher()
-        self._csinode = None  # the CSINode object's writer (cluster mode with a plugin registry)
+        self._csinode: Any = None  # the CSINode object's writer (cluster mode with a plugin registry)
         self.log_rotator = LogRotator(self.runtime, max_size=config.logs.container_log_max_size,
                                       max_files=config.logs.container_log_max_files)
 
@@ -176,6 +187,8 @@ class Agent:
             sources_ready=self.pod_config.all_sources_ready, reserved=config.cpu.reserved,
             reconcile_period=config.cpu.reconcile_period,
         )
+        # Device plugins (imported only with [devices] plugin_dir set, the default: the kubelet's path).
+        self.device_manager = self._make_device_manager() if config.devices.plugin_dir else None
         self.pod_cgroups = PodCgroups(config.cgroups, self.runtime, allocatable, active_pods=self.active_pods)
         self.resizer = Resizer(self.runtime, node_allocatable=self.node_allocatable, active_pods=self.active_pods,
                                recorder=self.recorder, pod_cgroup_limits=self.pod_cgroups.set_limits,
@@ -183,7 +196,7 @@ class Agent:
         self.runtime_manager = RuntimeManager(
             self.runtime,
             Collaborators(images=self.images, volumes=self.volumes, store=self.store, hooks=self.hooks,
-                          recorder=self.recorder, resizer=self.resizer),
+                          recorder=self.recorder, resizer=self.resizer, devices=self.device_manager),
             logs_root=config.logs_dir,
             container_logs_dir=config.container_logs_dir,
             crash_backoff=Backoff(config.backoff.crashloop_initial, config.backoff.crashloop_max),
@@ -210,7 +223,7 @@ class Agent:
         self.syncer = PodSyncer(
             pod_manager=self.pod_manager, pleg=self.pleg, runtime_manager=self.runtime_manager, prober=self.prober,
             status=self.status, volumes=self.volumes, node_ip=self.node_ip, recorder=self.recorder,
-            release_resources=self.cpu_manager.remove,
+            release_resources=self._release_resources, network=self.runtime_state.network,
         )
         self.syncer.when_removed(lambda pod: self.update_status_line())
         self.workers = PodWorkers(self.pod_records, self.syncer, resync_interval=config.sync.sync_frequency)
@@ -227,17 +240,19 @@ class Agent:
                 reclaim_images=self.image_gc.free_space, reclaim_containers=self.container_gc.collect),
             pressure_transition_period=config.eviction.pressure_transition_period,
         )
-        # What the node's Ready condition reports: runtime and PLEG, and a node shutdown in progress.
-        self.node_health = NodeHealth({"runtime": self.runtime_state.health, "pleg": self.pleg.healthy},
-                                      settled=lambda: self.runtime_state.checked)
+        # What the node's Ready condition reports: runtime, its pod network and PLEG, and a node shutdown in progress.
+        self.node_health = NodeHealth(
+            {"runtime": self.runtime_state.health, "network": self.runtime_state.network, "pleg": self.pleg.healthy},
+            settled=lambda: self.runtime_state.checked)
         self.cluster = self._make_cluster() if config.cluster is not None else None
-        if self.cluster is not None:
-            self._serve_cluster_identity()
+        if self.cluster is not None and config.cluster is not None:
+            self._serve_cluster_identity(self.cluster, config.cluster)
             self.syncer.when_removed(self.cluster.pod_terminated)  # an API pod's final delete
         self.shutdown = self._make_shutdown() if config.shutdown.enabled else None
         # The kubelet's order: node pressure first, so no CPUs are taken for a pod then refused.
         self.admit_checks = [lambda pod: Verdict(*self.eviction.admit(pod)),
                              sysctl_check(config.security.allowed_unsafe_sysctls, os.uname().release),
+                             *([self._admit_devices] if self.device_manager is not None else []),
                              lambda pod: Verdict(*self.cpu_manager.admit(pod)),
                              self._admit_supplemental_groups,
                              apparmor_check(host_apparmor_enabled())]
@@ -256,8 +271,10 @@ class Agent:
         self.store.on_change = self._on_object_changed
         # The kubelet API (:10250, cluster mode only) and its certificate from the cluster, with
         # [kubelet_api] serving_cert = "csr".
-        self.kubelet_api, self.serving_certificate = (
-            self._make_kubelet_api() if self.cluster is not None and config.kubelet_api.address else (None, None))
+        self.kubelet_api: Any = None  # its classes load only here, in cluster mode
+        self.serving_certificate: Any = None
+        if self.cluster is not None and config.kubelet_api.address:
+            self.kubelet_api, self.serving_certificate = self._make_kubelet_api(self.cluster)
 
     def _make_plugin_watcher(self):
         """CSI node plugins registering through [csi] plugins_registry (the watcher and the registry are small; gRPC
@@ -281,26 +298,56 @@ class Agent:
             pod_config=self.pod_config, pod_manager=self.pod_manager, status_manager=self.status,
             object_store=self.store, node_health=self.node_health, runtime_version=self._node_runtime_version,
             runtime_features=lambda: self.runtime_state.features, pressure=self.eviction.pressure,
+            extended_resources=self._extended_resources, pod_cidr_handler=self.runtime.update_pod_cidr,
             could_have_running_containers=self.pod_records.could_have_running_containers, recorder=self.recorder,
         )
-        return ClusterConnection(self.config, node, node_ip=self.node_ip)
+        return ClusterConnection(self.config, node, node_ip=self.node_ip, config_path=self.config_path)
 
-    def _serve_cluster_identity(self) -> None:
+    def _make_device_manager(self):
+        from edgelet.cm.devicemanager.manager import DeviceManager
+
+        return DeviceManager(self.config.devices.plugin_dir, state_dir=self.config.state_dir,
+                             active_pods=self.active_pods, sources_ready=self.pod_config.all_sources_ready)
+
+    def _device_server(self, devices: DeviceManager):
+        """The registration socket and the pod resources API (one gRPC server)."""
+        from edgelet.cm.devicemanager.server import DeviceServer
+        from edgelet.podresources.server import ResourceSources, add_to_server
+
+        sources = ResourceSources(
+            active_pods=self.active_pods, container_devices=devices.container_devices,
+            container_cpus=self.cpu_manager.exclusive_cpus, allocatable_devices=devices.healthy_devices,
+            allocatable_cpus=self.cpu_manager.allocatable_cpus, topology=devices.topology)
+        return DeviceServer(devices, pod_resources_socket=self.config.devices.pod_resources_socket,
+                            add_pod_resources=functools.partial(add_to_server, sources=sources))
+
+    def _admit_devices(self, pod: Pod) -> Verdict:
+        return Verdict(*self.device_manager.admit(pod)) if self.device_manager is not None else ADMIT
+
+    def _extended_resources(self) -> dict[str, tuple[int, int]]:
+        return self.device_manager.node_resources() if self.device_manager is not None else {}
+
+    def _release_resources(self, uid: str) -> None:
+        """A terminated pod's exclusive CPUs and devices go back."""
+        self.cpu_manager.remove(uid)
+        if self.device_manager is not None:
+            self.device_manager.remove(uid)
+
+    def _serve_cluster_identity(self, cluster, settings: ClusterConfig) -> None:
         """What pods of a cluster node get from it: service-account tokens (TokenRequest as the node), the Services'
         variables (the `kubernetes` one pointing at the API server this agent uses), and the ConfigMaps and Secrets
         they reference read when missing."""
         from edgelet.volumes.tokens import TokenManager
 
-        cluster = self.config.cluster
-        self.volumes.use_tokens(TokenManager(self.cluster.client, recorder=self.recorder,
-                                             max_age=cluster.service_account_token_max_age))
-        self.runtime_manager.use_service_env(self.cluster.services.env_for)
-        self.runtime_manager.fetch_objects_with(self.cluster.objects.fetch_missing)
+        self.volumes.use_tokens(TokenManager(cluster.client, recorder=self.recorder,
+                                             max_age=settings.service_account_token_max_age))
+        self.runtime_manager.use_service_env(cluster.services.env_for)
+        self.runtime_manager.fetch_objects_with(cluster.objects.fetch_missing)
         if self.csi_plugins is not None:
             from edgelet.csi.csinode import CsiNodeUpdater
 
-            self.volumes.use_csi_api(self.cluster.client)
-            csinode = CsiNodeUpdater(self.cluster.client, self.node_name, lambda: self.cluster.node_status.node_uid)
+            self.volumes.use_csi_api(cluster.client)
+            csinode = CsiNodeUpdater(cluster.client, self.node_name, lambda: cluster.node_status.node_uid)
             self.csi_plugins.use_csinode(csinode)
             self._csinode = csinode  # started with the plugin watcher
 
@@ -376,6 +423,8 @@ class Agent:
                                        pods_json=self._pods_json, registry=metrics.REGISTRY))
         if self.kubelet_api is not None:
             listeners.append(self.kubelet_api)
+        if self.device_manager is not None:
+            listeners.append(self._device_server(self.device_manager))
         return listeners
 
     def _pods_json(self) -> bytes:
@@ -387,6 +436,8 @@ class Agent:
         """Runs until SIGTERM/SIGINT; containers keep running after the agent stops."""
         listeners = self.listeners()
         try:
+            if self.device_manager is not None:
+                self.device_manager.start()  # its checkpoint before any plugin can register
             await bind_all(listeners)  # a taken port stops us here, before any pod is touched
         except EdgeletError:
             await self.runtime.close()
@@ -404,6 +455,8 @@ class Agent:
         self.status.load()
         self._tasks.start("heartbeat", self.heartbeat.run())
         log.info("edgelet starting: node %s, runtime %s", self.node_name, self.runtime.endpoint)
+        for notice in self.config.ignored():
+            log.warning("config: %s", notice)
         self.notifier.status(f"waiting for the container runtime at {self.runtime.endpoint}")
         self._tasks.start("status-writer", self.status.run())
         self._tasks.start("events", self.recorder.run())
@@ -419,12 +472,14 @@ class Agent:
             self._tasks.start(f"listener {listener.address}", listener.run())
         if self.shutdown is not None:
             self._tasks.start("node-shutdown", self.shutdown.run())
-        if self.kubelet_api is not None and self.cluster.cluster_ca is None and self.cluster.certificates is not None:
+        cluster, server = self.cluster, self.kubelet_api
+        if (server is not None and cluster is not None and cluster.cluster_ca is None
+                and cluster.certificates is not None):
             # A token join with ca_cert_hash learns the cluster CA (the kubelet API's client CA) when it joins.
-            self.cluster.when_joined(lambda: self.kubelet_api.trust_client_ca(self.cluster.cluster_ca))
-        if self.serving_certificate is not None:  # asked for with the node's own credentials, once it has them
-            serving, server = self.serving_certificate, self.kubelet_api
-            self.cluster.when_joined(lambda: self._tasks.start(
+            cluster.when_joined(lambda: server.trust_client_ca(cluster.cluster_ca))
+        if self.serving_certificate is not None and cluster is not None:  # asked for with the node's own credentials
+            serving = self.serving_certificate
+            cluster.when_joined(lambda: self._tasks.start(
                 "kubelet-api:serving-cert", serving.run(lambda: server.reload_certificate(serving.path, serving.path))))
         try:
             await self._stopping.wait()
@@ -441,7 +496,7 @@ class Agent:
         self.notifier.status(f"stopping: {self._fatal}")
         self._stopping.set()
 
-    def _make_kubelet_api(self):
+    def _make_kubelet_api(self, cluster):
         """The kubelet API server and its serving-certificate manager (cluster mode only: its TLS and review code
         load here); a bad certificate setting is logged and leaves the rest of the agent running (a port it cannot
         bind does not)."""
@@ -452,13 +507,13 @@ class Agent:
             from edgelet.bootstrap.manager import ServingCertificateManager
 
             serving = ServingCertificateManager(self.config.pki_dir, self.node_name, (self.node_ip, "127.0.0.1"),
-                                                self.cluster.client)
+                                                cluster.client)
         try:
             server = build_server(
-                self.config, runtime=self.runtime, review=self.cluster.client.create,
+                self.config, runtime=self.runtime, review=cluster.client.create,
                 lookup=PodLookup(self.node_name, self.pod_manager, self.pleg.get_status),
                 pods_json=self.status.pod_list_json, health_checks=self.health_checks(), node_ip=self.node_ip,
-                cluster_ca=self.cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
+                cluster_ca=cluster.cluster_ca, serving_cert=serving.path if serving and serving.valid() else None,
                 claimed_volumes=self.volumes.claimed_volumes, csi_volume_stats=self.volumes.csi_volume_stats,
             )
         except (EdgeletError, OSError) as exc:
@@ -477,6 +532,8 @@ class Agent:
         if self.cluster is not None:
             await self.cluster.close()
         await self.workers.stop()
+        if self.device_manager is not None:
+            await self.device_manager.close()
         await self.prober.close()
         await self.hooks.close()
         await self.airgap.close()
@@ -501,9 +558,9 @@ class Agent:
         if pods.http_url:
             from edgelet.podconfig.http import HTTPSource
 
-            source = HTTPSource(pods.http_url, self.node_name, self.pod_config.source("http"),
-                                check_frequency=pods.http_check_frequency)
-            self._tasks.start("source:http", source.run())
+            http_source = HTTPSource(pods.http_url, self.node_name, self.pod_config.source("http"),
+                                     check_frequency=pods.http_check_frequency)
+            self._tasks.start("source:http", http_source.run())
 
     def health_checks(self) -> dict[str, Callable[[], tuple[bool, str]]]:
         """What /healthz reports, by check name (the kubelet's runtime and PLEG checks)."""
@@ -566,6 +623,8 @@ class Agent:
         self._tasks.start("container-gc", self.container_gc.run())
         self._tasks.start("eviction", self.eviction.run())
         self._tasks.start("cpu-manager", self.cpu_manager.run())
+        if self.device_manager is not None:
+            self._tasks.start("device-manager", self.device_manager.run())
         self._tasks.start("pod-cgroups", self.pod_cgroups.run(
             lambda: set(self.pod_manager.uid_set()) | self.pleg.runtime_pod_uids()))
         self.notifier.ready()

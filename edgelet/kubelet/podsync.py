@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
-from edgelet.util.errors import EdgeletError
-from edgelet.events import NO_EVENTS, NORMAL, Recorder, pod_ref
-from edgelet.eviction import evicted_status
 from edgelet.api.kubetime import format_time, parse_time
+from edgelet.api.podutil import Pod
 from edgelet.container.cache import InspectionError
 from edgelet.container.runtime import ContainerState, PodRuntimeStatus
-from edgelet.api.podutil import Pod
+from edgelet.events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
+from edgelet.eviction import evicted_status
+from edgelet.metrics import registry as metrics
 from edgelet.pod.workers import TERMINAL_PHASES, PodSyncStatus, SyncOutcome
 from edgelet.status.extras import add_newer_fields
 from edgelet.status.generate import generate_pod_status
+from edgelet.util.errors import EdgeletError
 
 if TYPE_CHECKING:  # the collaborators, for their types only
     from edgelet.kuberuntime.manager import RuntimeManager
@@ -53,6 +54,22 @@ def active_deadline_left(pod: Pod, start_time: str | None, now: float) -> float 
     return started + deadline - now
 
 
+# The kubelet's word for a pod on the pod network that must wait for it, and how soon it looks again (its pod
+# workers' back-off after a failed sync).
+NETWORK_NOT_READY_REASON = "NetworkNotReady"
+NETWORK_NOT_READY_MESSAGE = "network is not ready"
+NETWORK_RETRY = 10.0
+
+
+def network_wait(pod: Pod, network: tuple[bool, str]) -> str | None:
+    """Why the pod must wait for the pod network, or None: host-network pods never wait (the CNI DaemonSet that
+    brings the network up is one)."""
+    ready, why = network
+    if ready or podutil.host_network(pod):
+        return None
+    return f"{NETWORK_NOT_READY_MESSAGE}: {why}"
+
+
 def log_reason_changes(pod: Pod, before: dict[str, tuple[str, str]], after: dict[str, tuple[str, str]]) -> None:
     """Each container's failure reason (pull errors included), logged once per change of reason."""
     for name, (reason, message) in after.items():
@@ -73,8 +90,10 @@ class PodSyncer:
         node_ip: str,
         recorder: Recorder = NO_EVENTS,
         release_resources: Callable[[str], None] = lambda uid: None,
+        network: Callable[[], tuple[bool, str]] = lambda: (True, ""),
     ):
-        """`release_resources(uid)` frees what the pod held (its CPUs) once it stopped."""
+        """`release_resources(uid)` frees what the pod held (its CPUs) once it stopped; `network()` is the
+        runtime's NetworkReady (`RuntimeState.network`)."""
         self._pods = pod_manager
         self._pleg = pleg
         self._runtime_manager = runtime_manager
@@ -84,6 +103,7 @@ class PodSyncer:
         self._node_ip = node_ip
         self._recorder = recorder
         self._release_resources = release_resources
+        self._network = network
         self._removed_listeners: list[Callable[[Pod], None]] = []
 
     def when_removed(self, listener: Callable[[Pod], None]) -> None:
@@ -104,6 +124,10 @@ class PodSyncer:
         deadline_left = active_deadline_left(pod, old_status.get("startTime"), time.time())
         if deadline_left is not None and deadline_left <= 0:  # the kubelet's activeDeadlineHandler
             return self._deadline_exceeded(pod, record, runtime_status)
+        if (waiting := network_wait(pod, self._network())) is not None:  # the status is published, nothing done
+            self._recorder.event(pod_ref(pod), WARNING, NETWORK_NOT_READY_REASON, waiting)
+            self.publish_status(pod, record, runtime_status)
+            return SyncOutcome(requeue_after=NETWORK_RETRY)
         try:
             result = await self._runtime_manager.sync_pod(
                 pod, runtime_status,

@@ -4,12 +4,12 @@ and whether the relist lost the runtime (containers that die with it did not cra
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
+from edgelet.container.runtime import RuntimeFeatures, RuntimeHandlerInfo
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
 from edgelet.util.errors import EdgeletError
-from edgelet.container.runtime import RuntimeFeatures, RuntimeHandlerInfo
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 # recursiveReadOnly: Enabled mounts (admission.py), so the node reports neither whatever the runtime can do.
 PASSES_USER_NAMESPACES = False
 PASSES_RECURSIVE_READ_ONLY_MOUNTS = False
+NETWORK_READY = "NetworkReady"
 
 
 def runtime_features(reply: pb.StatusResponse) -> RuntimeFeatures:
@@ -24,11 +25,26 @@ def runtime_features(reply: pb.StatusResponse) -> RuntimeFeatures:
     return RuntimeFeatures(
         handlers=tuple(RuntimeHandlerInfo(
             name=handler.name,
-            recursive_read_only_mounts=handler.features.recursive_read_only_mounts and PASSES_RECURSIVE_READ_ONLY_MOUNTS,
+            recursive_read_only_mounts=handler.features.recursive_read_only_mounts
+            and PASSES_RECURSIVE_READ_ONLY_MOUNTS,
             user_namespaces=handler.features.user_namespaces and PASSES_USER_NAMESPACES,
         ) for handler in reply.runtime_handlers),
         supplemental_groups_policy=reply.features.supplemental_groups_policy,
     )
+
+
+def network_readiness(reply: pb.StatusResponse) -> tuple[bool, str]:
+    """(ready, why not) from a CRI Status reply's NetworkReady condition, in the kubelet's words (a missing
+    condition is not ready, as for the kubelet)."""
+    for condition in reply.status.conditions:
+        if condition.type == NETWORK_READY:
+            if condition.status:
+                return True, ""
+            break
+    else:
+        return False, "container runtime network not ready: <nil>"
+    return False, (f"container runtime network not ready: {NETWORK_READY}=false reason:{condition.reason} "
+                   f"message:{condition.message}")
 
 
 class RuntimeState:
@@ -37,6 +53,7 @@ class RuntimeState:
         self._forget_crash_backoff = forget_crash_backoff
         self._listeners: list[Callable[[], None]] = []  # told when the readiness verdict flips
         self._health = (False, f"waiting for the container runtime at {runtime.endpoint}")
+        self._network = (True, "")  # NetworkReady: nothing is said before the runtime answers
         self.checked = False  # whether a Status call has been answered or has failed yet
         self.lost = False  # the relist cannot reach the runtime (the sync loop watches it)
         self.features: RuntimeFeatures | None = None  # from the last Status reply
@@ -48,12 +65,22 @@ class RuntimeState:
     def health(self) -> tuple[bool, str]:
         return self._health
 
+    def network(self) -> tuple[bool, str]:
+        """The runtime's NetworkReady as the kubelet words it: (False, "container runtime network not ready: ...")
+        while the pod network is not set up (no CNI config yet); True while unknown or the runtime is down."""
+        return self._network
+
     async def check(self) -> None:
         """The kubelet's runtime health: the CRI Status call, RuntimeReady and NetworkReady."""
-        was_ready = self._health[0]
+        was = (self._health[0], self._network[0])
         self._health = await self._status()
         self.checked = True
-        if self._health[0] != was_ready:
+        if self._network[0] != was[1]:
+            if self._network[0]:
+                log.info("container runtime network ready: pods on the pod network can start")
+            else:
+                log.warning("%s: only host-network pods start", self._network[1])
+        if (self._health[0], self._network[0]) != was:
             for listener in self._listeners:
                 listener()
 
@@ -63,6 +90,7 @@ class RuntimeState:
         except EdgeletError as exc:
             return False, f"container runtime is down: {exc}"
         self.features = runtime_features(reply)
+        self._network = network_readiness(reply)
         failing = [f"{c.type}={c.status} ({c.reason}: {c.message})"
                    for c in reply.status.conditions if not c.status and c.type == "RuntimeReady"]
         return (False, "container runtime not ready: " + "; ".join(failing)) if failing else (True, "ok")

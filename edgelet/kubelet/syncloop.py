@@ -10,34 +10,35 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
-from edgelet.lifecycle.admission import admit, rejected_status
-from edgelet.util.errors import EdgeletError, cut_long_values
-from edgelet.events import WARNING, pod_ref
-from edgelet.util.heaptrim import HeapTrimmer, libc_malloc_trim
 from edgelet.api.kubetime import format_time
-from edgelet.podconfig.config import Op, PodUpdate
 from edgelet.api.podutil import Pod
+from edgelet.events import WARNING, pod_ref
+from edgelet.lifecycle.admission import admit, rejected_status
+from edgelet.metrics import registry as metrics
 from edgelet.pod.workers import PodState, WorkType
+from edgelet.podconfig.config import Op, PodUpdate
 from edgelet.status.generate import readiness_needs_reconcile
+from edgelet.util.errors import EdgeletError, cut_long_values
+from edgelet.util.heaptrim import HeapTrimmer, libc_malloc_trim
 from edgelet.util.tasks import wait_set
 
 if TYPE_CHECKING:  # the collaborators, for their types only
-    from edgelet.lifecycle.admission import Check
     from edgelet.config import SyncConfig
-    from edgelet.logs.rotation import LogRotator
     from edgelet.events import EventRecorder
-    from edgelet.pleg.generic import GenericPLEG, PodLifecycleEvent
-    from edgelet.podconfig.config import PodConfig
-    from edgelet.pod.manager import PodManager
     from edgelet.kubelet.podsync import PodSyncer
-    from edgelet.pod.workers import PodRecords, PodWorkers
-    from edgelet.prober import ProbeManager
     from edgelet.kubelet.runtimestate import RuntimeState
+    from edgelet.lifecycle.admission import Check
+    from edgelet.logs.rotation import LogRotator
+    from edgelet.pleg.generic import GenericPLEG, PodLifecycleEvent
+    from edgelet.pod.manager import PodManager
+    from edgelet.pod.workers import PodRecords, PodWorkers
+    from edgelet.podconfig.config import PodConfig
+    from edgelet.prober import ProbeManager
     from edgelet.status.manager import StatusManager
     from edgelet.volumes import VolumeManager
 

@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from edgelet.api import podutil
-from edgelet.metrics import registry as metrics
-from edgelet.cadvisor.collector import CadvisorCollector, ContainerFacts
 from edgelet.cadvisor.cgroupfs import CgroupReader
+from edgelet.cadvisor.collector import CadvisorCollector, ContainerFacts
 from edgelet.config import Config
-from edgelet.kubeapi.kubeconfig import load_kubeconfig
 from edgelet.container.runtime import ContainerState, PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.kubeapi.kubeconfig import load_kubeconfig
+from edgelet.metrics import registry as metrics
 from edgelet.server.http import HealthCheck
 
 from .auth import Authenticator, Authorizer
@@ -120,7 +120,7 @@ def build_server(
         find_container=lookup.container, find_sandbox=lookup.sandbox, container_running=lookup.container_running,
         pods_json=pods_json, health_checks=health_checks, summary=stats.summary,
         metrics=metrics.exposition, probe_metrics=metrics.probes_exposition, cadvisor=cadvisor.scrape,
-        node_log_dir=config.kubelet_api.node_log_dir,
+        node_log_dir=config.kubelet_api.node_log_dir, journal_dir=config.kubelet_api.journal_dir,
     )
     return KubeletApiServer(settings.address, ssl_context=context, node=node,
                             authenticator=Authenticator(review, anonymous=settings.anonymous),

@@ -10,9 +10,9 @@ import ssl
 import time
 from collections.abc import Iterable
 
+from edgelet.bootstrap.keygen import KeygenError, in_child
 from edgelet.util.checkpoint import replace_file
 from edgelet.util.errors import PermanentError
-from edgelet.bootstrap.keygen import KeygenError, in_child
 
 SELF_SIGNED_DAYS = 365
 

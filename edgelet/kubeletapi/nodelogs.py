@@ -4,19 +4,23 @@ Without a query, the files under the node log directory (`/var/log`): a director
 With one (`query`, `sinceTime`, `untilTime`, `tailLines`, `pattern`, `boot`): each `query` naming a service is read
 from the journal with journalctl when journald knows a `<service>.service` unit, else from the first of
 `<dir>/<service>`, `<dir>/<service>.log`, `<dir>/<service>/<service>.log`; a `query` with a `/` names a file under
-the directory, which takes no options. The parsing and the journalctl arguments are pure; reading is at the edge.
+the directory, which takes no options. The journal is the system's, or the one in a configured directory
+(`journalctl --directory`). The parsing and the journalctl arguments are pure; reading is at the edge.
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+import io
 import os
 import re
+import subprocess
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import cast
 
 from .paths import BadRequest
 
@@ -54,7 +58,7 @@ def _rfc3339(name: str, value: str, errors: list[str]) -> datetime | None:
     if parsed.tzinfo is None:
         errors.append(f'{name}: Invalid value: "{value}": invalid time format')
         return None
-    return parsed.astimezone(timezone.utc)
+    return parsed.astimezone(UTC)
 
 
 def _integer(name: str, value: str, errors: list[str]) -> int | None:
@@ -130,9 +134,15 @@ def validation_errors(q: NodeLogQuery) -> list[str]:
 _JOURNAL_TIME = "%Y-%m-%d %H:%M:%S"
 
 
-def journalctl_args(q: NodeLogQuery, services: Sequence[str]) -> list[str]:
-    """journalctl's arguments for the services of a query, as the kubelet builds them."""
-    args = ["--utc", "--no-pager"]
+def journal_source(journal_dir: str) -> list[str]:
+    """journalctl's arguments naming the journal it reads: a directory's, or ("") the system's."""
+    return [f"--directory={journal_dir}"] if journal_dir else []
+
+
+def journalctl_args(q: NodeLogQuery, services: Sequence[str], journal_dir: str = "") -> list[str]:
+    """journalctl's arguments for the services of a query, as the kubelet builds them, reading the journal in
+    `journal_dir` ("" = the system journal)."""
+    args = [*journal_source(journal_dir), "--utc", "--no-pager"]
     if q.since is not None:
         args.append(f"--since={q.since.strftime(_JOURNAL_TIME)}")
     if q.until is not None:
@@ -206,9 +216,20 @@ async def file_chunks(path: str, deadline: float | None = None) -> AsyncIterator
         handle.close()
 
 
-async def _run(args: Sequence[str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(*args, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+# journalctl is started with subprocess (vfork in CPython), not the event loop's create_subprocess_exec: uvloop
+# fork()s, which runs gRPC's fork handlers in the child, and a child forked while CRI calls are in flight dies of
+# SIGSEGV before it execs (one in a few in a running agent). vfork runs no fork handlers.
+
+def _spawn(args: Sequence[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def resolve_file(q: NodeLogQuery, log_dir: str) -> str:
@@ -219,16 +240,17 @@ def resolve_file(q: NodeLogQuery, log_dir: str) -> str:
     return target
 
 
-async def query_chunks(q: NodeLogQuery, log_dir: str) -> AsyncIterator[bytes]:
-    """The answer to a query, in chunks; output stops at QUERY_DEADLINE, as the kubelet's does."""
+async def query_chunks(q: NodeLogQuery, log_dir: str, journal_dir: str = "") -> AsyncIterator[bytes]:
+    """The answer to a query, in chunks; output stops at QUERY_DEADLINE, as the kubelet's does. Services are
+    looked up in the journal in `journal_dir` ("" = the system journal)."""
     deadline = asyncio.get_running_loop().time() + QUERY_DEADLINE
     if q.files:
         async for chunk in file_chunks(resolve_file(q, log_dir), deadline):
             yield chunk
         return
-    native, from_files = await _split_services(q.services)
+    native, from_files = await _split_services(q.services, journal_dir)
     if native:
-        async for chunk in _journal(q, native, deadline):
+        async for chunk in _journal(q, native, journal_dir, deadline):
             yield chunk
     if from_files and q.has_options:
         yield (f"\noptions present and query resolved to log files for {list(from_files)}\n"
@@ -239,38 +261,42 @@ async def query_chunks(q: NodeLogQuery, log_dir: str) -> AsyncIterator[bytes]:
             yield chunk
 
 
-async def _split_services(services: Sequence[str]) -> tuple[list[str], list[str]]:
+async def _split_services(services: Sequence[str], journal_dir: str) -> tuple[list[str], list[str]]:
     try:
-        process = await _run(["journalctl", "--field", "_SYSTEMD_UNIT"])
-        units, _ = await asyncio.wait_for(process.communicate(), QUERY_DEADLINE)
-    except (OSError, TimeoutError):
+        done = await asyncio.to_thread(subprocess.run, ["journalctl", *journal_source(journal_dir), "--field",
+                                                        "_SYSTEMD_UNIT"], stdin=subprocess.DEVNULL,
+                                       capture_output=True, timeout=QUERY_DEADLINE)
+        units = done.stdout
+    except (OSError, subprocess.TimeoutExpired):
         units = b""
     text = units.decode(errors="replace")
     native = [s for s in services if logs_to_journal(s, text)]
     return native, [s for s in services if s not in native]
 
 
-async def _journal(q: NodeLogQuery, services: Sequence[str], deadline: float) -> AsyncIterator[bytes]:
+async def _journal(q: NodeLogQuery, services: Sequence[str], journal_dir: str,
+                   deadline: float) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     try:
-        process = await _run(["journalctl", *journalctl_args(q, services)])
+        process = await asyncio.to_thread(_spawn, ["journalctl", *journalctl_args(q, services, journal_dir)])
     except OSError:
         yield b"\nerror: journal output not available\n"
         return
-    assert process.stdout is not None
+    stdout = cast("io.BufferedReader | None", process.stdout)  # a pipe: _spawn asks for one
+    if stdout is None:
+        yield b"\nerror: journal output not available\n"
+        return
     try:
         while (remaining := deadline - loop.time()) > 0:
             try:
-                chunk = await asyncio.wait_for(process.stdout.read(_CHUNK), remaining)
+                chunk = await asyncio.wait_for(asyncio.to_thread(stdout.read1, _CHUNK), remaining)
             except TimeoutError:
                 return
             if not chunk:
                 return
             yield chunk
     finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
+        await asyncio.to_thread(_reap, process)  # killing it ends a read still waiting in its thread
 
 
 async def _service_file(log_dir: str, service: str, deadline: float) -> AsyncIterator[bytes]:

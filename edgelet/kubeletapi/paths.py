@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from edgelet.api.kubetime import parse_rfc3339_ns  # noqa: F401 (part of this module's query vocabulary)
+from edgelet.api.kubetime import parse_rfc3339_ns
 
 # Endpoints that take a container (or, for portForward, only a pod) and may carry the pod's uid.
 _CONTAINER_ENDPOINTS = ("containerLogs", "exec", "attach", "run")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import os
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -17,18 +17,26 @@ from urllib.parse import parse_qs, urlsplit
 import h11
 import orjson
 
-from edgelet.logs.reader import LogsError, container_log_files, find_pod_dir
 from edgelet.cri import NotFound, RuntimeCallError
 from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.logs.reader import LogsError, container_log_files, find_pod_dir
 from edgelet.metrics.registry import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from edgelet.server.http import HealthCheck, HttpServer, Reply, error_reply, healthz_reply, run_health_checks
 
 from .auth import Attributes, Authenticator, Authorizer, forbidden_message
 from .logs import read_logs
 from .nodelogs import NotFound as LogPathNotFound
-from .nodelogs import parse_node_log_query, query_chunks, read_path, resolve_file, file_chunks
-from .paths import BadRequest, Route, parse_log_options, parse_ports, parse_route, parse_stream_options, \
-    subresource_for, verb_for
+from .nodelogs import file_chunks, parse_node_log_query, query_chunks, read_path, resolve_file
+from .paths import (
+    BadRequest,
+    Route,
+    parse_log_options,
+    parse_ports,
+    parse_route,
+    parse_stream_options,
+    subresource_for,
+    verb_for,
+)
 from .stats import resource_metrics
 from .streaming import StreamingError, proxy_upgrade
 
@@ -61,14 +69,16 @@ class NodeView:
     probe_metrics: Callable[[], bytes]  # /metrics/probes
     cadvisor: Callable[[], Awaitable[bytes]]  # /metrics/cadvisor, made at each scrape
     node_log_dir: str  # what /logs/ serves
+    journal_dir: str = ""  # the journal node log queries read; "" = the system journal
 
 
 class KubeletApiServer(HttpServer):
     name = "kubelet API"
 
     def __init__(self, address: str, *, node: NodeView, authenticator: Authenticator, authorizer: Authorizer,
-                 max_streams: int = 32, **limits: Any) -> None:
-        super().__init__(address, **limits)
+                 ssl_context: ssl.SSLContext, max_streams: int = 32, **limits: Any) -> None:
+        super().__init__(address, ssl_context=ssl_context, **limits)
+        self._tls = ssl_context  # always: the kubelet API is served over TLS only
         self._node = node
         self._authenticator = authenticator
         self._authorizer = authorizer
@@ -76,12 +86,12 @@ class KubeletApiServer(HttpServer):
 
     def trust_client_ca(self, ca_pem: bytes) -> None:
         """Client certificates from this CA are verified on new connections (a token join learns its CA late)."""
-        self._ssl.load_verify_locations(cadata=ca_pem.decode("ascii"))
-        self._ssl.verify_mode = ssl.CERT_OPTIONAL
+        self._tls.load_verify_locations(cadata=ca_pem.decode("ascii"))
+        self._tls.verify_mode = ssl.CERT_OPTIONAL
 
     def reload_certificate(self, cert_file: str, key_file: str) -> None:
         """New connections get this certificate (a renewed serving certificate); open ones keep theirs."""
-        self._ssl.load_cert_chain(cert_file, key_file)
+        self._tls.load_cert_chain(cert_file, key_file)
 
     async def respond(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       request: h11.Request) -> bool:
@@ -92,12 +102,9 @@ class KubeletApiServer(HttpServer):
         upgrade = any(name == b"upgrade" for name, _ in request.headers)
         refusal = await self._check_access(writer, request, method, url.path)
         route = parse_route(url.path)
-        if refusal is None and route is None:
-            refusal = error_reply(404, "page not found")
-        if refusal is not None:
-            await self._send(conn, writer, method, refusal, close=upgrade)
+        if refusal is not None or route is None:
+            await self._send(conn, writer, method, refusal or error_reply(404, "page not found"), close=upgrade)
             return not upgrade
-        assert route is not None
         try:
             if route.streaming or route.endpoint in ("containerLogs", "logs"):
                 return await self._stream(conn, reader, writer, request, method, route, query, url.query)
@@ -110,7 +117,7 @@ class KubeletApiServer(HttpServer):
             reply = error_reply(500, f"container runtime: {err}")
         except (ConnectionError, TimeoutError):
             raise  # the caller went away or stopped reading: nobody to answer
-        except Exception as err:  # noqa: BLE001 - one clear line to the caller, the trace to our log
+        except Exception as err:
             log.exception("kubelet API %s %s failed", method, url.path)
             reply = error_reply(500, f"internal server error: {type(err).__name__}")
         close = upgrade or route.streaming
@@ -222,11 +229,11 @@ class KubeletApiServer(HttpServer):
         if node_query is not None:
             if node_query.files:
                 resolve_file(node_query, log_dir)
-            chunks = query_chunks(node_query, log_dir)
+            chunks = query_chunks(node_query, log_dir, self._node.journal_dir)
         else:
             page, file = await asyncio.to_thread(read_path, log_dir, route.path)
-            if page is not None:
-                await self._send(conn, writer, method, Reply(200, page, "text/html; charset=utf-8"))
+            if page is not None or file is None:  # a directory's listing (read_path gives one or the other)
+                await self._send(conn, writer, method, Reply(200, page or b"", "text/html; charset=utf-8"))
                 return True
             chunks = file_chunks(file)
         await self._stream_body(conn, writer, method, chunks)

@@ -11,21 +11,21 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from edgelet.cadvisor.procfs import parse_net_dev
+from edgelet.container import labels
 from edgelet.cri import RuntimeCallError
-from edgelet.metrics.registry import escape_label_value
 from edgelet.eviction.signals import existing_parent, memory_observation, parse_meminfo
 from edgelet.eviction.usage import directory_usage
-from edgelet.container import labels
+from edgelet.metrics.registry import escape_label_value
 
 log = logging.getLogger(__name__)
 
 
 def rfc3339(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- CPU rate ------------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ def sum_pod_usage(containers: list[dict[str, Any]], timestamp_ns: int) -> tuple[
         return sum(values) if values else None
 
     cpu = cpu_stats(timestamp_ns, total("cpu", "usageCoreNanoSeconds"), total("cpu", "usageNanoCores"))
-    memory = {"time": rfc3339(timestamp_ns)}
+    memory: dict[str, Any] = {"time": rfc3339(timestamp_ns)}
     for key in ("workingSetBytes", "usageBytes", "rssBytes"):
         value = total("memory", key)
         if value is not None:
@@ -231,7 +231,7 @@ def resource_metrics(summary: Mapping[str, Any]) -> str:
                 containers_cpu.append((container_labels, container["cpu"]["usageCoreNanoSeconds"] / 1e9))
             if "workingSetBytes" in container.get("memory", {}):
                 containers_mem.append((container_labels, container["memory"]["workingSetBytes"]))
-            started = datetime.strptime(container["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            started = datetime.strptime(container["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
             starts.append((container_labels, float(started.timestamp())))
     family("container_cpu_usage_seconds_total", "counter",
            "Cumulative cpu time consumed by the container in core-seconds", containers_cpu)
@@ -386,7 +386,7 @@ class SummaryProvider:
                               "pvcRef": {"name": volume.claim, "namespace": volume.namespace}})
                 continue
             try:
-                vfs, used = await asyncio.to_thread(lambda: (os.statvfs(volume.path), self._usage.usage(volume.path)))
+                vfs, used = await asyncio.to_thread(_statvfs_and_usage, volume.path, self._usage)
             except OSError as err:
                 log.debug("volume %s: no stats: %s", volume.volume, err)
                 continue
@@ -430,3 +430,8 @@ class SummaryProvider:
                 log.info("pod usage is summed from its containers: ListPodSandboxStats failed: %s", err)
                 self._sandbox_stats_failed = True
             return []
+
+
+def _statvfs_and_usage(path: str, usage: Any) -> tuple[os.statvfs_result, Any]:
+    """A volume's file system figures and what its directory uses (blocking: in a thread)."""
+    return os.statvfs(path), usage.usage(path)

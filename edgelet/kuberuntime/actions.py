@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection
+from typing import Any
 
 from edgelet.api import podutil
 from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import orjson
 
 from edgelet.api import podutil
-from ..cri import runtime_v1_pb2 as pb
 from edgelet.api.podutil import Pod
 from edgelet.container import labels
 
+from ..cri import runtime_v1_pb2 as pb
 from . import security
 from .security import SecuritySettings
 
-_PROPAGATION = {"None": 0, "HostToContainer": 1, "Bidirectional": 2}
+_PROPAGATION = {"None": pb.PROPAGATION_PRIVATE, "HostToContainer": pb.PROPAGATION_HOST_TO_CONTAINER,
+                "Bidirectional": pb.PROPAGATION_BIDIRECTIONAL}
 
 
 def container_log_path(container_name: str, restart_count: int) -> str:
@@ -49,7 +52,7 @@ def container_annotations(pod: Pod, container: dict, *, container_hash: str, res
 
 
 # CRI NamespaceMode values.
-NAMESPACE_POD, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_TARGET = 0, 1, 2, 3
+NAMESPACE_POD, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_TARGET = pb.POD, pb.CONTAINER, pb.NODE, pb.TARGET
 
 
 def security_context(pod: Pod, container: dict, pid_target: str = "", *,
@@ -133,9 +136,9 @@ def make_container_config(
                 container_path=m["container_path"],
                 host_path=m["host_path"],
                 readonly=bool(m.get("readonly")),
-                propagation=_PROPAGATION.get(m.get("propagation") or "None", 0)
+                propagation=_PROPAGATION.get(m.get("propagation") or "None", pb.PROPAGATION_PRIVATE)
                 if isinstance(m.get("propagation"), str) or m.get("propagation") is None
-                else int(m["propagation"]),
+                else cast("pb.MountPropagation", int(m["propagation"])),  # the volume manager's, by number
             )
             for m in mounts
         ],
@@ -152,3 +155,23 @@ def make_container_config(
     if resources:
         config.linux.resources.CopyFrom(pb.LinuxContainerResources(**resources))
     return config
+
+
+def add_device_options(config: pb.ContainerConfig, options: Any) -> None:
+    """Adds what the container's device plugins answered (the kubelet's DeviceRunContainerOptions: `envs`, `mounts`
+    and `devices` as tuples, `annotations`, `cdi_devices` names). Their variables and mounts come before the
+    container's own, as the kubelet orders them, so the container's own variable of the same name wins; the
+    kubelet's annotations win over theirs."""
+    own_envs = list(config.envs)
+    del config.envs[:]
+    config.envs.extend([pb.KeyValue(key=key, value=value) for key, value in options.envs] + own_envs)
+    own_mounts = list(config.mounts)
+    del config.mounts[:]
+    config.mounts.extend([pb.Mount(container_path=container_path, host_path=host_path, readonly=read_only)
+                          for container_path, host_path, read_only in options.mounts] + own_mounts)
+    config.devices.extend(pb.Device(container_path=container_path, host_path=host_path, permissions=permissions)
+                          for container_path, host_path, permissions in options.devices)
+    own_annotations = dict(config.annotations)
+    config.annotations.clear()
+    config.annotations.update({**options.annotations, **own_annotations})
+    config.CDI_devices.extend(pb.CDIDevice(name=name) for name in options.cdi_devices)

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.util.errors import EdgeletError
 from edgelet.container import labels
 from edgelet.container.runtime import ContainerState, SandboxState
+from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.kuberuntime.loglinks import dead_links, dead_links_to_remove, link_name, remove_link
+from edgelet.util.errors import EdgeletError
 from edgelet.volumes.errors import VolumeError
 from edgelet.volumes.mountutil import remove_tree
 

@@ -10,31 +10,34 @@ import asyncio
 import functools
 import logging
 import os
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
-from edgelet.util.backoff import Backoff
-from ..cri import runtime_v1_pb2 as pb
-from ..cri import CRIError, NotFound, RuntimeTimeout, create_in_flight, in_starting_state, start_in_flight
-from ..cri.client import RuntimeClient
-from edgelet.util.errors import EdgeletError
-from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
-from edgelet.kuberuntime.loglinks import link_name, make_link
 from edgelet.api.podutil import Pod
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
+from edgelet.kuberuntime.loglinks import link_name, make_link
+from edgelet.metrics import registry as metrics
+from edgelet.util.backoff import Backoff
+from edgelet.util.errors import EdgeletError
+
+from ..cri import CRIError, NotFound, RuntimeTimeout, create_in_flight, in_starting_state, start_in_flight
+from ..cri import runtime_v1_pb2 as pb
+from ..cri.client import RuntimeClient
+from ..events import NO_EVENTS, NORMAL, WARNING, Recorder, pod_ref
 from .actions import PodActions, compute_pod_actions, kill_grace_seconds, next_restart_count
-from .container import make_container_config
-from .security import SecuritySettings, needs_image_user, run_as_non_root_error
+from .container import add_device_options, make_container_config
 from .sandbox import make_sandbox_config, pod_log_dir
+from .security import SecuritySettings, needs_image_user, run_as_non_root_error
 from .startgate import StartGate
 from .startlog import StartLog
 from .termination import TerminationOrdering
-from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
 
 if TYPE_CHECKING:  # the collaborators, for their types only
-    from ..images.manager import ImageManager
     from edgelet.api.objectstore import ObjectStore
+
+    from ..images.manager import ImageManager
     from ..volumes import VolumeManager
     from .resizer import Resizer
 
@@ -71,6 +74,13 @@ class SyncResult:
         self.requeue_after = delay if self.requeue_after is None else min(self.requeue_after, delay)
 
 
+class DeviceOptions(Protocol):
+    """What the manager asks of the device manager (edgelet.cm.devicemanager): what a container's devices add to
+    its config, None when it has none; an EdgeletError when they cannot be given now."""
+
+    async def container_options(self, pod: Pod, container: dict) -> Any: ...
+
+
 class LifecycleHooks(Protocol):
     """What the manager asks of the hook runner (edgelet.prober.HookRunner, which imports this module)."""
 
@@ -88,6 +98,7 @@ class Collaborators:
     store: ObjectStore | None = None  # ConfigMaps and Secrets for env and pull secrets
     hooks: LifecycleHooks | None = None
     resizer: Resizer | None = None  # in-place resizes
+    devices: DeviceOptions | None = None  # device plugins' devices, mounts and variables
     recorder: Recorder = NO_EVENTS  # the kubelet's container and sandbox events
 
 
@@ -100,7 +111,7 @@ class RuntimeManager:
         logs_root: str,
         crash_backoff: Backoff,
         container_logs_dir: str = "",
-        cluster_dns: list[str] = (),
+        cluster_dns: Sequence[str] = (),
         cluster_domain: str = "cluster.local",
         runtime_handler: str = "",
         node_ip: Callable[[], str] = lambda: "",
@@ -116,6 +127,7 @@ class RuntimeManager:
         self._store = collaborators.store
         self._hooks = collaborators.hooks
         self._resizer = collaborators.resizer
+        self._devices = collaborators.devices
         self._recorder = collaborators.recorder
         self._logs_root = logs_root
         self._container_logs_dir = container_logs_dir  # where the collectors' links go; "" for none
@@ -134,7 +146,8 @@ class RuntimeManager:
         self._failed_starts: set[str] = set()  # containers whose StartContainer failed in this agent
         self._starts = StartLog()  # creates and starts under way in the runtime, and creates it refused
         if hasher is None:
-            from ..core import container_hash as hasher
+            from ..core import container_hash
+            hasher = container_hash
         self._hash = hasher
 
     def resize_view(self, pod: Pod):
@@ -584,12 +597,12 @@ class RuntimeManager:
         return secrets
 
     @staticmethod
-    def _pid_target(container: dict, status: PodRuntimeStatus) -> str:
+    def _pid_target(container: dict, status: PodRuntimeStatus | None) -> str:
         """The id of the container whose processes an ephemeral container is to see (targetContainerName)."""
         target = container.get("targetContainerName")
         if not target:
             return ""
-        latest = status.latest_container(target)
+        latest = status.latest_container(target) if status is not None else None
         if latest is None or latest.state != ContainerState.RUNNING:
             raise ContainerConfigError(f"target container {target!r} is not running")
         return latest.id
@@ -604,7 +617,8 @@ class RuntimeManager:
         from edgelet.api.resources import linux_resources
 
         pod_ips = [pod_ip] if pod_ip else []
-        env = resolve_env(pod, container, store=self._store, service_env=self._service_env(pod), node_ip=self._node_ip(),
+        env = resolve_env(pod, container, store=self._store, service_env=self._service_env(pod),
+                          node_ip=self._node_ip(),
                           pod_ip=pod_ip, pod_ips=pod_ips, node_allocatable=self._node_allocatable)
         command, args = expand_command(container, env)
         mounts = await asyncio.to_thread(self._prepare_host_files, pod, container, volume_paths, env, pod_ips,
@@ -613,7 +627,8 @@ class RuntimeManager:
         if cpuset := self._cpuset_for(pod, container):  # exclusive CPUs of the static CPU policy
             resources["cpuset_cpus"] = cpuset
         image_user = await self._image_user(pod, container, image_ref)
-        return make_container_config(
+        devices = await self._devices.container_options(pod, container) if self._devices is not None else None
+        config = make_container_config(
             pod, container,
             image_ref=image_ref,
             restart_count=restart_count,
@@ -621,6 +636,9 @@ class RuntimeManager:
             env=env, command=command, args=args, mounts=mounts,
             resources=resources, pid_target=pid_target, settings=self._security, image_user=image_user,
         )
+        if devices is not None:
+            add_device_options(config, devices)
+        return config
 
     async def _image_user(self, pod: Pod, container: dict, image_ref: str) -> tuple[int | None, str]:
         """The image's (uid, username) where runAsNonRoot must be checked against it, as the kubelet's

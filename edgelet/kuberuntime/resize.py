@@ -5,13 +5,13 @@ container (resizePolicy RestartContainer), and what the status shows as applied 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
-from edgelet.api import podutil
+from edgelet.api import podutil, qos
 from edgelet.api.podutil import Pod
 from edgelet.api.quantity import to_int_ceil, to_millis_ceil
-from edgelet.api import qos
 from edgelet.api.resources import MIN_SHARES, QUOTA_PERIOD, SHARES_PER_CPU, effective_request, linux_resources
 from edgelet.container.runtime import ContainerState, PodRuntimeStatus
 

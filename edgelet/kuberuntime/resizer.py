@@ -10,25 +10,36 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from edgelet.api import podutil
-from ..cm.cgroups import CgroupResources, pod_resources, widest
-from ..cri import runtime_v1_pb2 as pb
-from edgelet.util.errors import EdgeletError
-from ..events import NO_EVENTS, WARNING, Recorder, pod_ref
 from edgelet.api.kubetime import format_time
 from edgelet.api.podutil import Pod
 from edgelet.api.quantity import parse_quantity, to_int_ceil, to_millis_ceil
-from .resize import (DEFERRED, RESIZE_IN_PROGRESS, RESIZE_PENDING, Applied, ContainerChange, ResizePlan,
-                     applied_resources, plan_resize, pod_requests)
 from edgelet.api.resources import QUOTA_PERIOD, linux_resources
 from edgelet.container.runtime import ContainerStatus, PodRuntimeStatus
+from edgelet.util.errors import EdgeletError
+
+from ..cm.cgroups import CgroupResources, pod_resources, widest
+from ..cri import runtime_v1_pb2 as pb
+from ..events import NO_EVENTS, WARNING, Recorder, pod_ref
+from .resize import (
+    DEFERRED,
+    RESIZE_IN_PROGRESS,
+    RESIZE_PENDING,
+    Applied,
+    ContainerChange,
+    ResizePlan,
+    applied_resources,
+    plan_resize,
+    pod_requests,
+)
 
 log = logging.getLogger(__name__)
 
-Restart = Callable[[dict, ContainerStatus], Awaitable[None]]
+Restart = Callable[[dict, ContainerChange], Awaitable[None]]
 PodCgroupLimits = Callable[[Pod, CgroupResources], Awaitable[None]]
 
 
@@ -131,11 +142,12 @@ class Resizer:
         applied = {c.id: a for c in status.running_containers() if (a := self.applied(c)) is not None}
         # The other pods' allocations only matter to a change, and summing them is a pass over every pod:
         # a full resync of n unchanged pods must not cost n * n.
-        options = dict(others=lambda: self._others(uid), allocatable=_allocatable(self._node_allocatable),
-                       static_cpu_policy=self._static_cpu_policy)
-        plan = plan_resize(pod, status, applied, **options)
+        plan_for = functools.partial(plan_resize, pod, status, applied, others=lambda: self._others(uid),
+                                     allocatable=_allocatable(self._node_allocatable),
+                                     static_cpu_policy=self._static_cpu_policy)
+        plan = plan_for()
         if plan.pending is None and any(c.memory_decrease and not c.restart for c in plan.changes):
-            plan = plan_resize(pod, status, applied, memory_usage=await self._memory_usage(plan), **options)
+            plan = plan_for(memory_usage=await self._memory_usage(plan))
         if not plan.changes:
             state.allocated, state.pending, state.error = _allocation(pod), None, None
             return None
@@ -219,7 +231,7 @@ class Resizer:
                                "lastProbeTime": None, "lastTransitionTime": format_time(since)})
         return ResizeView(state.allocated, self._applied, tuple(conditions))
 
-    def forget(self, uid: str, container_ids: list[str] = ()) -> None:
+    def forget(self, uid: str, container_ids: Iterable[str] = ()) -> None:
         self._pods.pop(uid, None)
         for container_id in container_ids:
             self._applied.pop(container_id, None)

@@ -4,18 +4,18 @@ security context."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from edgelet.api import podutil
-from ..cri import runtime_v1_pb2 as pb
 from edgelet.api.podutil import Pod
-from . import security
 from edgelet.container import labels
 
-NAMESPACE_POD = 0  # runtime.v1.NamespaceMode
-NAMESPACE_CONTAINER = 1
-NAMESPACE_NODE = 2
+from ..cri import runtime_v1_pb2 as pb
+from . import security
 
-_PROTOCOLS = {"TCP": 0, "UDP": 1, "SCTP": 2}
+NAMESPACE_POD, NAMESPACE_CONTAINER, NAMESPACE_NODE = pb.POD, pb.CONTAINER, pb.NODE  # runtime.v1.NamespaceMode
+
+_PROTOCOLS = {"TCP": pb.TCP, "UDP": pb.UDP, "SCTP": pb.SCTP}
 
 
 def pod_log_dir(logs_root: str, pod: Pod) -> str:
@@ -47,7 +47,7 @@ def port_mappings(pod: Pod) -> list[pb.PortMapping]:
                 continue  # the kubelet only maps ports that ask for a host port
             mappings.append(
                 pb.PortMapping(
-                    protocol=_PROTOCOLS.get(port.get("protocol") or "TCP", 0),
+                    protocol=_PROTOCOLS.get(port.get("protocol") or "TCP", pb.TCP),
                     container_port=int(port.get("containerPort") or 0),
                     host_port=int(host_port),
                     host_ip=port.get("hostIP") or "",
@@ -107,7 +107,7 @@ def make_sandbox_config(
     attempt: int,
     *,
     logs_root: str,
-    cluster_dns: list[str] = (),
+    cluster_dns: Sequence[str] = (),
     cluster_domain: str = "cluster.local",
     cgroup_parent: str = "",
 ) -> pb.PodSandboxConfig:

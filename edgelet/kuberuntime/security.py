@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from edgelet.api import podutil
-from ..cri import runtime_v1_pb2 as pb
-from edgelet.util.errors import EdgeletError
 from edgelet.api.podutil import Pod
+from edgelet.util.errors import EdgeletError
+
+from ..cri import runtime_v1_pb2 as pb
 
 # The kubelet's <root-dir>/seccomp: where Localhost seccomp profiles live.
 SECCOMP_DIR = "seccomp"
@@ -64,7 +66,8 @@ class SecuritySettings:
 
 # -- the effective security context ------------------------------------------------------------------------
 
-# The pod-level fields a container inherits when it does not set them (securitycontext.DetermineEffectiveSecurityContext).
+# The pod-level fields a container inherits when it does not set them
+# (securitycontext.DetermineEffectiveSecurityContext).
 _INHERITED = ("seLinuxOptions", "runAsUser", "runAsGroup", "runAsNonRoot")
 
 
@@ -187,7 +190,8 @@ def apparmor_refusal(pod: Pod, host_enabled: bool) -> str:
     if not host_enabled:
         return "Cannot enforce AppArmor: AppArmor is not enabled on the host"
     for choice in choices:
-        if choice is not None and choice.get("type") == "Localhost" and not (choice.get("localhostProfile") or "").strip():
+        if choice is not None and choice.get("type") == "Localhost" and not (choice.get("localhostProfile")
+                                                                             or "").strip():
             return f"Cannot enforce AppArmor: invalid empty AppArmor profile name: {choice!r}"
     return ""
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
+
+from edgelet.container.runtime import PodRuntimeStatus
 
 from .actions import InFlight, in_flight_ended
-from edgelet.container.runtime import PodRuntimeStatus
 
 # How long a create or start under way may show nothing before it is tried again. Trying again is safe, the
 # runtime refuses a second create of a reserved name and a second start of a starting container; the wait spares

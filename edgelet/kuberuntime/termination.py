@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Callable, Collection
+from collections.abc import Callable, Collection
 
 from edgelet.api import podutil
 

@@ -6,7 +6,7 @@ the end of its log. The PLEG reads it once, when it first sees the container exi
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 # The kubelet's limits (pkg/kubelet/container/runtime.go).
 MAX_MESSAGE_BYTES = 4 * 1024  # of the message file, its end kept

@@ -6,14 +6,14 @@ Other managers (eviction, CPU) add their own checks through `extra`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from edgelet.api import podutil
-from edgelet.util.errors import cut_long_values
+from edgelet.api.podutil import Pod
 from edgelet.kuberuntime import security
 from edgelet.podconfig.validation import validate_pod
-from edgelet.api.podutil import Pod
+from edgelet.util.errors import cut_long_values
 
 # Volume sources the volume manager can set up; any other is an unsupported feature on this node.
 SUPPORTED_VOLUME_SOURCES = frozenset(

@@ -13,13 +13,14 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Iterable
+from typing import Any
 
 from edgelet.api import podutil
-from edgelet.lifecycle.admission import Verdict
-from edgelet.config import ShutdownConfig
 from edgelet.api.podutil import Pod
+from edgelet.config import ShutdownConfig
+from edgelet.lifecycle.admission import Verdict
 from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class ShutdownManager:
         try:
             async with asyncio.timeout(min(2.0, self.config.grace_period)):
                 await self._report_not_ready()
-        except Exception as exc:  # best effort: the API server may be unreachable
+        except Exception as exc:  # noqa: BLE001 - best effort: the API server may be unreachable
             log.info("node shutdown: NotReady not reported to the API server: %s", str(exc) or type(exc).__name__)
         stages = plan_shutdown(self._active_pods(), self.config.grace_period, self.config.critical_pods_grace_period,
                                self._is_critical)
@@ -179,7 +180,7 @@ class LogindInhibitor:
 
     def __init__(self, why: str):
         self._why = why
-        self._signal_conn = None
+        self._signal_conn: Any = None  # jeepney's blocking connection (untyped), made by start()
         self._lock_fd: int | None = None
         self._signals: asyncio.Queue[bool | None] = asyncio.Queue()  # None: the receiver ended
 
@@ -225,7 +226,7 @@ class LogindInhibitor:
                 while True:
                     message = conn.recv_until_filtered(queue)
                     loop.call_soon_threadsafe(self._signals.put_nowait, bool(message.body[0]))
-        except Exception as exc:  # the connection was closed (agent stopping) or the bus went away
+        except Exception as exc:  # noqa: BLE001 - the connection closed (agent stopping) or the bus went away
             log.debug("logind signal receiver ended: %s", exc)
             with contextlib.suppress(RuntimeError):  # the loop is already closed when the agent stopped
                 loop.call_soon_threadsafe(self._signals.put_nowait, None)

@@ -11,12 +11,13 @@ import collections
 import itertools
 import os
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Iterable, Iterator
+from typing import IO
 
-from edgelet.util.errors import EdgeletError
 from edgelet.api.kubetime import parse_rfc3339_ns
 from edgelet.logs.rotation import open_log_file, rotated_files
+from edgelet.util.errors import EdgeletError
 
 
 class LogsError(EdgeletError):

@@ -15,7 +15,8 @@ import logging
 import os
 import re
 import time
-from typing import IO, Iterable
+from collections.abc import Iterable
+from typing import IO, cast
 
 from edgelet.util.errors import EdgeletError
 
@@ -41,11 +42,16 @@ def open_log_file(path: str) -> IO[bytes]:
     """A rotated log file for reading its lines, a gzipped one unpacked on the fly; a plain one gzipped since it
     was listed is read from its .gz."""
     if path.endswith(COMPRESS_SUFFIX):
-        return gzip.open(path, "rb")
+        return _gunzip(path)
     try:
         return open(path, "rb")
     except FileNotFoundError:
-        return gzip.open(path + COMPRESS_SUFFIX, "rb")
+        return _gunzip(path + COMPRESS_SUFFIX)
+
+
+def _gunzip(path: str) -> IO[bytes]:
+    # A GzipFile reads as a binary file does; typeshed types it as a BufferedIOBase, not an IO[bytes].
+    return cast(IO[bytes], gzip.open(path, "rb"))
 
 
 def plan_rotation(siblings: list[str], max_files: int) -> tuple[list[str], list[str]]:
@@ -53,7 +59,8 @@ def plan_rotation(siblings: list[str], max_files: int) -> tuple[list[str], list[
     kubelet's rotateLog decides: left-over temporary files and plain files whose .gz exists go; of the rest the
     oldest go until max_files - 2 remain (the live file and the one about to be rotated make max_files); the
     plain ones kept are gzipped."""
-    in_use, unused = [], []
+    in_use: list[str] = []
+    unused: list[str] = []
     names = set(siblings)
     for path in siblings:
         if path.endswith(TMP_SUFFIX) and _LEFT_OVER.search(path):

@@ -11,6 +11,7 @@ import re
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
+from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -106,7 +107,7 @@ class _Family:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._children: dict[tuple[str, ...], object] = {}
+        self._children: dict[tuple[str, ...], Any] = {}  # the kind's own child
         self._lock = threading.Lock()
         if not self.labelnames:
             self._children[()] = self._new_child()

@@ -6,7 +6,7 @@ reads it; it imports nothing, so a standalone node carries it without the cluste
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 Check = Callable[[], tuple[bool, str]]  # (healthy, message)
 

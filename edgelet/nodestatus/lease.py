@@ -13,7 +13,8 @@ import copy
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from edgelet.api.kubetime import format_micro_time
 from edgelet.kubeapi.client import ApiClient
@@ -43,10 +44,11 @@ def next_renewal(previous_due: float | None, now: float, interval: float, phase:
     return due
 
 
-def renewed_lease(base: dict[str, Any] | None, node_name: str, duration: int, now: float, node_uid: str) -> dict[str, Any]:
+def renewed_lease(base: dict[str, Any] | None, node_name: str, duration: int, now: float, node_uid: str) -> dict[str,
+                                                                                                                 Any]:
     """`base` (or a new Lease) held by this node with renewTime `now` and, once the Node's uid is
     known, owned by that Node (and no older one) so that deleting the Node deletes its Lease."""
-    lease = copy.deepcopy(base) if base else {
+    lease: dict[str, Any] = copy.deepcopy(base) if base else {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {"name": node_name, "namespace": LEASE_NAMESPACE},
@@ -153,7 +155,8 @@ class LeaseController:
                 continue
             self._record()
             return
-        raise Conflict(409, "Conflict", f"the lease kept changing during {_MAX_UPDATE_RETRIES} attempts", method="PUT", path=self.path)
+        raise Conflict(409, "Conflict", f"the lease kept changing during {_MAX_UPDATE_RETRIES} attempts", method="PUT",
+                       path=self.path)
 
     async def _get(self) -> dict[str, Any] | None:
         try:

@@ -12,8 +12,9 @@ import inspect
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from edgelet.events import NO_EVENTS, Recorder, node_ref
 from edgelet.events.node import condition_events, condition_statuses
@@ -30,7 +31,9 @@ from edgelet.nodestatus.setters import (
     initial_node,
     material_view,
     missing_labels,
+    pod_cidrs,
 )
+from edgelet.util.errors import EdgeletError
 from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,10 @@ class NodeReport:
     max_pods: int = 110
     daemon_port: int = 0  # the kubelet API's port (0: none)
     runtime_features: Callable[[], RuntimeFeatures | None] = lambda: None  # runtimeHandlers, features
+    # Device plugins' resources: name -> (capacity, allocatable).
+    extended_resources: Callable[[], Mapping[str, tuple[int, int]]] = dict
+    # Hands the Node's spec.podCIDR to the runtime (CRI UpdateRuntimeConfig); None: nobody takes it.
+    pod_cidr_handler: Callable[[str], Awaitable[None]] | None = None
 
 
 class NodeStatusManager:
@@ -67,6 +74,8 @@ class NodeStatusManager:
         report: NodeReport,
         *,
         node_labels: Mapping[str, str] | None = None,
+        register_taints: tuple[Mapping[str, str], ...] = (),
+        on_pod_cidr: Callable[[str], Awaitable[None]] | None = None,
         update_frequency: float = 10.0,
         report_frequency: float = 300.0,
         clock: Callable[[], float] = time.time,
@@ -86,6 +95,11 @@ class NodeStatusManager:
         self.last_write = 0.0  # clock() of the last successful status write
         self._report = report
         self._node_labels = dict(node_labels or {})
+        self._register_taints = register_taints
+        # The kubelet hands spec.podCIDR to the runtime (CRI UpdateRuntimeConfig) once the node IPAM controller
+        # assigned it: the Node is read at each sync until then (it never changes once set).
+        self._on_pod_cidr = on_pod_cidr
+        self.pod_cidr = ""
         self._clock = clock
         self._rng = rng or random.Random()
         self._sleep = sleep
@@ -176,6 +190,14 @@ class NodeStatusManager:
             server_status = node.get("status")
             self._last_status = server_status if isinstance(server_status, dict) else None
             self._read_server_status = False
+            await self._hand_pod_cidr(node)
+        elif self._on_pod_cidr is not None and not self.pod_cidr:
+            try:  # best effort, like the kubelet's read of its Node: offline, the status below says how it goes
+                node = await self.client.get(self.path)
+            except ApiError as err:
+                log.debug("cannot read the node for its pod CIDR: %s", err)
+            else:
+                await self._hand_pod_cidr(node)
         inputs = await self._inputs()
         status = compute_status(self._last_status, inputs)
         self._record_transitions(status)
@@ -196,6 +218,19 @@ class NodeStatusManager:
             log.debug("node status written (changed)")
         return True
 
+    async def _hand_pod_cidr(self, node: Mapping[str, Any]) -> None:
+        """The node's pod CIDR to the runtime, once assigned; a runtime that fails is asked again next sync."""
+        cidrs = pod_cidrs(node)
+        if not cidrs or cidrs == self.pod_cidr or self._on_pod_cidr is None:
+            return
+        try:
+            await self._on_pod_cidr(cidrs)
+        except EdgeletError as err:
+            log.warning("cannot hand the pod CIDR %s to the runtime: %s", cidrs, err)
+            return
+        log.info("pod CIDR %s handed to the runtime", cidrs)
+        self.pod_cidr = cidrs
+
     def _record_transitions(self, status: Mapping[str, Any]) -> None:
         """NodeReady, NodeHasSufficientMemory, ... once per condition change, written or not (offline too)."""
         current = condition_statuses(status)
@@ -209,11 +244,12 @@ class NodeStatusManager:
             facts = await _resolve(report.facts())
             health = report.node_health.report()
             pressure = dict(report.pressure()) if report.pressure else None
+            extended_resources = dict(report.extended_resources())
         except Exception as e:  # a provider's failure must cost one update, never the loop
             raise _InputsUnavailable(f"cannot gather node facts: {e}") from e
         try:
             self._runtime_version = await _resolve(report.runtime_version()) or self._runtime_version
-        except Exception as e:  # runtime down: keep reporting the last version it told us
+        except Exception as e:  # noqa: BLE001 - runtime down: keep reporting the last version it told us
             log.debug("runtime version unavailable: %s", e)
         return StatusInputs(
             facts=facts,
@@ -227,6 +263,8 @@ class NodeStatusManager:
             pressure=pressure,
             daemon_port=report.daemon_port,
             runtime_features=report.runtime_features(),
+            register_taints=self._register_taints,
+            extended_resources=extended_resources,
         )
 
 

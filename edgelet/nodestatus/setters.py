@@ -7,13 +7,14 @@ in a `NodeInfo` gathered by `edgelet.nodestatus.facts`, so nothing here does I/O
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from edgelet import KUBELET_COMPAT_VERSION, __version__
 from edgelet.api.kubetime import format_time
-from edgelet.container.runtime import RuntimeFeatures
 from edgelet.api.quantity import cpu_quantity
+from edgelet.container.runtime import RuntimeFeatures
 
 KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}-edgelet.{__version__}"  # the suffix says who actually runs
 
@@ -79,6 +80,9 @@ class StatusInputs:
     pressure: Mapping[str, bool] | None = None  # {"memory", "disk", "pid"} from an eviction manager
     daemon_port: int = 0
     runtime_features: RuntimeFeatures | None = None  # None until the runtime answered a Status call
+    register_taints: tuple[Mapping[str, str], ...] = ()  # spec.taints of a Node this agent creates
+    # Device plugins' resources: name -> (capacity, allocatable); 0 for a resource whose plugin is gone for good.
+    extended_resources: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 
@@ -113,6 +117,7 @@ def set_capacity(node: Node, inputs: StatusInputs) -> None:
         "memory": f"{facts.memory_bytes // 1024}Ki",
         "ephemeral-storage": f"{facts.fs_capacity_bytes // 1024}Ki",
         "pods": str(inputs.max_pods),
+        **{name: str(capacity) for name, (capacity, _) in sorted(inputs.extended_resources.items())},
     }
     reserved = inputs.reserved
     memory = max(facts.memory_bytes - reserved.memory_bytes - inputs.thresholds.memory_available_bytes, 0)
@@ -122,6 +127,7 @@ def set_capacity(node: Node, inputs: StatusInputs) -> None:
         "memory": f"{memory // 1024}Ki",
         "ephemeral-storage": str(storage),
         "pods": str(inputs.max_pods),
+        **{name: str(allocatable) for name, (_, allocatable) in sorted(inputs.extended_resources.items())},
     }
 
 
@@ -181,7 +187,9 @@ def ready_problems(health: Health) -> list[str]:
     if "pleg" in health and not health["pleg"][0]:
         message = health["pleg"][1]
         problems.append(f"PLEG is not healthy: {message}" if message else "PLEG is not healthy")
-    for name in sorted(set(health) - {"runtime", "pleg"}):
+    if "network" in health and not health["network"][0]:  # the kubelet's own words, from the runtime state
+        problems.append(health["network"][1])
+    for name in sorted(set(health) - {"runtime", "pleg", "network"}):
         ok, message = health[name]
         if not ok:
             problems.append(f"{name} is not ready: {message}" if message else f"{name} is not ready")
@@ -211,23 +219,28 @@ def under_pressure(inputs: StatusInputs) -> dict[str, bool]:
 
 def set_memory_pressure_condition(node: Node, inputs: StatusInputs) -> None:
     if under_pressure(inputs)["memory"]:
-        _set_condition(node, "MemoryPressure", "True", "KubeletHasInsufficientMemory", "edgelet has insufficient memory available", inputs.now)
+        _set_condition(node, "MemoryPressure", "True", "KubeletHasInsufficientMemory",
+                       "edgelet has insufficient memory available", inputs.now)
     else:
-        _set_condition(node, "MemoryPressure", "False", "KubeletHasSufficientMemory", "edgelet has sufficient memory available", inputs.now)
+        _set_condition(node, "MemoryPressure", "False", "KubeletHasSufficientMemory",
+                       "edgelet has sufficient memory available", inputs.now)
 
 
 def set_disk_pressure_condition(node: Node, inputs: StatusInputs) -> None:
     if under_pressure(inputs)["disk"]:
         _set_condition(node, "DiskPressure", "True", "KubeletHasDiskPressure", "edgelet has disk pressure", inputs.now)
     else:
-        _set_condition(node, "DiskPressure", "False", "KubeletHasNoDiskPressure", "edgelet has no disk pressure", inputs.now)
+        _set_condition(node, "DiskPressure", "False", "KubeletHasNoDiskPressure", "edgelet has no disk pressure",
+                       inputs.now)
 
 
 def set_pid_pressure_condition(node: Node, inputs: StatusInputs) -> None:
     if under_pressure(inputs)["pid"]:
-        _set_condition(node, "PIDPressure", "True", "KubeletHasInsufficientPID", "edgelet has insufficient PID available", inputs.now)
+        _set_condition(node, "PIDPressure", "True", "KubeletHasInsufficientPID",
+                       "edgelet has insufficient PID available", inputs.now)
     else:
-        _set_condition(node, "PIDPressure", "False", "KubeletHasSufficientPID", "edgelet has sufficient PID available", inputs.now)
+        _set_condition(node, "PIDPressure", "False", "KubeletHasSufficientPID", "edgelet has sufficient PID available",
+                       inputs.now)
 
 
 def _set_condition(node: Node, kind: str, status: str, reason: str, message: str, now: float) -> None:
@@ -279,9 +292,19 @@ def compute_status(previous: Mapping[str, Any] | None, inputs: StatusInputs) -> 
 def initial_node(name: str, inputs: StatusInputs) -> Node:
     """The Node object to register."""
     node: Node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}}
+    if inputs.register_taints:
+        node["spec"]["taints"] = [dict(taint) for taint in inputs.register_taints]
     set_labels(node, inputs)
     node["status"] = compute_status(None, inputs)
     return node
+
+
+def pod_cidrs(node: Mapping[str, Any]) -> str:
+    """The Node's pod CIDRs as the kubelet hands them to the runtime: spec.podCIDRs joined by commas, else
+    spec.podCIDR; "" while none is assigned."""
+    spec = node.get("spec") or {}
+    cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+    return ",".join(cidr for cidr in cidrs if isinstance(cidr, str))
 
 
 def missing_labels(existing: Mapping[str, Any], inputs: StatusInputs) -> dict[str, str]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from edgelet.util.backoff import JitteredBackoff
 from edgelet.cri import CRIError
 from edgelet.cri.client import RuntimeClient
+from edgelet.util.backoff import JitteredBackoff
 from edgelet.util.errors import EdgeletError
 
 log = logging.getLogger(__name__)

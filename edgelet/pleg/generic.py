@@ -13,20 +13,20 @@ import asyncio
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from edgelet import core
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
-from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.cri.client import RuntimeClient
-from edgelet.util.errors import EdgeletError
-from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
 from edgelet.container import labels
 from edgelet.container.cache import PodCache
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.cri.client import RuntimeClient
 from edgelet.kuberuntime.termmessage import joined_message, termination_message
+from edgelet.metrics import registry as metrics
 from edgelet.pleg.evented import ContainerEventStream
+from edgelet.util.errors import EdgeletError
 from edgelet.util.tasks import wait_set
 
 log = logging.getLogger(__name__)
@@ -395,7 +395,7 @@ class GenericPLEG:
             finished_at=st.finished_at,
             exit_code=st.exit_code,
             reason=st.reason,
-            message=_exit_message(st) if st.state == ContainerState.EXITED else st.message,
+            message=_exit_message(st) if st.state == pb.CONTAINER_EXITED else st.message,
             image=sys.intern(st.image.image),  # a handful of images among all containers: one string each
             image_ref=sys.intern(st.image_ref),
             hash=container_hash,

@@ -8,9 +8,11 @@ desired pod: it is paired with the static pod of the same full name (`name_names
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+import builtins
+from collections.abc import Callable, Iterable, Iterator
 
-from edgelet.api.podutil import Pod, full_name, uid as pod_uid
+from edgelet.api.podutil import Pod, full_name
+from edgelet.api.podutil import uid as pod_uid
 
 
 class PodManager:
@@ -40,7 +42,7 @@ class PodManager:
     def uids(self) -> list[str]:
         return list(self._pods)
 
-    def uid_set(self) -> set[str]:
+    def uid_set(self) -> builtins.set[str]:
         return set(self._pods)
 
     def pods(self) -> dict[str, Pod]:

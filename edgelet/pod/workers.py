@@ -17,13 +17,14 @@ import enum
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol
+from typing import Protocol
 
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
-from edgelet.util.errors import EdgeletError
 from edgelet.api.podutil import Pod
+from edgelet.metrics import registry as metrics
+from edgelet.util.errors import EdgeletError
 from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
@@ -276,7 +277,7 @@ class PodWorkers:
             if task is not None and task.cancelling():
                 raise  # the worker itself is stopped
             status.pending = True  # the work was cut short by newer work (termination, a shorter grace)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a pod's failed sync is that pod's, never the worker's end
             self._failed(status, exc)
         else:
             if status.retry is not None and status.retry.succeeded():
@@ -324,7 +325,8 @@ class PodWorkers:
         name = f"{podutil.full_name(status.pod)} ({podutil.uid(status.pod)})"
         if status.retry is None:
             status.retry = Retrier(f"error {_DOING[status.state]} pod {name}", initial=RETRY_INITIAL,
-                                   maximum=RETRY_MAX, logger=log, level=logging.ERROR, spread="reflector", rng=self._rng)
+                                   maximum=RETRY_MAX, logger=log, level=logging.ERROR, spread="reflector",
+                                   rng=self._rng)
         delay = status.retry.failed(exc, traceback=not isinstance(exc, EdgeletError))  # a bug: its traceback, once
         if not status.pending:
             status.next_attempt = self._clock() + delay

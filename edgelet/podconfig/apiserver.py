@@ -14,14 +14,14 @@ import contextlib
 import logging
 import random
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
-from edgelet.kubeapi.client import ApiClient
-from edgelet.util.errors import cut_long_values
-from edgelet.kubeapi.errors import ApiError, Gone, WatchStreamError
-from edgelet.podconfig.config import SourceHandle
 from edgelet.api.limits import document_problem
+from edgelet.kubeapi.client import ApiClient
+from edgelet.kubeapi.errors import ApiError, Gone, WatchStreamError
 from edgelet.podconfig.validation import validate_object_meta
+from edgelet.util.errors import cut_long_values
 from edgelet.util.retry import Retrier
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,15 @@ def resource_version(obj: Any) -> str | None:
     return rv if isinstance(rv, str) and rv else None
 
 
+class ObjectHandle(Protocol):
+    """Where a list-and-watch source's objects go (a pod config source, the mirror splitter, the Services): the
+    whole set at each change, and once that it is complete."""
+
+    def set(self, objects: list[dict[str, Any]], /) -> None: ...
+
+    def mark_ready(self) -> None: ...
+
+
 class ApiServerSource:
     """Keeps the merger's "api" source equal to the pods the API server binds to `node_name`.
 
@@ -98,7 +107,7 @@ class ApiServerSource:
         self,
         client: ApiClient,
         node_name: str,
-        handle: SourceHandle,
+        handle: ObjectHandle,
         *,
         rng: random.Random | None = None,
         backoff_initial: float = 0.8,
@@ -157,7 +166,8 @@ class ApiServerSource:
                         continue
                     delay = self._retry.failed("the watch ended at once without events")
                 except Gone as e:
-                    log.info(f"API {self.KIND} watch: resourceVersion %s expired (%s); listing again", self.resource_version, e.message)
+                    log.info(f"API {self.KIND} watch: resourceVersion %s expired (%s); listing again",
+                             self.resource_version, e.message)
                     relist = True
                     continue
                 except WatchStreamError as e:
@@ -220,10 +230,10 @@ class ApiServerSource:
         for obj in result.get("items") or []:
             key = object_key(obj)
             problem = self.problem(obj)
-            if problem is not None:
-                log.warning("API %s source: skipping %s %s: it %s", self.KIND, self.KIND, key or "<unnamed>", problem)
+            if problem is not None or key is None:
+                log.warning("API %s source: skipping %s %s: it %s", self.KIND, self.KIND, key or "<unnamed>",
+                            problem or "has no metadata.name")
                 continue
-            assert key is not None
             pods[key] = self.keep(obj)
         self._pods = pods
         self.resource_version = resource_version(result) or ""

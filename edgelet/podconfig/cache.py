@@ -14,14 +14,16 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import orjson
 
-from .. import core
 from edgelet.api import podutil
-from edgelet.util.checkpoint import SUFFIX, CheckpointStore
 from edgelet.api.podutil import Pod
+from edgelet.util.checkpoint import SUFFIX, CheckpointStore
+
+from .. import core
 from .apiserver import pod_problem
 from .config import SourceHandle
 

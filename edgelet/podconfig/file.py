@@ -17,13 +17,13 @@ import orjson
 
 from edgelet import yamlload
 from edgelet.api import podutil
-from edgelet.util.checkpoint import CheckpointStore
-from edgelet.util.errors import ConfigError
 from edgelet.podconfig import inotify
 from edgelet.podconfig.config import SourceHandle
 from edgelet.podconfig.defaults import now_rfc3339nano
 from edgelet.podconfig.manifest import MAX_MANIFEST_BYTES, ManifestObjects, parse_manifest, publish_objects
 from edgelet.podconfig.parserversion import PARSER_DIGEST
+from edgelet.util.checkpoint import CheckpointStore
+from edgelet.util.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,8 @@ class ParsedManifests:
         self._store: CheckpointStore | None = None
         self._stamp = {"format": _PARSED_FORMAT, "parser": PARSER_DIGEST, "yaml": yamlload.LIBRARY,
                        "node": node_name}
-        self._written: dict[str, bytes] = {}  # path -> digest, as the record on disk has them
+        # path -> (digest, signature), as the record on disk has them
+        self._written: dict[str, tuple[bytes, tuple[int, ...] | None]] = {}
 
     def load(self) -> dict[str, _Cached]:
         try:
@@ -267,7 +268,9 @@ class ManifestScanner:
         listed and looked at."""
         if not self._parsed_loaded:
             self._parsed_loaded = True
-            self._cache = self._parsed.load()
+            if self._parsed is not None:
+                self._cache = self._parsed.load()
+        paths: dict[str, os.stat_result] | None  # None: the manifest path does not exist
         try:
             if changed is not None and self._listing is not None:
                 named = {os.path.join(self.manifest_path, name) for name in changed if is_manifest_name(name)}
@@ -346,7 +349,7 @@ class ManifestScanner:
         """The file as cached when its stat vouches for it (and `trust_stat`), else read (and parsed only when its
         bytes changed). The stat was taken before the read, so a change between the two is caught at the next
         scan."""
-        signature = _signature(st)
+        signature: tuple[int, int, int, int, int] | None = _signature(st)
         if trust_stat and previous is not None and previous.signature == signature:
             return previous
         # Taken before the read: a write the read missed is at least this recent.

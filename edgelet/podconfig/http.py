@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 
 from edgelet.api import podutil
-from edgelet.util.errors import ConfigError
 from edgelet.podconfig.config import SourceHandle
 from edgelet.podconfig.manifest import MAX_MANIFEST_BYTES, ManifestObjects, parse_manifest, publish_objects
+from edgelet.util.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

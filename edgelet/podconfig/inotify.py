@@ -68,7 +68,7 @@ class Inotify:
         try:
             self._fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         except OSError as e:
-            raise InotifyUnavailable(e.errno, f"inotify_init1: {os.strerror(e.errno)}") from None
+            raise InotifyUnavailable(e.errno, f"inotify_init1: {os.strerror(e.errno or 0)}") from None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def fileno(self) -> int:
@@ -78,7 +78,7 @@ class Inotify:
         try:
             return libc.inotify_add_watch(self._fd, os.fsencode(path), mask)
         except OSError as e:
-            raise OSError(e.errno, os.strerror(e.errno), path) from None
+            raise OSError(e.errno, os.strerror(e.errno or 0), path) from None
 
     def rm_watch(self, wd: int) -> None:
         """Remove a watch; one the kernel already dropped (its path was deleted) is not an error."""

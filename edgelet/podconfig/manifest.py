@@ -15,11 +15,11 @@ from typing import Any
 
 from edgelet import yamlload
 from edgelet.api import podutil
-from edgelet.util.errors import ConfigError, YAMLError
-from edgelet.podconfig.defaults import apply_defaults, make_static
 from edgelet.api.limits import MAX_DEPTH, document_problem
+from edgelet.podconfig.defaults import apply_defaults, make_static
 from edgelet.podconfig.schema import LIST, OBJECTS, unknown_fields
 from edgelet.podconfig.validation import Problems, configmap_key_error, validate_object_meta, validate_pod
+from edgelet.util.errors import ConfigError, YAMLError
 
 _LIST_KINDS = ("List", "PodList")
 _OBJECT_KINDS = ("Pod", "ConfigMap", "Secret")
@@ -132,7 +132,7 @@ def _decode(data: bytes, path: str) -> list[Any]:
     except YAMLError as exc:
         if json_error is not None:
             raise json_error from None  # it looked like JSON: the JSON error is the helpful one
-        where = f" at line {exc.line + 1}, column {exc.column + 1}" if exc.line is not None else ""
+        where = f" at line {exc.line + 1}, column {(exc.column or 0) + 1}" if exc.line is not None else ""
         raise ConfigError(path, "", f"invalid YAML{where}: {exc.problem}") from None
 
 

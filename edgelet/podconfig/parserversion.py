@@ -26,7 +26,7 @@ PARSER_MODULES = (
     "edgelet.util.errors",
     "edgelet.yamlload",
 )
-PARSER_DIGEST = "sha256:9d084c9c0b8ddf639996c4bfa1876b0b4f826b77b1f3ed74d090c0fa4eecc40d"
+PARSER_DIGEST = "sha256:08c5629c1c318862ea60e4e53efbd8211a543e5d1614771fecfeab867e73f87f"
 
 
 def source_digest(sources: Iterable[tuple[str, bytes]]) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from edgelet.api.limits import INT32_MAX, INT64_MAX, describe_int
-from edgelet.api.quantity import parse_quantity
+from edgelet.api.quantity import NANO, parse_quantity
 
 Problems = list[tuple[str, str]]
 
@@ -482,6 +482,23 @@ def _validate_resources(value: Any, path: str, problems: Problems) -> None:
         limit = parsed["limits"].get(name)
         if request is not None and limit is not None and request > limit:
             problems.append((f"{path}.requests.{name}", f"must be less than or equal to the {name} limit"))
+    _validate_extended_resources(parsed, path, problems)
+
+
+def _validate_extended_resources(parsed: dict[str, dict[str, Any]], path: str, problems: Problems) -> None:
+    """The API's rules for extended resources (a domain outside kubernetes.io): whole numbers, never overcommitted
+    (a request needs the same limit)."""
+    for kind in ("requests", "limits"):
+        for name, amount in parsed[kind].items():
+            if "/" in name and "kubernetes.io/" not in name and amount is not None and amount % NANO:
+                problems.append((f"{path}.{kind}.{name}", "must be an integer"))
+    for name, request in parsed["requests"].items():
+        if "/" not in name or "kubernetes.io/" in name:
+            continue
+        if name not in parsed["limits"]:
+            problems.append((f"{path}.limits.{name}", "Limit must be set for non overcommitable resources"))
+        elif request is not None and parsed["limits"][name] is not None and request != parsed["limits"][name]:
+            problems.append((f"{path}.requests.{name}", f"must be equal to {name} limit"))
 
 
 def _validate_mounts(value: Any, path: str, problems: Problems, volumes: set[str]) -> None:

@@ -2,7 +2,8 @@
 
 The kubelet's rules: a failed postStart hook gets the container killed (FailedPostStartHook; the runtime
 manager stops it, as any container, preStop hook included); a preStop hook runs within the grace period,
-and what it leaves of it goes to StopContainer, never less than two seconds. Hooks are exec (CRI ExecSync, no timeout), httpGet or sleep.
+and what it leaves of it goes to StopContainer, never less than two seconds. Hooks are exec (CRI ExecSync, no
+timeout), httpGet or sleep.
 """
 
 from __future__ import annotations
@@ -10,19 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Mapping
-
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from edgelet.api import podutil
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.util.errors import ConfigError, EdgeletError
 from edgelet.events import NO_EVENTS, WARNING, Recorder, pod_ref
 from edgelet.kuberuntime.manager import MINIMUM_GRACE_SECONDS
+from edgelet.util.errors import ConfigError, EdgeletError
 
 from .probes import (
     HOOK_HANDLERS,
-    HttpGetter,
     HttpGetError,
+    HttpGetter,
     describe,
     http_headers,
     http_url,
@@ -91,7 +92,7 @@ class HookRunner:
         A failed or unfinished hook is logged; the stop goes on regardless."""
         container = find_container(pod, name)
         handler = ((container or {}).get("lifecycle") or {}).get("preStop")
-        if handler is None or grace <= 0:
+        if container is None or handler is None or grace <= 0:
             return grace
         started = self._clock()
         try:

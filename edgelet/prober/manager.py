@@ -12,12 +12,13 @@ import functools
 import logging
 import random
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from edgelet.api import podutil
-from edgelet.util.errors import ConfigError
-from edgelet.events import NO_EVENTS, Recorder
 from edgelet.container.runtime import ContainerState, ContainerStatus
+from edgelet.events import NO_EVENTS, Recorder
+from edgelet.util.errors import ConfigError
 
 from .probes import Prober, ProbeSpec, parse_probe
 from .results import Outcome, ProbeType, Result, ResultsCache

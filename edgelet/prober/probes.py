@@ -11,19 +11,20 @@ import asyncio
 import contextlib
 import ipaddress
 import ssl
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, TypeGuard
 from urllib.parse import urljoin, urlsplit
 
 from google.protobuf.message import DecodeError
 from grpc import StatusCode, aio
 
 from edgelet import KUBELET_COMPAT_VERSION
+from edgelet.api.env import expand
 from edgelet.cri import RuntimeCallError
+from edgelet.prober import health_v1_pb2
 from edgelet.util.errors import ConfigError, EdgeletError
 from edgelet.util.http11 import Connection, HttpError, Origin
-from edgelet.api.env import expand
-from edgelet.prober import health_v1_pb2
 
 from .results import Outcome, ProbeError, ProbeType, Result
 
@@ -143,14 +144,14 @@ def _check_http(action: Mapping[str, Any], where: str, at: str) -> None:
         raise ConfigError(where, f"{at}.httpHeaders", "must be a list of {name, value} strings")
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 # -- pure pieces of a check ----------------------------------------------------------------------
 
 
-def resolve_port(port: int | str, container: Mapping[str, Any]) -> int:
+def resolve_port(port: Any, container: Mapping[str, Any]) -> int:
     """A probe port: a number, a name from the container's ports, or a number written as a string."""
     if isinstance(port, str):
         for declared in container.get("ports") or []:
@@ -382,7 +383,8 @@ async def grpc_check(host: str, port: int, service: str, timeout: float) -> Outc
                 await channel.channel_ready()
         except TimeoutError:
             return Outcome(Result.FAILURE, f"timeout: failed to connect service {address!r} within {timeout:g}s")
-        check = channel.unary_unary(HEALTH_CHECK_METHOD, request_serializer=None, response_deserializer=None)
+        check: Callable[..., Any] = channel.unary_unary(HEALTH_CHECK_METHOD, request_serializer=None,
+                                                        response_deserializer=None)
         try:
             reply = await check(encode_health_request(service), timeout=max(deadline - loop.time(), 0.001))
         except aio.AioRpcError as err:
@@ -411,7 +413,7 @@ class Prober:
 
     async def probe(self, spec: ProbeSpec, container: Mapping[str, Any], container_id: str, pod_ip: str) -> Outcome:
         """The outcome of the probe, or ProbeError after PROBE_RETRIES attempts that could not run."""
-        error: ProbeError | None = None
+        error = ProbeError("not probed")  # the last attempt's error, once there was one
         for _ in range(PROBE_RETRIES):
             try:
                 return await self._run(spec, container, container_id, pod_ip)
@@ -419,7 +421,6 @@ class Prober:
                 error = exc
             except EdgeletError as exc:
                 error = ProbeError(str(exc))
-        assert error is not None
         raise error
 
     async def _run(self, spec: ProbeSpec, container: Mapping[str, Any], container_id: str, pod_ip: str) -> Outcome:

@@ -7,9 +7,10 @@ re-syncs of the pod.
 
 from __future__ import annotations
 
+import builtins
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 class ProbeType(enum.Enum):
@@ -98,7 +99,7 @@ class ResultsCache:
         for container_id in [cid for cid, entry in self._entries.items() if entry.pod_uid == pod_uid]:
             del self._entries[container_id]
 
-    def container_ids(self, pod_uid: str, result: Result) -> set[str]:
+    def container_ids(self, pod_uid: str, result: Result) -> builtins.set[str]:
         """The ids of the pod's containers whose stored result is `result`."""
         return {cid for cid, entry in self._entries.items() if entry.pod_uid == pod_uid and entry.result is result}
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-from edgelet.metrics import registry as metrics
 from edgelet.api import podutil
-from edgelet.events import NO_EVENTS, WARNING, Recorder, pod_ref
 from edgelet.container.runtime import ContainerState, ContainerStatus
+from edgelet.events import NO_EVENTS, WARNING, Recorder, pod_ref
+from edgelet.metrics import registry as metrics
 from edgelet.util.tasks import wait_set
 
 from .probes import ProbeSpec

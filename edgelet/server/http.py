@@ -19,8 +19,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import h11
 
+from edgelet.metrics.registry import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from edgelet.metrics.registry import Registry
 from edgelet.util.errors import EdgeletError
-from edgelet.metrics.registry import CONTENT_TYPE as METRICS_CONTENT_TYPE, Registry
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +260,8 @@ class HttpServer:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        assert task is not None
+        if task is None:  # asyncio runs each connection's callback as a task of its own
+            raise RuntimeError("a connection handled outside a task")
         self._connections.add(task)
         try:
             if len(self._connections) > self._max_connections:

@@ -55,8 +55,8 @@ def options_problem(options: FleetOptions) -> str | None:
         return "--start-rate must be positive"
     last = node_names(options.name_prefix, options.nodes)[-1]
     if len(last) > 253 or not _NAME.fullmatch(last):
-        return f"--name-prefix {options.name_prefix!r} does not make valid node names (e.g. {last!r}): use lower-case " \
-               "letters, digits, '-' and '.'"
+        return (f"--name-prefix {options.name_prefix!r} does not make valid node names (e.g. {last!r}): "
+                "use lower-case letters, digits, '-' and '.'")
     return None
 
 

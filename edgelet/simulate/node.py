@@ -26,11 +26,11 @@ from edgelet.kubeapi.errors import AlreadyExists, ApiError, Forbidden, Invalid, 
 from edgelet.nodestatus.health import NodeHealth
 from edgelet.nodestatus.manager import NodeReport
 from edgelet.nodestatus.setters import NodeInfo
-from edgelet.podconfig.config import PodConfig
 from edgelet.pod.manager import PodManager
-from edgelet.util.retry import Retrier
+from edgelet.podconfig.config import PodConfig
 from edgelet.simulate.runtime import HollowRuntime
 from edgelet.status.manager import StatusManager
+from edgelet.util.retry import Retrier
 from edgelet.util.tasks import TaskGroup
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,8 @@ class HollowNode:
         index = 0
         while index < count:
             try:
-                await self.client.create(f"/api/v1/namespaces/{namespace}/pods", workload_pod(self.name, index, namespace))
+                await self.client.create(f"/api/v1/namespaces/{namespace}/pods",
+                                         workload_pod(self.name, index, namespace))
             except AlreadyExists:
                 pass
             except (Invalid, NotFound, Unauthorized, Forbidden) as e:  # retrying cannot help

@@ -7,13 +7,13 @@ The runtime state of a started pod (`started`) is a pure function apart from the
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from edgelet.api import podutil
-from edgelet.events import NO_EVENTS, NORMAL, Recorder, pod_ref
-from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
-from edgelet.podconfig.config import Op, PodConfig, PodUpdate
 from edgelet.api.podutil import Pod
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
+from edgelet.events import NO_EVENTS, NORMAL, Recorder, pod_ref
+from edgelet.podconfig.config import Op, PodConfig, PodUpdate
 from edgelet.status.generate import generate_pod_status
 from edgelet.status.manager import StatusManager
 
@@ -80,7 +80,8 @@ class HollowRuntime:
         """What the kubelet tells of a container whose image is present: Pulled, Created, Started."""
         for spec in podutil.containers(pod):
             name, ref = spec["name"], pod_ref(pod, spec["name"])
-            self._recorder.event(ref, NORMAL, "Pulled", f'Container image "{spec.get("image", "")}" already present on machine')
+            self._recorder.event(ref, NORMAL, "Pulled",
+                                 f'Container image "{spec.get("image", "")}" already present on machine')
             self._recorder.event(ref, NORMAL, "Created", f"Created container {name}")
             self._recorder.event(ref, NORMAL, "Started", f"Started container {name}")
 

@@ -9,7 +9,8 @@ only what a PATCH would really change, as the kubelet's status manager does.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from edgelet.status.generate import DISRUPTION_TARGET, KUBELET_CONDITIONS
 
@@ -103,7 +104,8 @@ _PHASE_FIELDS = ("phase", "reason", "message")
 _READY_CONDITIONS = frozenset({"Ready", "ContainersReady"})
 
 
-def status_differs(api_status: dict[str, Any] | None, status: dict[str, Any], unknown: Iterable[FieldPath] = ()) -> bool:
+def status_differs(api_status: dict[str, Any] | None, status: dict[str, Any],
+                   unknown: Iterable[FieldPath] = ()) -> bool:
     """Whether writing `status` would change the API's `api_status` (both compared in normal form)."""
     unknown = tuple(unknown)
     return bool(status_patch(normal_form(api_status, unknown), normal_form(status, unknown)))

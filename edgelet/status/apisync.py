@@ -17,18 +17,20 @@ import logging
 import random
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from edgelet.api import podutil
+from edgelet.api.podutil import Pod
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import ApiError, Conflict, NotFound, ServerError, Unauthorized
 from edgelet.pod.manager import PodManager
-from edgelet.api.podutil import Pod
-from edgelet.util.retry import Retrier
 from edgelet.status.apidiff import FieldPath, api_view, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.status.manager import StatusManager
+from edgelet.status.mirror import Key, MirrorPods, mirror_is_current, pod_path, report_refusal
+from edgelet.status.mirror import pod_key as _key
+from edgelet.util.retry import Retrier
 from edgelet.util.tasks import wait_set
-from edgelet.status.mirror import Key, MirrorPods, mirror_is_current, pod_key as _key, pod_path, report_refusal
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +257,8 @@ class StatusSyncer:
             if base is None:
                 current = await self.client.get(path)
                 if podutil.uid(current) != target_uid:
-                    raise Conflict(409, "Conflict", f"pod was replaced (uid {podutil.uid(current)})", method="GET", path=path)
+                    raise Conflict(409, "Conflict", f"pod was replaced (uid {podutil.uid(current)})", method="GET",
+                                   path=path)
                 base = self._remember(current)
             unknown = self._unknown_fields
             sent = api_view(base[1], status, self._could_run(uid))

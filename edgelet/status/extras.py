@@ -5,12 +5,14 @@ container's process identity (`user`), its allocated and applied resources with 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from edgelet.api import podutil
+from edgelet.container.runtime import ContainerStatus, PodRuntimeStatus
+
 from ..kuberuntime.resize import RESIZE_IN_PROGRESS, RESIZE_PENDING
 from ..kuberuntime.resizer import ResizeView, reported_applied
-from edgelet.container.runtime import ContainerStatus, PodRuntimeStatus
 from .generate import KUBELET_CONDITIONS, POD_SCHEDULED
 
 # The conditions whose observedGeneration the kubelet sets (PodScheduled is the scheduler's).
@@ -74,7 +76,8 @@ def add_resources(status: dict[str, Any], runtime: PodRuntimeStatus, resize: Res
             applied = resize.applied.get(container.id) or reported_applied(container)
             item["resources"] = ResizeView(resize.allocated, {container.id: applied} if applied else {}).resources(
                 item["name"], container.id)
-    conditions = [c for c in status.get("conditions") or [] if c.get("type") not in (RESIZE_PENDING, RESIZE_IN_PROGRESS)]
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") not in (RESIZE_PENDING,
+                                                                                     RESIZE_IN_PROGRESS)]
     status["conditions"] = conditions + [dict(c) for c in resize.conditions]
 
 

@@ -8,15 +8,16 @@ The rules follow the kubelet's generateAPIPodStatus, getPhase and status/generat
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from edgelet.api import podutil
 from edgelet.api.kubetime import format_time
-from edgelet.kuberuntime.actions import has_any_regular_container_created, pod_sandbox_changed, should_restart
 from edgelet.api.qos import qos_class
-from edgelet.kuberuntime.termmessage import trim_pod_messages
 from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState
+from edgelet.kuberuntime.actions import has_any_regular_container_created, pod_sandbox_changed, should_restart
+from edgelet.kuberuntime.termmessage import trim_pod_messages
 
 PENDING = "Pending"
 RUNNING = "Running"
@@ -93,8 +94,8 @@ def generate_pod_status(
     ephemeral_statuses = _container_statuses(
         pod, runtime, ephemeral_specs, old.get("ephemeralContainerStatuses"), False, has_init,
         {name: reason for name, reason in waiting_reasons.items() if runtime.latest_container(name) is None})
-    for status in ephemeral_statuses:
-        status["started"] = "running" in status["state"]
+    for ephemeral in ephemeral_statuses:
+        ephemeral["started"] = "running" in ephemeral["state"]
     trim_pod_messages([*init_statuses, *app_statuses], len(init_specs) + len(app_specs))
 
     # A deleted pod whose containers all stopped is terminal: its containers will not run again.
@@ -176,8 +177,8 @@ def get_phase(
                 unknown += 1
         elif "terminated" in state:
             failed_init += state["terminated"].get("exitCode", 0) != 0
-        elif "waiting" in state and _last_terminated(status):
-            failed_init += _last_terminated(status).get("exitCode", 0) != 0
+        elif "waiting" in state and (last := _last_terminated(status)):
+            failed_init += last.get("exitCode", 0) != 0
         else:
             pending_init += 1  # missing, running, or waiting for its first run
 
@@ -239,7 +240,7 @@ def _container_statuses(
     """API statuses of `specs` in spec order, in the kubelet's convertToAPIContainerStatuses steps:
     defaults and what the last status knew, containers the runtime lost, what the runtime says,
     then waiting reasons for containers about to be started again."""
-    old_by_name = {s.get("name"): s for s in previous or []}
+    old_by_name = {s.get("name") or "": s for s in previous or []}  # "": no container is nameless
     statuses = _defaults(specs, old_by_name, has_init)
     _mark_lost(pod, runtime, old_by_name, statuses)
     _apply_runtime(runtime, specs, old_by_name, statuses)
@@ -509,7 +510,8 @@ def readiness_needs_reconcile(pod: podutil.Pod) -> bool:
         return False
     conditions = [c for c in status.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]
     wanted = _ready(pod, conditions, _containers_ready(
-        pod, status.get("initContainerStatuses") or [], status.get("containerStatuses") or [], status.get("phase")))
+        pod, status.get("initContainerStatuses") or [], status.get("containerStatuses") or [],
+        status.get("phase") or ""))
     return (current.get("status"), current.get("message", "")) != (wanted["status"], wanted.get("message", ""))
 
 

@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
-from .. import core
 from edgelet.api import podutil
-from edgelet.util.checkpoint import CheckpointStore
 from edgelet.api.limits import document_problem
 from edgelet.api.podutil import Pod
+from edgelet.util.checkpoint import CheckpointStore
+
+from .. import core
 
 log = logging.getLogger(__name__)
 

@@ -7,15 +7,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol
+from typing import Protocol
 
 from edgelet.api import podutil
-from edgelet.util.backoff import Backoff
+from edgelet.api.podutil import Pod
 from edgelet.kubeapi.client import ApiClient
 from edgelet.kubeapi.errors import AlreadyExists, ApiError, Conflict, NotFound, ServerError, Unauthorized
 from edgelet.pod.manager import PodManager
-from edgelet.api.podutil import Pod
+from edgelet.util.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ def pod_key(pod: Pod) -> Key:
 
 def mirror_is_current(static_pod: Pod, mirror: Pod | None) -> bool:
     """The mirror stands for this version of the static pod (the kubelet's IsMirrorPodOf)."""
-    return mirror is not None and podutil.annotations(mirror).get(podutil.CONFIG_MIRROR_ANNOTATION) == config_hash(static_pod)
+    return (mirror is not None
+            and podutil.annotations(mirror).get(podutil.CONFIG_MIRROR_ANNOTATION) == config_hash(static_pod))
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +248,8 @@ class MirrorPods:
         wanted_hash = config_hash(pod)
         action = "created"
         try:
-            created = await self.client.create(f"/api/v1/namespaces/{namespace}/pods", mirror_pod(pod, self.node_name, node_uid))
+            created = await self.client.create(f"/api/v1/namespaces/{namespace}/pods",
+                                               mirror_pod(pod, self.node_name, node_uid))
             self.writes["mirror-create"] += 1
         except AlreadyExists:
             try:

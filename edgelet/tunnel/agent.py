@@ -10,19 +10,26 @@ import logging
 import random
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import grpc
 
-from edgelet.metrics import registry as metrics
 from edgelet.config import TunnelConfig
+from edgelet.metrics import registry as metrics
+from edgelet.tunnel import konnectivity_pb2 as pb
+from edgelet.tunnel.policy import (
+    AGENT_ID,
+    AGENT_IDENTIFIERS,
+    SERVER_COUNT,
+    SERVER_ID,
+    Destinations,
+    describe_stream_error,
+    stream_slots,
+)
+from edgelet.tunnel.splice import TlsSplice, tls_context
 from edgelet.util.retry import Retrier
 from edgelet.util.tasks import wait_set
-from edgelet.tunnel import konnectivity_pb2 as pb
-from edgelet.tunnel.splice import TlsSplice, tls_context
-from edgelet.tunnel.policy import (AGENT_ID, AGENT_IDENTIFIERS, SERVER_COUNT, SERVER_ID, Destinations,
-                                   describe_stream_error, stream_slots)
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +73,8 @@ class SplicedChannel:
 
 
 def _packet_dial_response(random_id: int, *, connect_id: int = 0, error: str = "") -> pb.Packet:
-    return pb.Packet(type=pb.DIAL_RSP, dialResponse=pb.DialResponse(random=random_id, connectID=connect_id, error=error))
+    return pb.Packet(type=pb.DIAL_RSP,
+                     dialResponse=pb.DialResponse(random=random_id, connectID=connect_id, error=error))
 
 
 def _packet_close_response(connect_id: int, error: str = "") -> pb.Packet:
@@ -192,7 +200,8 @@ class ServerStream:
         except (OSError, TimeoutError) as e:
             metrics.tunnel_dials.labels("failed").inc()
             log.info("tunnel: dial %s (%s:%d) failed: %s", request.address, *target, e or "timeout")
-            await self._send_quietly(_packet_dial_response(request.random, error=f"dial {request.address}: {e or 'timeout'}"))
+            await self._send_quietly(_packet_dial_response(request.random,
+                                                           error=f"dial {request.address}: {e or 'timeout'}"))
             return
         # Connected: a DIAL_CLS from now on comes too late to cancel this (the connection would be left behind).
         self._pending.pop(request.random, None)
@@ -349,7 +358,7 @@ class Tunnel:
             self.changed()
             try:
                 ended = await stream.serve()
-            except Exception as e:  # noqa: BLE001 - a bug in one stream must not end the slot for good
+            except Exception as e:
                 log.exception("tunnel: the stream to server %s failed", stream.server_id)
                 ended = f"{type(e).__name__}: {e}"
             finally:

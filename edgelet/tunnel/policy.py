@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 # Metadata keys konnectivity-server reads on the Connect stream (sent) and answers with (received). gRPC
 # metadata keys are case-insensitive; Python's grpc wants them lower-case.
@@ -67,7 +67,8 @@ class Destinations:
     allowed: frozenset[tuple[str, int]] = frozenset()
 
     @staticmethod
-    def build(node_name: str, addresses: Iterable[str], kubelet_listen: str, allowed: Iterable[str] = ()) -> Destinations:
+    def build(node_name: str, addresses: Iterable[str], kubelet_listen: str,
+              allowed: Iterable[str] = ()) -> Destinations:
         """`kubelet_listen` is `[kubelet_api] address`; a wildcard host is reached on loopback."""
         listen = split_host_port(kubelet_listen)
         if listen is None:

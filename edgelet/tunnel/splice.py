@@ -76,7 +76,8 @@ class TlsSplice:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        assert task is not None
+        if task is None:  # asyncio runs each connection's callback as a task of its own
+            raise RuntimeError("a connection handled outside a task")
         self._pairs.add(task)
         try:
             await self._splice(reader, writer)

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from edgelet.util.checkpoint import replace_file
-from edgelet.config import Config
-from edgelet.util.errors import ConfigError
+from edgelet.config import ClusterConfig, Config, TunnelConfig
 from edgelet.tunnel.agent import TlsMaterial, Tunnel
 from edgelet.tunnel.policy import Destinations, agent_identifiers
+from edgelet.util.checkpoint import replace_file
+from edgelet.util.errors import ConfigError
 
 if TYPE_CHECKING:
     from edgelet.bootstrap.manager import ClientCertificateManager
@@ -38,23 +38,33 @@ def read_pem_file(path: str, what: str) -> bytes:
     return pem
 
 
+def _tunnel_settings(config: Config) -> tuple[ClusterConfig, TunnelConfig]:
+    """[cluster] and [cluster.tunnel] of a node that has them (the only config the tunnel is built for)."""
+    if config.cluster is None or config.cluster.tunnel is None:
+        raise RuntimeError("the konnectivity tunnel is built only for a node with [cluster.tunnel]")
+    return config.cluster, config.cluster.tunnel
+
+
 def tunnel_credentials(config: Config, certificates: ClientCertificateManager | None) -> TlsMaterial:
     """CA, key and certificate for the next stream: a token join's `certificates`, or (None) the files the
     kubeconfig names. Read at every connection, so a rotated certificate serves the next stream while the open
     ones carry on."""
-    cluster = config.cluster
-    assert cluster is not None and cluster.tunnel is not None
-    kubeconfig = None
-    if certificates is None:
-        from edgelet.kubeapi.kubeconfig import load_kubeconfig
-
-        kubeconfig = load_kubeconfig(cluster.kubeconfig)
-    if cluster.tunnel.ca_file:
-        ca = read_pem_file(cluster.tunnel.ca_file, "the konnectivity-server CA (cluster.tunnel.ca_file)")
-    elif kubeconfig is None:
-        ca = certificates.ca_pem
+    cluster, settings = _tunnel_settings(config)
+    tunnel_ca = settings.ca_file
+    if certificates is not None:
+        ca = read_pem_file(tunnel_ca, "the konnectivity-server CA (cluster.tunnel.ca_file)") if tunnel_ca else \
+            certificates.ca_pem
         if ca is None:
             raise RuntimeError("the cluster CA is not known yet")
+        current = certificates.current
+        if current is None or not certificates.valid():
+            raise RuntimeError("the node has no valid client certificate yet")
+        return ca, current.key_pem, current.cert_pem
+    from edgelet.kubeapi.kubeconfig import load_kubeconfig
+
+    kubeconfig = load_kubeconfig(cluster.kubeconfig)
+    if tunnel_ca:
+        ca = read_pem_file(tunnel_ca, "the konnectivity-server CA (cluster.tunnel.ca_file)")
     elif kubeconfig.ca_data is not None:
         ca = kubeconfig.ca_data
     elif kubeconfig.ca_file:
@@ -62,11 +72,6 @@ def tunnel_credentials(config: Config, certificates: ClientCertificateManager | 
     else:
         raise ConfigError(cluster.kubeconfig, "certificate-authority",
                           "names no CA for konnectivity-server: set [cluster.tunnel] ca_file")
-    if kubeconfig is None:
-        current = certificates.current
-        if current is None or not certificates.valid():
-            raise RuntimeError("the node has no valid client certificate yet")
-        return ca, current.key_pem, current.cert_pem
     key = kubeconfig.client_key_data or (kubeconfig.client_key_file and read_pem_file(
         kubeconfig.client_key_file, "the kubeconfig's client-key"))
     cert = kubeconfig.client_cert_data or (kubeconfig.client_cert_file and read_pem_file(
@@ -120,9 +125,7 @@ def read_state(directory: str) -> dict | None:
 
 def build_tunnel(config: Config, *, node_ip: str, certificates: ClientCertificateManager | None) -> Tunnel:
     """Raises ConfigError for an unreadable [cluster.tunnel] ca_file (at start, not at the first dial)."""
-    cluster = config.cluster
-    assert cluster is not None and cluster.tunnel is not None
-    settings = cluster.tunnel
+    cluster, settings = _tunnel_settings(config)
     if settings.ca_file:
         read_pem_file(settings.ca_file, "the konnectivity-server CA (cluster.tunnel.ca_file)")
     addresses = [node_ip] if node_ip and not node_ip.startswith("127.") else []

@@ -1,4 +1,5 @@
-"""Retry delays: per-key exponential backoff like the kubelet's flowcontrol.Backoff, and jittered reconnect schedules."""
+"""Retry delays: per-key exponential backoff like the kubelet's flowcontrol.Backoff, and jittered reconnect
+schedules."""
 
 from __future__ import annotations
 

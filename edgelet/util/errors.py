@@ -41,6 +41,11 @@ class CredentialsRefused(PermanentError):
     """A server refused edgelet's credentials (the API server's 401): retrying soon will not help, later may.
     Here, not with the API client, so that the retry helper knows it without loading that client."""
 
+    # The server's answer, as every refusal carries it (the API client's Unauthorized sets them).
+    status: int
+    reason: str
+    message: str
+
 
 class ConfigError(PermanentError):
     """A config or manifest problem, naming the file and the key or field."""

@@ -5,7 +5,7 @@ trimming now and then returns it (about 0.8 MiB at 110 pods, docs/benchmarks.md)
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from edgelet import libc
 

@@ -84,7 +84,7 @@ class Connection:
         self.idle_since = time.monotonic()
 
     @classmethod
-    async def open(cls, origin: Origin, tls: ssl.SSLContext | None, timeout: float) -> Connection:
+    async def open(cls, origin: Origin, tls: ssl.SSLContext | None, timeout: float | None) -> Connection:
         context = tls if origin.scheme == "https" else None
         if origin.scheme == "https" and context is None:
             context = ssl.create_default_context()
@@ -100,7 +100,8 @@ class Connection:
         return cls(reader, writer)
 
     async def send(self, method: str, request_target: str, headers: Headers, body: bytes) -> None:
-        events = [h11.Request(method=method, target=request_target, headers=list(headers))]
+        events: list[h11.Request | h11.Data | h11.EndOfMessage] = [
+            h11.Request(method=method, target=request_target, headers=list(headers))]
         if body:
             events.append(h11.Data(data=body))
         events.append(h11.EndOfMessage())

@@ -26,7 +26,7 @@ if api_implementation.Type() == "upb":
     # (cpp_message imports nothing more than api_implementation).
     from google.protobuf.pyext.cpp_message import GeneratedProtocolMessageType as _MESSAGE_TYPE
 
-    _POOL = api_implementation._c_module.default_pool
+    _POOL = api_implementation._c_module.default_pool  # type: ignore[attr-defined]  # upb's own module, no stub
 else:
     _MESSAGE_TYPE = _POOL = None
 

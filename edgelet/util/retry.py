@@ -50,7 +50,7 @@ class Retrier:
         new_kind = kind is not None and kind not in self._kinds_reported
         if kind is not None:
             self._kinds_reported.add(kind)
-        if refused and new_kind:
+        if isinstance(error, CredentialsRefused) and new_kind:
             self._log.error("%s: the API server refused edgelet's credentials (%s %s: %s); check the kubeconfig "
                             "user or the client certificate; %s", self.what, error.status, error.reason,
                             error.message, then)

@@ -10,8 +10,8 @@ import posixpath
 import secrets
 import stat
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from .errors import VolumeError
 from .mountutil import remove_tree

@@ -9,11 +9,13 @@ them finds them in `kubectl describe pod`.
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from edgelet.api.objectstore import CLAIM, VOLUME, bound_volume, claim_name
 from edgelet.nodestatus.facts import goarch
+
 from .errors import VolumeError
 from .plugins import host_path_error
 
@@ -224,6 +226,8 @@ def _requirement_matches(requirement: Any, labels: Mapping[str, str]) -> bool:
     if not isinstance(requirement, dict):
         return False
     key, operator, values = requirement.get("key"), requirement.get("operator"), requirement.get("values") or []
+    if not isinstance(key, str):
+        key = ""  # no label key is empty: nothing matches it
     present = key in labels
     if operator == "In":
         return present and labels[key] in values

@@ -4,11 +4,12 @@ write of that file under the pod's directory."""
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from edgelet.api import podutil
-from edgelet.util.checkpoint import replace_file
 from edgelet.api.podutil import Pod
+from edgelet.util.checkpoint import replace_file
 
 MANAGED_HEADER = "# Kubernetes-managed hosts file.\n"
 MANAGED_HEADER_HOST_NETWORK = "# Kubernetes-managed hosts file (host network).\n"

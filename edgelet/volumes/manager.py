@@ -12,13 +12,15 @@ import logging
 import os
 import secrets
 import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from edgelet.api import podutil
 from edgelet.api.podutil import Pod
 from edgelet.api.quantity import parse_quantity, to_int_ceil
 from edgelet.csi.errors import CsiError
+
 from . import plugins
 from .atomic_writer import FileProjection, path_error
 from .claims import ClaimedVolume, CsiSource, inline_csi, resolve_claim
@@ -26,8 +28,8 @@ from .errors import VolumeError
 from .hosts import TEMP_SUFFIX, pod_hosts_file, write_hosts_file
 from .mountutil import MountInfo, read_mounts, remove_tree, unmount_all_under
 from .projection import Store, token_sources, volume_payload
-from .tokens import NoTokens, TokenSource
 from .subpath import expand_subpath_expr, prepare_safe_subpath, subpath_error
+from .tokens import NoTokens, TokenSource
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +194,8 @@ class VolumeManager:
         if not plans:
             # Nothing to lay out, and nothing to wait for before the sandbox: no thread hop. The pod's directory
             # comes with the first file written in it (its hosts file, a container's termination log).
-            paths, apply_errors = {}, []
+            paths: dict[str, str] = {}
+            apply_errors: list[str] = []
         else:
             async with self._lock(uid):  # under the pod's lock, as teardown is
                 paths, apply_errors = await asyncio.to_thread(self._apply, pod_dir, plans, plugins.fs_group(pod),
@@ -239,9 +242,12 @@ class VolumeManager:
     def _plan(self, pod: Pod, tokens: Mapping[str, Mapping[str, bytes]]) -> tuple[list[_Plan], list[str]]:
         """The pure part of set-up: sources, payloads and sizes, read from the pod, the store and the tokens."""
         uid = podutil.uid(pod)
-        plans, errors, warnings = [], [], []
+        plans: list[_Plan] = []
+        errors: list[str] = []
+        warnings: list[str] = []
         allocatable_memory = self._allocatable_memory()
-        mounted = devices = None
+        mounted: set[str] | None = None  # what the containers mount and map, read at the first claim
+        devices: set[str] = set()
         for volume in podutil.spec(pod).get("volumes") or []:
             name = volume.get("name")
             try:
@@ -514,10 +520,13 @@ class VolumeManager:
 
 def _mount_names(pod: Pod) -> tuple[set[str], set[str]]:
     """The volume names the pod's containers mount (volumeMounts) and map as devices (volumeDevices)."""
-    mounted, devices = set(), set()
+    mounted: set[str] = set()
+    devices: set[str] = set()
     for container in podutil.all_containers(pod):
-        mounted.update(m.get("name") for m in container.get("volumeMounts") or [] if isinstance(m, dict))
-        devices.update(d.get("name") for d in container.get("volumeDevices") or [] if isinstance(d, dict))
+        mounted.update(m["name"] for m in container.get("volumeMounts") or []
+                       if isinstance(m, dict) and isinstance(m.get("name"), str))
+        devices.update(d["name"] for d in container.get("volumeDevices") or []
+                       if isinstance(d, dict) and isinstance(d.get("name"), str))
     return mounted, devices
 
 

@@ -27,7 +27,7 @@ def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: st
         libc.mount(os.fsencode(source), os.fsencode(target), fstype.encode() if fstype else None, flags,
                    data.encode() if data else None)
     except OSError as e:
-        raise OSError(e.errno, f"mount {source} on {target}: {os.strerror(e.errno)}", target) from None
+        raise OSError(e.errno, f"mount {source} on {target}: {os.strerror(e.errno or 0)}", target) from None
 
 
 def bind_mount(source: str, target: str, *, read_only: bool = False) -> None:
@@ -47,7 +47,7 @@ def unmount(target: str, flags: int = UMOUNT_NOFOLLOW) -> None:
     try:
         libc.umount2(os.fsencode(target), flags)
     except OSError as e:
-        raise OSError(e.errno, f"unmount {target}: {os.strerror(e.errno)}", target) from None
+        raise OSError(e.errno, f"unmount {target}: {os.strerror(e.errno or 0)}", target) from None
 
 
 @dataclass(frozen=True, slots=True)

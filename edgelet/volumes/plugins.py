@@ -7,12 +7,14 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from edgelet.api import podutil
-from edgelet.api.resources import ResourceError, pod_memory_limit
 from edgelet.api.podutil import Pod
 from edgelet.api.quantity import parse_quantity, to_int_ceil
+from edgelet.api.resources import ResourceError, pod_memory_limit
+
 from .atomic_writer import FileProjection, write_payload
 from .errors import VolumeError
 from .mountutil import MountInfo, bind_mount, is_mount_point, mount

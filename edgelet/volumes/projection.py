@@ -4,13 +4,15 @@ items and modes, optional sources, and the kubelet's error messages.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from edgelet.api import podutil
 from edgelet.api.env import metadata_field_value
-from edgelet.api.resources import ResourceError, resource_field_value
 from edgelet.api.objectstore import InvalidObjectError, configmap_binary_data, configmap_data, secret_data
 from edgelet.api.podutil import Pod
+from edgelet.api.resources import ResourceError, resource_field_value
+
 from .atomic_writer import FileProjection
 from .errors import VolumeError
 from .tokens import fs_user, token_file_mode
@@ -23,6 +25,7 @@ Payload = dict[str, FileProjection]
 class Store(Protocol):
     def get_configmap(self, namespace: str, name: str) -> dict | None: ...
     def get_secret(self, namespace: str, name: str) -> dict | None: ...
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
 def _mode(value: Any, where: str) -> int:

@@ -9,9 +9,10 @@ import errno
 import os
 import posixpath
 import stat
-from typing import Mapping
+from collections.abc import Mapping
 
 from edgelet.api.env import expand
+
 from .errors import VolumeError
 from .mountutil import MS_BIND, MountInfo, is_mount_point, mount
 

@@ -13,15 +13,17 @@ import binascii
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import orjson
 
 from edgelet.api import podutil
-from edgelet.util.errors import EdgeletError
-from ..events import NO_EVENTS, WARNING, Recorder, pod_ref
 from edgelet.api.podutil import Pod
+from edgelet.util.errors import EdgeletError
+
+from ..events import NO_EVENTS, WARNING, Recorder, pod_ref
 from .errors import VolumeError
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ def token_times(token: bytes) -> TokenTimes | None:
     return TokenTimes(float(issued_at), float(expires_at))
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -149,7 +151,7 @@ class TokenManager:
         """
         times = token_times(current) if current else None
         now = self._clock()
-        if current and not refresh_due(times, now, self._jitter(), self._max_age):
+        if current and times is not None and not refresh_due(times, now, self._jitter(), self._max_age):
             log.debug("pod %s: the service-account token of volume %s is current (issued %s, valid until %s)",
                       podutil.full_name(pod), volume_name, _stamp(times.issued_at), _stamp(times.expires_at))
             return current
@@ -162,7 +164,7 @@ class TokenManager:
             return token
         except EdgeletError as exc:
             problem = f"failed to fetch token: {exc}"
-            if current and not expired(times, now):
+            if current and times is not None and not expired(times, now):
                 until = _stamp(times.expires_at)
                 self._recorder.event(pod_ref(pod), WARNING, "FailedMount",
                                      f'MountVolume.SetUp failed for volume "{volume_name}" : {problem} '

@@ -11,7 +11,6 @@ import os
 import pytest
 
 from tests.chaos.harness import FIGURES_ENV, Figures, Runtime, Scale
-from tests.integration.conftest import clean_runtime, cri  # noqa: F401  (fixtures)
 
 _figures = Figures()
 

@@ -10,24 +10,25 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 import yaml
 from hypothesis import strategies as st
 
 from edgelet.api import podutil
-from edgelet.lifecycle.admission import admit, rejected_status
-from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.util.errors import ConfigError
-from edgelet.kuberuntime.actions import compute_pod_actions
-from edgelet.kuberuntime.container import make_container_config
 from edgelet.api.qos import qos_class
 from edgelet.api.resources import linux_resources
-from edgelet.kuberuntime.sandbox import make_sandbox_config
 from edgelet.container.runtime import PodRuntimeStatus
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.kuberuntime.actions import compute_pod_actions
+from edgelet.kuberuntime.container import make_container_config
+from edgelet.kuberuntime.sandbox import make_sandbox_config
+from edgelet.lifecycle.admission import admit, rejected_status
 from edgelet.status.generate import generate_pod_status
+from edgelet.util.errors import ConfigError
 
 CASE_SECONDS = 5
 # An error that echoes a 1 MB field value whole floods the log of a small device.
@@ -45,7 +46,8 @@ WILD = st.one_of(
     st.lists(st.integers(-5, 5), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
     st.just("A" * HUGE),
 )
-NAME = st.one_of(st.sampled_from(["main", "web", "a", "side-car", "x1"]), st.from_regex(r"[a-z][a-z0-9-]{0,14}", fullmatch=True))
+NAME = st.one_of(st.sampled_from(["main", "web", "a", "side-car", "x1"]),
+                 st.from_regex(r"[a-z][a-z0-9-]{0,14}", fullmatch=True))
 QUANTITY = st.one_of(st.sampled_from(["100m", "1", "1Gi", "0.5", "64Mi", "1e3", "-1", "0", "1e400", "9" * 40 + "Ei",
                                       "abc", "", "1.5.5", "2Ki", "100u"]), st.integers(-2**70, 2**70))
 
@@ -87,7 +89,8 @@ def _handler():
     return obj(optional={
         "exec": obj({"command": listof(st.text(max_size=10), min_size=1)}),
         "httpGet": obj({"port": st.one_of(int32(), NAME)},
-                       {"path": st.text(max_size=20), "host": st.text(max_size=10), "scheme": enum("HTTP", "HTTPS", "FTP"),
+                       {"path": st.text(max_size=20), "host": st.text(max_size=10),
+                        "scheme": enum("HTTP", "HTTPS", "FTP"),
                         "httpHeaders": listof(obj({"name": st.text(max_size=8), "value": st.text(max_size=8)}))}),
         "tcpSocket": obj({"port": st.one_of(int32(), NAME)}),
         "grpc": obj({"port": int32()}, {"service": st.text(max_size=8)}),
@@ -98,7 +101,8 @@ def _handler():
 def _probe():
     numbers = {key: int32() for key in ("initialDelaySeconds", "periodSeconds", "timeoutSeconds", "failureThreshold",
                                        "successThreshold")}
-    return obj(optional={**numbers, "terminationGracePeriodSeconds": int64(), "exec": obj({"command": listof(st.text(max_size=8))}),
+    return obj(optional={**numbers, "terminationGracePeriodSeconds": int64(),
+                         "exec": obj({"command": listof(st.text(max_size=8))}),
                          "httpGet": obj({"port": st.one_of(int32(), NAME)}, {"path": st.text(max_size=20)}),
                          "tcpSocket": obj({"port": st.one_of(int32(), NAME)}), "grpc": obj({"port": int32()})})
 
@@ -108,14 +112,16 @@ def _env_var():
     return obj({"name": st.one_of(st.from_regex(r"[A-Z_][A-Z0-9_]{0,10}", fullmatch=True), st.text(max_size=8))},
                {"value": st.text(max_size=20),
                 "valueFrom": obj(optional={"fieldRef": obj({"fieldPath": st.sampled_from(
-                    ["metadata.name", "metadata.labels['a']", "status.podIP", "spec.nodeName", "bogus", "metadata.annotations['x']"])}),
+                    ["metadata.name", "metadata.labels['a']", "status.podIP", "spec.nodeName", "bogus",
+                     "metadata.annotations['x']"])}),
                     "configMapKeyRef": ref, "secretKeyRef": ref,
                     "resourceFieldRef": obj({"resource": st.sampled_from(["limits.cpu", "requests.memory", "x"])},
                                             {"divisor": QUANTITY, "containerName": NAME})})})
 
 
 def _container():
-    resources = obj(optional={section: wild_or(st.dictionaries(st.sampled_from(["cpu", "memory", "ephemeral-storage", "x"]),
+    resources = obj(optional={section: wild_or(st.dictionaries(st.sampled_from(["cpu", "memory", "ephemeral-storage",
+                                                                                "x"]),
                                                               QUANTITY, max_size=3))
                               for section in ("limits", "requests")})
     return obj({"name": NAME, "image": st.one_of(st.just("docker.io/library/busybox:local"), st.text(max_size=30))}, {
@@ -124,7 +130,8 @@ def _container():
         "workingDir": st.text(max_size=20), "env": listof(_env_var()),
         "envFrom": listof(obj(optional={"prefix": st.text(max_size=5), "configMapRef": obj({"name": NAME}),
                                         "secretRef": obj({"name": NAME})})),
-        "ports": listof(obj({"containerPort": int32()}, {"hostPort": int32(), "protocol": enum("TCP", "UDP", "SCTP", "ICMP"),
+        "ports": listof(obj({"containerPort": int32()},
+                            {"hostPort": int32(), "protocol": enum("TCP", "UDP", "SCTP", "ICMP"),
                                                          "name": NAME, "hostIP": st.text(max_size=15)})),
         "resources": resources,
         "volumeMounts": listof(obj({"name": NAME, "mountPath": st.text(max_size=20)},
@@ -147,13 +154,15 @@ def _volume():
     items = listof(obj({"key": st.text(max_size=8), "path": st.text(max_size=12)}, {"mode": int32()}))
     return obj({"name": NAME}, {
         "emptyDir": obj(optional={"medium": enum("", "Memory", "Disk"), "sizeLimit": QUANTITY}),
-        "hostPath": obj({"path": st.text(max_size=20)}, {"type": enum("", "Directory", "DirectoryOrCreate", "File", "Socket")}),
+        "hostPath": obj({"path": st.text(max_size=20)},
+                        {"type": enum("", "Directory", "DirectoryOrCreate", "File", "Socket")}),
         "configMap": obj({"name": NAME}, {"items": items, "defaultMode": int32(), "optional": st.booleans()}),
         "secret": obj({"secretName": NAME}, {"items": items, "defaultMode": int32()}),
         "downwardAPI": obj(optional={"items": listof(obj({"path": st.text(max_size=10)},
                                                          {"fieldRef": obj({"fieldPath": st.text(max_size=20)})}))}),
         "projected": obj(optional={"sources": listof(obj(optional={"configMap": obj({"name": NAME}),
-                                                                   "secret": obj({"name": NAME})})), "defaultMode": int32()}),
+                                                                   "secret": obj({"name": NAME})})),
+                                   "defaultMode": int32()}),
         "nfs": obj({"server": st.text(max_size=10), "path": st.text(max_size=10)}),
     })
 
@@ -168,20 +177,25 @@ def pod_dicts():
         "restartPolicy": enum("Always", "OnFailure", "Never", "Sometimes"),
         "terminationGracePeriodSeconds": int64(), "activeDeadlineSeconds": int64(),
         "hostNetwork": st.booleans(), "hostPID": st.booleans(), "hostIPC": st.booleans(),
-        "shareProcessNamespace": st.booleans(), "dnsPolicy": enum("ClusterFirst", "Default", "None", "ClusterFirstWithHostNet"),
+        "shareProcessNamespace": st.booleans(),
+        "dnsPolicy": enum("ClusterFirst", "Default", "None", "ClusterFirstWithHostNet"),
         "nodeSelector": strmap(), "volumes": listof(_volume(), max_size=3), "priority": int32(),
         "hostname": st.text(max_size=20), "subdomain": st.text(max_size=10),
         "hostAliases": listof(obj({"ip": st.text(max_size=15)}, {"hostnames": listof(st.text(max_size=10))})),
-        "dnsConfig": obj(optional={"nameservers": listof(st.text(max_size=15)), "searches": listof(st.text(max_size=15)),
-                                   "options": listof(obj({"name": st.text(max_size=8)}, {"value": st.text(max_size=8)}))}),
+        "dnsConfig": obj(optional={"nameservers": listof(st.text(max_size=15)),
+                                   "searches": listof(st.text(max_size=15)),
+                                   "options": listof(obj({"name": st.text(max_size=8)},
+                                                         {"value": st.text(max_size=8)}))}),
         "securityContext": obj(optional={"runAsUser": int64(), "runAsGroup": int64(), "fsGroup": int64(),
                                          "supplementalGroups": listof(int64()),
-                                         "sysctls": listof(obj({"name": st.text(max_size=15), "value": st.text(max_size=5)}))}),
+                                         "sysctls": listof(obj({"name": st.text(max_size=15),
+                                                                "value": st.text(max_size=5)}))}),
         "tolerations": listof(obj(optional={"key": st.text(max_size=5), "operator": enum("Exists", "Equal"),
                                             "effect": enum("NoSchedule", "NoExecute"), "tolerationSeconds": int64()})),
         "enableServiceLinks": st.booleans(), "nodeName": st.text(max_size=10),
     })
-    return st.fixed_dictionaries({"apiVersion": enum("v1", "v2"), "kind": enum("Pod", "Pod", "Pod", "ConfigMap", "Deployment"),
+    return st.fixed_dictionaries({"apiVersion": enum("v1", "v2"),
+                                  "kind": enum("Pod", "Pod", "Pod", "ConfigMap", "Deployment"),
                                   "metadata": metadata, "spec": spec})
 
 
@@ -189,7 +203,8 @@ def configmap_dicts():
     data = wild_or(st.dictionaries(st.text(max_size=12), st.one_of(st.text(max_size=20), WILD), max_size=4))
     return st.fixed_dictionaries(
         {"apiVersion": enum("v1"), "kind": st.sampled_from(["ConfigMap", "Secret"]),
-         "metadata": obj({"name": st.one_of(NAME, st.text(max_size=10))}, {"namespace": st.one_of(NAME, st.text(max_size=5))})},
+         "metadata": obj({"name": st.one_of(NAME, st.text(max_size=10))},
+                         {"namespace": st.one_of(NAME, st.text(max_size=5))})},
         optional={"data": data, "binaryData": data, "stringData": data, "type": WILD, "immutable": WILD})
 
 
@@ -249,7 +264,8 @@ def garble(data: bytes, draw: Callable) -> bytes:
         if action == "flip":
             data[at] ^= 1 << draw(st.integers(0, 7))
         elif action == "insert":
-            data[at:at] = draw(st.sampled_from([b"&a ", b"*a", b"\x00", b"{", b"[", b"- ", b":", b"\n  ", b"!!binary ", b"<<: "]))
+            data[at:at] = draw(st.sampled_from([b"&a ", b"*a", b"\x00", b"{", b"[", b"- ", b":", b"\n  ", b"!!binary ",
+                                                b"<<: "]))
         else:
             del data[at:at + draw(st.integers(1, 20))]
     return bytes(data)
@@ -279,24 +295,36 @@ def bombs(valid_pod: dict) -> list[tuple[str, bytes]]:
         ("deep JSON list", b"[" * deep + b"]" * deep),
         ("deep JSON object", b'{"a":' * deep + b"1" + b"}" * deep),
         ("deep YAML flow", b"kind: Pod\nmetadata: " + b"[" * deep + b"]" * deep + b"\n"),
-        ("deep YAML block", ("kind: Pod\nmetadata:\n" + "".join(" " * (i + 1) + f"k{i}:\n" for i in range(2000))).encode()),
-        ("deep field in a pod", pod_json.replace('"labels": {', '"labels": {"x": ' + "[" * deep + "]" * deep + ", ", 1).encode()
+        ("deep YAML block",
+         ("kind: Pod\nmetadata:\n" + "".join(" " * (i + 1) + f"k{i}:\n" for i in range(2000))).encode()),
+        ("deep field in a pod",
+         pod_json.replace('"labels": {', '"labels": {"x": ' + "[" * deep + "]" * deep + ", ", 1).encode()
          if '"labels": {' in pod_json else pod_json.encode()),
         ("one MB name", json.dumps({**valid_pod, "metadata": {"name": "n" * HUGE}}).encode()),
-        ("one MB image", json.dumps({**valid_pod, "spec": {"containers": [{"name": "c", "image": "i" * HUGE}]}}).encode()),
+        ("one MB image",
+         json.dumps({**valid_pod, "spec": {"containers": [{"name": "c", "image": "i" * HUGE}]}}).encode()),
         ("just over the size limit", b"# " + b"x" * (8 * 1024 * 1024) + b"\n"),
         ("ten thousand documents", b"---\n".join([b"kind: Pod\nmetadata: {name: a}"] * 10_000)),
-        ("100k labels", json.dumps({**valid_pod, "metadata": {"name": "a", "labels": {f"k{i}": "v" for i in range(100_000)}}}).encode()),
-        ("2^70 deadline", json.dumps({**valid_pod, "spec": {**valid_pod["spec"], "activeDeadlineSeconds": 2**70}}).encode()),
-        ("2^70 grace", json.dumps({**valid_pod, "spec": {**valid_pod["spec"], "terminationGracePeriodSeconds": 2**70}}).encode()),
-        ("2^64 runAsUser", json.dumps({**valid_pod, "spec": {**valid_pod["spec"], "securityContext": {"runAsUser": 2**64}}}).encode()),
+        ("100k labels",
+         json.dumps({**valid_pod,
+                     "metadata": {"name": "a", "labels": {f"k{i}": "v" for i in range(100_000)}}}).encode()),
+        ("2^70 deadline",
+         json.dumps({**valid_pod, "spec": {**valid_pod["spec"], "activeDeadlineSeconds": 2**70}}).encode()),
+        ("2^70 grace",
+         json.dumps({**valid_pod, "spec": {**valid_pod["spec"], "terminationGracePeriodSeconds": 2**70}}).encode()),
+        ("2^64 runAsUser",
+         json.dumps({**valid_pod, "spec": {**valid_pod["spec"], "securityContext": {"runAsUser": 2**64}}}).encode()),
         ("NaN in JSON", pod_json.replace('"restartPolicy": "Always"', '"restartPolicy": NaN').encode()),
-        ("YAML .inf grace", b"apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  terminationGracePeriodSeconds: .inf\n"
+        ("YAML .inf grace",
+         b"apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  terminationGracePeriodSeconds: .inf\n"
                             b"  containers: [{name: c, image: i}]\n"),
         ("python tag", b"!!python/object/apply:os.system [echo hi]\n"),
         ("set tag", b"kind: Pod\nmetadata: !!set {a, b}\n"),
-        ("binary name", b"kind: Pod\napiVersion: v1\nmetadata: {name: !!binary aGVsbG8=}\nspec: {containers: [{name: c, image: i}]}\n"),
-        ("timestamp name", b"kind: Pod\napiVersion: v1\nmetadata: {name: 2001-12-14}\nspec: {containers: [{name: c, image: i}]}\n"),
+        ("binary name",
+         b"kind: Pod\napiVersion: v1\nmetadata: {name: !!binary aGVsbG8=}\n"
+         b"spec: {containers: [{name: c, image: i}]}\n"),
+        ("timestamp name",
+         b"kind: Pod\napiVersion: v1\nmetadata: {name: 2001-12-14}\nspec: {containers: [{name: c, image: i}]}\n"),
         ("complex key", b"? [a, b]\n: 1\nkind: Pod\n"),
         ("int key", b"1: 2\nkind: Pod\n"),
         ("empty", b""),

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import grpc
 
-from edgelet.util import checkpoint
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri import runtime_v1_pb2_grpc as pb_grpc
-from edgelet.container import labels
+from edgelet.util import checkpoint
 from tests.integration.agent_harness import AgentProcess, free_port
 from tests.runtime_cleanup import empty_runtime_at
 
@@ -90,7 +90,8 @@ class Figures:
         return "CHAOS " + " ".join(f"{name}={text(name)}" for name in FIGURE_NAMES)
 
     def dump(self, path: str) -> None:
-        Path(path).write_text(json.dumps({"values": self.values, "measured": sorted(self.measured), "notes": self.notes}))
+        Path(path).write_text(json.dumps({"values": self.values, "measured": sorted(self.measured),
+                                          "notes": self.notes}))
 
     @staticmethod
     def load(path: str) -> Figures:
@@ -190,7 +191,8 @@ class RuntimeView:
     def live_uids(self) -> set[str]:
         """Pods with a ready sandbox or a running container."""
         live = {uid for uid, boxes in self.sandboxes.items() if any(s.state == pb.SANDBOX_READY for s in boxes)}
-        return live | {uid for uid, seen in self.containers.items() if any(c.state == pb.CONTAINER_RUNNING for c in seen)}
+        return live | {uid for uid,
+                       seen in self.containers.items() if any(c.state == pb.CONTAINER_RUNNING for c in seen)}
 
 
 class Runtime:

@@ -16,7 +16,7 @@ import pytest
 
 from edgelet.podconfig.manifest import load_manifest_file
 from tests.chaos.harness import ChaosAgent, Runtime
-from tests.integration.agent_harness import busybox_pod, wait_for
+from tests.helpers import busybox_manifest, wait_for
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 TEN_YEARS = "3650d"
@@ -62,8 +62,8 @@ def test_clock_jumps(tmp_path, containerd, runtime, scale, figures):
     agent = ChaosAgent(tmp_path, containerd.endpoint, figures, healthz=True)
     agent.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": str(clock), "FAKETIME_CACHE_DURATION": "1",
                  "DONT_FAKE_MONOTONIC": "1"}
-    agent.write_manifest("crasher.yaml", busybox_pod("crasher", "exit 1"))
-    agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
+    agent.write_manifest("crasher.yaml", busybox_manifest("crasher", "exit 1"))
+    agent.write_manifest("steady.yaml", busybox_manifest("steady", "exec sleep 3600"))
     crasher, steady = uid_of(agent, "crasher"), uid_of(agent, "steady")
     sampler = CreatedTimes(runtime, crasher)
     window = scale.clock_window_s

@@ -1,10 +1,13 @@
-"""Damage to every kind of file the agent keeps under root_dir, in standalone and in cluster mode.
+"""Damage to every kind of file the agent keeps under root_dir and pod_logs_dir, in standalone and in cluster mode.
 
 The agent runs its pods, is killed with SIGKILL, and one file of every kind it wrote (status checkpoints,
-etc-hosts, termination-message files, container logs, the lock, and in cluster mode the pod cache, its state
-and the object store) is damaged the same way: truncated, garbled, emptied, deleted, or replaced by a checkpoint
-whose checksum is valid but whose content is wrong. The agent must start, report each damaged checkpoint once,
-restart no container, converge (pods running, statuses written again) and leave no damaged checkpoint in place.
+etc-hosts, termination-message files, the lock, in cluster mode the pod cache, its state and the object store,
+and each container's log under pod_logs_dir) is damaged the same way: truncated, garbled, emptied, deleted, or
+replaced by a checkpoint whose checksum is valid but whose content is wrong; a link to a log that never existed
+is left in container_logs_dir. The agent must start, report each damaged checkpoint once, restart no container,
+converge (pods running, statuses written again) and leave no damaged checkpoint in place. `edgelet logs` of a
+damaged log prints what is still readable of it (a truncated line as far as it goes, nothing of a file that
+holds no CRI log line), or for a deleted one a one-line error, never a traceback.
 Files a running container has mounted (etc-hosts, the termination-message file) are damaged in place, so that
 container sees the damage until its next start; the agent writes them afresh for every container it starts.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -20,8 +24,8 @@ import pytest
 
 from edgelet.util import checkpoint
 from tests.chaos.harness import ChaosAgent, Runtime, checkpoint_kind, checkpoint_problem
-from tests.integration.agent_harness import busybox_pod, wait_for
-from tests.integration.test_cluster import CLUSTER_TOML, api_pod, running_in_api
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.cluster_harness import CLUSTER_TOML, api_pod, running_in_api
 from tests.kubeapi_double import ApiServerDouble
 
 SEED = 10_7777
@@ -36,12 +40,52 @@ def file_kind(root: Path, path: Path) -> str:
     return _VARIABLE.sub("*", str(path.relative_to(root)))
 
 
-def pick_files(root: Path, rng: random.Random) -> dict[str, Path]:
+def pick_files(base: Path, roots: tuple[Path, ...], rng: random.Random) -> dict[str, Path]:
     by_kind: dict[str, list[Path]] = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink() and f"/{checkpoint.CORRUPT_DIR}/" not in str(path):
-            by_kind.setdefault(file_kind(root, path), []).append(path)
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink() and f"/{checkpoint.CORRUPT_DIR}/" not in str(path):
+                by_kind.setdefault(file_kind(base, path), []).append(path)
     return {kind: rng.choice(paths) for kind, paths in sorted(by_kind.items())}
+
+
+def logs_command(agent: ChaosAgent, path: Path) -> tuple[str, ...] | None:
+    """`edgelet logs` of the container whose log `path` is (<pod_logs_dir>/<namespace>_<pod>_<uid>/<container>/
+    <restart>.log, rotated ones beside it); None for any other file."""
+    try:
+        pod_dir, container, _ = path.relative_to(agent.pod_logs_dir).parts
+    except ValueError:
+        return None
+    namespace, pod, _ = pod_dir.split("_")
+    return "logs", "-n", namespace, pod, "-c", container
+
+
+def plant_dangling_link(agent: ChaosAgent, rng: random.Random) -> None:
+    """A link in container_logs_dir, named as the agent names them, to a log of a container that never was (what a
+    crash between a pod's removal and its links' leaves)."""
+    container_id = f"{rng.getrandbits(256):064x}"
+    link = agent.container_logs_dir / f"ghost_default_main-{container_id}.log"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(agent.pod_logs_dir / f"default_ghost_{container_id[:8]}" / "main" / "0.log")
+
+
+def logs_problem(mode: str, before: str, after: subprocess.CompletedProcess) -> str | None:
+    """What is wrong with `edgelet logs` of a log damaged by `mode`, given what it printed before; None if right."""
+    if "Traceback" in after.stderr:
+        return "a traceback"
+    if after.returncode != 0:
+        error = after.stderr.strip()
+        if mode == "delete" and error and "\n" not in error and "no logs" in error:
+            return None
+        return f"exit {after.returncode}: {error[-200:]!r}"
+    if mode == "delete":
+        return f"printed {after.stdout[:80]!r} for a deleted log"
+    lines, was = after.stdout.splitlines(), before.splitlines()
+    if mode in ("empty", "wrong-content") and lines:
+        return f"printed {after.stdout[:80]!r} from a file with no CRI log line"
+    if mode == "truncate" and (len(lines) > len(was) or not all(b.startswith(a) for a, b in zip(lines, was))):
+        return f"printed {after.stdout[:80]!r}, not the readable part of {before[:80]!r}"
+    return None
 
 
 def damage(path: Path, mode: str, rng: random.Random) -> None:
@@ -99,20 +143,23 @@ def run_damage_rounds(agent: ChaosAgent, runtime: Runtime, figures, rng: random.
                       converged, modes: tuple[str, ...]) -> list[str]:
     """Every mode once: damage one file of each kind, restart, check; returns the failures."""
     failures: list[str] = []
-    cases = kinds = 0
+    cases = kinds = log_cases = 0
     for mode in modes:
         agent.kill9()
         running_before = container_ids(runtime)
-        picked = pick_files(agent.root_dir, rng)
+        picked = pick_files(agent.workdir, (agent.root_dir, agent.pod_logs_dir), rng)
+        logs_before = {path: (command, agent.cli(*command).stdout) for path in picked.values()
+                       if (command := logs_command(agent, path))}
         for path in picked.values():
             damage(path, mode, rng)
+        plant_dangling_link(agent, rng)
         cases += len(picked)
         kinds = max(kinds, len(picked))
         offset = agent.log_size()
         agent.start()
         try:
             # The agent reads its files first; only then may `edgelet pods` (a reader of the status files) look.
-            wait_for(lambda: "container runtime ready" in agent.log_since(offset) or not agent.alive(),
+            wait_for(lambda offset=offset: "container runtime ready" in agent.log_since(offset) or not agent.alive(),
                      CONVERGE_TIMEOUT_S, what=f"the agent's start after {mode}")
             wait_for(converged, CONVERGE_TIMEOUT_S, interval=0.3, what=f"convergence after {mode}")
         except AssertionError as err:
@@ -133,16 +180,22 @@ def run_damage_rounds(agent: ChaosAgent, runtime: Runtime, figures, rng: random.
                 if reports != 1:
                     failures.append(f"{mode} {kind}: reported {reports} times, not once")
         failures += [f"{mode}: left damaged: {bad}" for bad in intact_checkpoints(agent.root_dir)]
+        for path, (command, before) in logs_before.items():
+            if problem := logs_problem(mode, before, agent.cli(*command)):
+                failures.append(f"{mode}: edgelet {' '.join(command)} ({path.name}): {problem}")
+        log_cases += len(logs_before)  # none after "delete": running containers write to the deleted files
+    if not log_cases:
+        failures.append(f"no container log under {agent.pod_logs_dir} was damaged")
     figures.add("damage_cases", cases)
     figures.add("damage_failures", len(failures))
-    figures.note(f"damage {mode_name}: seed={SEED} kinds={kinds} "
-                 f"cases={cases} failures={len(failures)}" + "".join(f"\n    {f[:160]}" for f in failures))
+    figures.note(f"damage {mode_name}: seed={SEED} kinds={kinds} cases={cases} log_cases={log_cases} "
+                 f"failures={len(failures)}" + "".join(f"\n    {f[:160]}" for f in failures))
     return failures
 
 
 def _write_standalone_pods(agent: ChaosAgent) -> None:
-    agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
-    agent.write_manifest("netpod.yaml", busybox_pod("netpod", "echo hello; exec sleep 3600", host_network=False))
+    agent.write_manifest("steady.yaml", busybox_manifest("steady", "exec sleep 3600"))
+    agent.write_manifest("netpod.yaml", busybox_manifest("netpod", "echo hello; exec sleep 3600", host_network=False))
     agent.write_manifest("config.yaml", """\
         apiVersion: v1
         kind: ConfigMap
@@ -183,7 +236,8 @@ def test_damage_standalone(tmp_path, containerd, runtime, scale, figures):
     def converged() -> bool:
         pods = agent.pods()
         return agent.alive() and all(
-            (pod := pods.get(f"{name}-{agent.node_name}")) and pod["status"].get("phase") == "Running" for name in names)
+            (pod := pods.get(f"{name}-{agent.node_name}")) and pod["status"].get("phase") == "Running" for name
+            in names)
 
     failures = damage_once_converged(agent, runtime, figures, rng, "standalone", converged, scale.damage_modes)
     assert not failures, "\n".join(failures)
@@ -194,15 +248,18 @@ def test_damage_cluster(tmp_path, containerd, runtime, scale, figures):
     rng = random.Random(SEED + 1)
     with ApiServerDouble(bookmark_interval=0.5) as api:
         kubeconfig = api.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        agent = ChaosAgent(tmp_path, containerd.endpoint, figures, extra_toml=CLUSTER_TOML.format(kubeconfig=kubeconfig))
-        api.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"},
+        agent = ChaosAgent(tmp_path, containerd.endpoint, figures,
+                           extra_toml=CLUSTER_TOML.format(kubeconfig=kubeconfig))
+        api.create("configmaps",
+                   {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"},
                                   "data": {"greeting": "hello"}})
-        api.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token", "namespace": "default"},
+        api.create("secrets",
+                   {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token", "namespace": "default"},
                                "data": {"token": "c2VjcmV0"}})
         api.create("pods", api_pod("apipod", volumes=[{"name": "settings", "configMap": {"name": "settings"}},
                                                       {"name": "token", "secret": {"secretName": "token"}}]))
         api.create("pods", api_pod("plain"))
-        agent.write_manifest("static.yaml", busybox_pod("static", "exec sleep 3600"))
+        agent.write_manifest("static.yaml", busybox_manifest("static", "exec sleep 3600"))
 
         def converged() -> bool:
             if not agent.alive() or not all(running_in_api(api, name) for name in ("apipod", "plain")):

@@ -13,10 +13,11 @@ import time
 
 import pytest
 
-from edgelet.util import checkpoint
 from edgelet.podconfig.manifest import load_manifest_file
+from edgelet.util import checkpoint
 from tests.chaos.harness import ChaosAgent, checkpoint_problem
-from tests.integration.agent_harness import busybox_pod, unmount_under, wait_for
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import unmount_under
 
 TMPFS_SIZE = "16m"
 FULL_FOR_S = 8.0
@@ -57,13 +58,14 @@ def half_written(root) -> list[str]:
 def test_full_disk(tmp_path, containerd, runtime, figures):
     agent = ChaosAgent(tmp_path, containerd.endpoint, figures)
     agent.root_dir.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0755", "tmpfs", str(agent.root_dir)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0755", "tmpfs", str(agent.root_dir)],
+                   check=True)
     failures: list[str] = []
     filled = log_lines = 0
     resumed_s = 0.0
     try:
-        agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
-        agent.write_manifest("crasher.yaml", busybox_pod("crasher", "echo crash; sleep 1; exit 1"))
+        agent.write_manifest("steady.yaml", busybox_manifest("steady", "exec sleep 3600"))
+        agent.write_manifest("crasher.yaml", busybox_manifest("crasher", "echo crash; sleep 1; exit 1"))
         steady = load_manifest_file(str(agent.manifest_dir / "steady.yaml"), agent.node_name).pods[0]["metadata"]["uid"]
         agent.start()
         wait_for(lambda: runtime.view().running(steady), 60, what="the steady pod running")
@@ -71,7 +73,7 @@ def test_full_disk(tmp_path, containerd, runtime, figures):
         offset = agent.log_size()
 
         filled = fill(agent.root_dir)
-        agent.write_manifest("latecomer.yaml", busybox_pod("latecomer", "exec sleep 3600"))
+        agent.write_manifest("latecomer.yaml", busybox_manifest("latecomer", "exec sleep 3600"))
         time.sleep(FULL_FOR_S)
         if not agent.alive():
             failures.append("the agent exited on a full disk")

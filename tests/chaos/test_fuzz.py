@@ -20,13 +20,23 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from edgelet import config as edgelet_config
-from edgelet.util.errors import EdgeletError
-from edgelet.kubeapi.objects import cleaned
 from edgelet.api.objectstore import InvalidObjectError, validate_object
+from edgelet.kubeapi.objects import cleaned
 from edgelet.podconfig.apiserver import pod_problem
 from edgelet.podconfig.manifest import parse_manifest
-from tests.chaos.fuzzing import (WILD, Outcome, bombs, configmap_dicts, exercise_pod, garble, mutate, pod_dicts,
-                                 run_case, serialize)
+from edgelet.util.errors import EdgeletError
+from tests.chaos.fuzzing import (
+    WILD,
+    Outcome,
+    bombs,
+    configmap_dicts,
+    exercise_pod,
+    garble,
+    mutate,
+    pod_dicts,
+    run_case,
+    serialize,
+)
 from tests.integration.agent_harness import REPO
 
 SEED = 10_4242
@@ -80,17 +90,23 @@ def valid_pods() -> list[dict]:
     """Valid manifests to mutate: the examples plus one busybox pod with most features."""
     pods = []
     for path in sorted((REPO / "examples" / "manifests").glob("*.yaml")):
-        pods += [doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict) and doc.get("kind") == "Pod"]
+        pods += [doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc,
+                                                                                   dict) and doc.get("kind") == "Pod"]
     pods.append({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "full", "labels": {"app": "x"}, "annotations": {"a": "b"}},
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "full", "labels": {"app": "x"}, "annotations": {"a": "b"}},
         "spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 5, "activeDeadlineSeconds": 600,
                  "hostNetwork": True, "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}},
-                                                  {"name": "cfg", "configMap": {"name": "cfg", "items": [{"key": "k", "path": "p"}]}}],
+                                                  {"name": "cfg",
+                                                   "configMap": {"name": "cfg", "items": [{"key": "k", "path": "p"}]}}],
                  "securityContext": {"runAsUser": 1000, "fsGroup": 2000},
-                 "containers": [{"name": "main", "image": "docker.io/library/busybox:local", "command": ["sh", "-c", "sleep 1"],
-                                 "env": [{"name": "A", "value": "1"}, {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                 "containers": [{"name": "main", "image": "docker.io/library/busybox:local",
+                                 "command": ["sh", "-c", "sleep 1"],
+                                 "env": [{"name": "A", "value": "1"},
+                                         {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                                  "ports": [{"containerPort": 80, "hostPort": 8080}],
-                                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}, "requests": {"cpu": "100m"}},
+                                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"},
+                                               "requests": {"cpu": "100m"}},
                                  "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
                                  "livenessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 5},
                                  "readinessProbe": {"httpGet": {"port": 80, "path": "/"}},
@@ -199,7 +215,8 @@ def config_case(label: str, text: str | bytes, path: Path, *, whole_document: bo
             well_formed = True
         except (ValueError, RecursionError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
             pass
-    outcome = run_case(label, lambda: edgelet_config.load_config(str(path)), names=str(path), field_expected=well_formed)
+    outcome = run_case(label, lambda: edgelet_config.load_config(str(path)), names=str(path),
+                       field_expected=well_formed)
     if must_refuse and not outcome.failure:
         try:
             edgelet_config.load_config(str(path))
@@ -235,10 +252,12 @@ def test_fuzz_config_files(tmp_path, scale, figures, capped_memory):
 
     one_case()
     deep = 10_000
-    fixed = [("deep array", "x = " + "[" * deep + "]" * deep), ("deep inline table", "x = " + "{a = " * deep + "1" + "}" * deep),
+    fixed = [("deep array", "x = " + "[" * deep + "]" * deep),
+             ("deep inline table", "x = " + "{a = " * deep + "1" + "}" * deep),
              ("deep dotted key", ".".join(["a"] * deep) + " = 1"), ("huge integer", "node_name = 1" + "0" * 5000),
              ("many sections", "\n".join(f"[s{i}]" for i in range(10_000))), ("not UTF-8", b"node_name = \"\xff\""),
-             ("NUL byte", b"node_name = \"a\"\x00"), ("empty", ""), ("one MB value", f'node_name = "{"n" * 1_000_000}"')]
+             ("NUL byte", b"node_name = \"a\"\x00"), ("empty", ""),
+             ("one MB value", f'node_name = "{"n" * 1_000_000}"')]
     for label, text in fixed:
         outcomes.append(config_case(label, text, tmp_path / f"{label.replace(' ', '-')}.toml", whole_document=True))
     for key, text in MUST_REFUSE:

@@ -17,9 +17,9 @@ import pytest
 
 from edgelet.podconfig.manifest import load_manifest_file
 from tests.chaos.fuzzing import _alias_bomb
-from tests.chaos.harness import ChaosAgent, Runtime
-from tests.integration.agent_harness import busybox_pod, wait_for
-from tests.integration.test_cluster import CLUSTER_TOML, api_pod, running_in_api
+from tests.chaos.harness import ChaosAgent
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.cluster_harness import CLUSTER_TOML, api_pod, running_in_api
 from tests.kubeapi_double import ApiServerDouble
 
 RSS_GOAL_MB = 100
@@ -68,14 +68,14 @@ def record(figures, what: str, cases: int, failures: list[str]) -> None:
 def test_hostile_manifest_directory(tmp_path, containerd, runtime, figures):
     agent = ChaosAgent(tmp_path, containerd.endpoint, figures, healthz=True)
     manifests = agent.manifest_dir
-    agent.write_manifest("good.yaml", busybox_pod("good", "exec sleep 3600"))
+    agent.write_manifest("good.yaml", busybox_manifest("good", "exec sleep 3600"))
     bad = {
         "alias-bomb.yaml": _alias_bomb(9, 9),
         "deep.json": b"[" * 10_000 + b"]" * 10_000,
         "huge-deadline.json": _pod_json("deadline", activeDeadlineSeconds=2**70).encode(),
         "huge-grace.json": _pod_json("grace", terminationGracePeriodSeconds=2**64).encode(),
         "huge-field.json": _pod_json("n" * 1_000_000).encode(),
-        "zz-same-name.yaml": busybox_pod("good", "echo impostor; exec sleep 3600").encode(),
+        "zz-same-name.yaml": busybox_manifest("good", "echo impostor; exec sleep 3600").encode(),
     }
     for name, data in bad.items():
         (manifests / name).write_bytes(data)
@@ -94,7 +94,7 @@ def test_hostile_manifest_directory(tmp_path, containerd, runtime, figures):
         except AssertionError as err:
             failures.append(str(err)[-200:])
         time.sleep(SETTLE_S)
-        agent.write_manifest("later.yaml", busybox_pod("later", "exec sleep 3600"))
+        agent.write_manifest("later.yaml", busybox_manifest("later", "exec sleep 3600"))
         later_uid = load_manifest_file(str(manifests / "later.yaml"), agent.node_name).pods[0]["metadata"]["uid"]
         try:
             wait_for(lambda: runtime.view().all_running({later_uid}), 30, what="a pod added later running")
@@ -129,7 +129,8 @@ def test_hostile_api_objects(tmp_path, containerd, runtime, figures):
             "grace": {"terminationGracePeriodSeconds": -2**63},
             "runas": {"securityContext": {"runAsUser": 2**63 - 1}},
             "deep": {"nodeSelector": {"x": json.loads("[" * 200 + "]" * 200)}},
-            "wrongtypes": {"containers": [{"name": "main", "image": 5, "command": "not a list", "ports": [{"containerPort": "x"}]}]},
+            "wrongtypes": {"containers": [{"name": "main", "image": 5, "command": "not a list",
+                                           "ports": [{"containerPort": "x"}]}]},
         }
         for name, fields in hostile.items():
             pod = api_pod(name)
@@ -137,7 +138,8 @@ def test_hostile_api_objects(tmp_path, containerd, runtime, figures):
             api.create("pods", pod)
         api.create("pods", {**api_pod("biglabel"), "metadata": {"name": "biglabel", "namespace": "default",
                                                                "labels": {"x": "v" * 1_000_000}}})
-        api.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "weird", "namespace": "default"},
+        api.create("configmaps",
+                   {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "weird", "namespace": "default"},
                                   "data": {"k": 5, "../x": "y"}})
         api.create("pods", api_pod("usesweird", volumes=[{"name": "weird", "configMap": {"name": "weird"}}]))
         try:

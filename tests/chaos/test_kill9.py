@@ -19,7 +19,7 @@ import pytest
 
 from edgelet.podconfig.manifest import load_manifest_file
 from tests.chaos.harness import ChaosAgent, Runtime, RuntimeView, percentile
-from tests.integration.agent_harness import busybox_pod
+from tests.helpers import busybox_manifest
 
 SEED = 10_9001
 MAX_BATCH = 2
@@ -43,7 +43,7 @@ class Churn:
             return set(self.uids.values())
 
     def _write(self, name: str, version: int) -> None:
-        path = self.agent.write_manifest(f"{name}.yaml", busybox_pod(name, f"exec sleep 3600 # version {version}"))
+        path = self.agent.write_manifest(f"{name}.yaml", busybox_manifest(name, f"exec sleep 3600 # version {version}"))
         uid = load_manifest_file(os.path.join(str(self.agent.manifest_dir), path.name),
                                  self.agent.node_name).pods[0]["metadata"]["uid"]
         with self.lock:

@@ -23,7 +23,8 @@ MAX_STEPS = 400
 
 def cut(writer: str, directory: str, kill_step: int) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "tests.chaos.power_cut_child", writer, directory, "new", str(kill_step)],
+    return subprocess.run([sys.executable, "-m", "tests.chaos.power_cut_child", writer, directory, "new",
+                           str(kill_step)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -43,7 +44,8 @@ def reads_as_one_version(writer: str, seen: object, old: object, new: object) ->
         return seen in (old, new)
     # Between the ..data swap and the new top-level links a file the new version adds is not visible yet (the
     # kubelet's writer has the same window; the next sync adds it). What is visible must be one version, whole.
-    return "same" in seen and any(all(version.get(name) == data for name, data in seen.items()) for version in (old, new))
+    return "same" in seen and any(all(version.get(name) == data for name, data in seen.items()) for version in (old,
+                                                                                                                new))
 
 
 @pytest.mark.parametrize("writer", WRITERS)

@@ -9,8 +9,8 @@ time from containerd answering again until every pod runs again. Goal: p95 <= 10
 from __future__ import annotations
 
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from edgelet.podconfig.manifest import load_manifest_file
-from tests.chaos.harness import ChaosAgent, Runtime, percentile
+from tests.chaos.harness import ChaosAgent, percentile
 from tests.conftest import LOCAL_CONTAINERD, _wait_until_ready
-from tests.integration.agent_harness import busybox_pod, wait_for
+from tests.helpers import busybox_manifest, wait_for
 
 RECOVER_GOAL_S = 10.0
 UNHEALTHY_TIMEOUT_S = 20.0
@@ -69,9 +69,9 @@ def manifest_uids(agent: ChaosAgent) -> set[str]:
 def test_runtime_loss(tmp_path, containerd, runtime, scale, figures):
     agent = ChaosAgent(tmp_path, containerd.endpoint, figures, healthz=True)
     agent.set_backoff("10s", "300s")
-    agent.write_manifest("host-a.yaml", busybox_pod("host-a", "exec sleep 3600"))
-    agent.write_manifest("host-b.yaml", busybox_pod("host-b", "exec sleep 3600"))
-    agent.write_manifest("podnet.yaml", busybox_pod("podnet", "exec sleep 3600", host_network=False))
+    agent.write_manifest("host-a.yaml", busybox_manifest("host-a", "exec sleep 3600"))
+    agent.write_manifest("host-b.yaml", busybox_manifest("host-b", "exec sleep 3600"))
+    agent.write_manifest("podnet.yaml", busybox_manifest("podnet", "exec sleep 3600", host_network=False))
     wanted = manifest_uids(agent)
     recover_times: list[float] = []
     unhealthy_after: list[float] = []

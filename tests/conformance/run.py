@@ -28,7 +28,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from tests.e2e.conftest import loopback_node_name
-from tests.integration.agent_harness import free_port, wait_for
+from tests.helpers import wait_for
+from tests.integration.agent_harness import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 HACK = REPO / "hack"

@@ -17,13 +17,15 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from tests.integration.agent_harness import AgentProcess, free_port, unmount_under, wait_for
+from tests.helpers import wait_for
+from tests.integration.agent_harness import AgentProcess, free_port, unmount_under
 from tests.runtime_cleanup import empty_runtime_at
 
 REPO = Path(__file__).resolve().parents[2]

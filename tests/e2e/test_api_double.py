@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import ssl
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from edgelet.kubeapi import ApiClient, Forbidden, Gone, Invalid, NotFound, ServerError, Unauthorized
-from tests.integration.agent_harness import wait_for
+from tests.helpers import wait_for
 from tests.kubeapi_double import ApiServerDouble
 
 pytestmark = pytest.mark.containerd
@@ -128,7 +129,8 @@ async def test_container_statuses_are_replaced_whole(api: ApiUnderTest) -> None:
     await api.node.patch(path, {"status": {"containerStatuses": first}})
     patched = await api.node.patch(path, {"metadata": {"uid": created["metadata"]["uid"]},
                                           "status": {"containerStatuses": [container_status(True, 1)]}})
-    assert [(s["name"], s["ready"], s["restartCount"]) for s in patched["status"]["containerStatuses"]] == [("c", True, 1)]
+    assert [(s["name"], s["ready"], s["restartCount"]) for s in patched["status"]["containerStatuses"]] == [("c", True,
+                                                                                                             1)]
 
 
 async def test_an_element_order_for_container_statuses_fails_the_request(api: ApiUnderTest) -> None:

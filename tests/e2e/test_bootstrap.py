@@ -22,10 +22,18 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import (
-    ControlPlane, Kubectl, condition, free_port, loopback_node_name, now, pod_phase,
-    running_control_plane, wait_pod,
+    ControlPlane,
+    Kubectl,
+    condition,
+    free_port,
+    loopback_node_name,
+    now,
+    pod_phase,
+    running_control_plane,
+    wait_pod,
 )
-from tests.integration.agent_harness import AgentProcess, busybox_pod, is_running, unmount_under, wait_for
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import AgentProcess, is_running, unmount_under
 from tests.runtime_cleanup import empty_runtime_at
 
 pytestmark = pytest.mark.containerd
@@ -311,7 +319,8 @@ def test_rotation_keeps_the_node_ready(short_cert_plane, agents):
 
     # Past the first certificate's end, the node lives on the new one: Ready, Lease renewed, the pod watch
     # still delivering (a pod created now is started), and the pod source never lost its watch.
-    wait_for(lambda: now() > first_expiry + 3, first_expiry - now() + 10, interval=0.5, what="the old certificate's end")
+    wait_for(lambda: now() > first_expiry + 3, first_expiry - now() + 10, interval=0.5,
+             what="the old certificate's end")
     log_mark = len(agent.log_text())
     renew = kubectl.get("lease", agent.node_name, "kube-node-lease")["spec"]["renewTime"]
     wait_for(lambda: kubectl.get("lease", agent.node_name, "kube-node-lease")["spec"]["renewTime"] != renew,
@@ -341,7 +350,7 @@ def _store_expired_certificate(plane: ControlPlane, agent: AgentProcess) -> None
     ca_key = serialization.load_pem_private_key((plane.dir / "pki" / "ca.key").read_bytes(), None)
     ca = x509.load_pem_x509_certificate((plane.dir / "pki" / "ca.crt").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
                          x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{agent.node_name}")])
     cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca.subject).public_key(key.public_key())
@@ -363,7 +372,7 @@ def test_expired_certificate_offline_keeps_pods_and_bootstraps_when_the_api_retu
         agent = agents("boot-expired", join_toml(plane, token, ca_file=plane.dir / "pki" / "ca.crt"), kubectl,
                        start=False)
         _store_expired_certificate(plane, agent)
-        agent.write_manifest("local.yaml", busybox_pod("local", "sleep 3600"))
+        agent.write_manifest("local.yaml", busybox_manifest("local", "sleep 3600"))
         agent.start()
         # No API server and no valid certificate: the local pod runs all the same.
         wait_for(lambda: is_running(agent.pod("local")), 60, interval=0.3, what="the local pod running offline")

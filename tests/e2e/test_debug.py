@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import container_status, pod_phase, wait_pod
-from tests.e2e.test_pods import IMAGE, pod_manifest
+from tests.e2e.harness import IMAGE, pod_manifest
 
 pytestmark = pytest.mark.containerd
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.e2e.conftest import condition, pod_phase, wait_pod
-from tests.integration.agent_harness import wait_for
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.containerd
 

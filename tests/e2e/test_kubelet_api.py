@@ -7,18 +7,11 @@ apiserver answers that upgrade itself and speaks SPDY to the kubelet API, so the
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
 import re
-import select
-import signal
 import socket
 import ssl
-import struct
 import subprocess
-import termios
 import time
 import urllib.error
 import urllib.parse
@@ -27,8 +20,9 @@ import urllib.request
 import pytest
 
 from tests.e2e.conftest import PROMETHEUS_PACKAGE, archive_binary, free_port
-from tests.e2e.test_pods import pod_manifest
-from tests.integration.agent_harness import is_running, port_open, wait_for
+from tests.e2e.harness import Background, download_mb_s, on_terminal, pod_manifest, run_pod
+from tests.helpers import wait_for
+from tests.integration.agent_harness import port_open
 
 pytestmark = pytest.mark.containerd
 
@@ -39,9 +33,6 @@ def node(node_ready, control_plane):
     return node_ready
 
 
-def run_pod(kubectl, agent, name: str, command: str, **kwargs) -> None:
-    kubectl.apply(pod_manifest(name, agent.node_name, command, **kwargs))
-    wait_for(lambda: is_running(agent.pods().get(name)), 60, interval=0.3, what=f"pod {name} running")
 
 
 def logs(kubectl, *args: str) -> str:
@@ -49,38 +40,6 @@ def logs(kubectl, *args: str) -> str:
 
 
 
-class Background:
-    """A kubectl that keeps running (logs -f, attach, port-forward), read as it writes, stopped at the end."""
-
-    def __init__(self, kubectl, *args: str):
-        self.proc = subprocess.Popen(kubectl.command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL)
-        self._pending = b""
-
-    def read_until(self, needle: str, timeout: float = 30) -> str:
-        """Output up to and including `needle` (the rest is kept for the next call)."""
-        wanted = needle.encode()
-        deadline = time.monotonic() + timeout
-        while wanted not in self._pending:
-            left = deadline - time.monotonic()
-            if left <= 0 or self.proc.poll() is not None:
-                stderr = self.proc.stderr.read().decode() if self.proc.poll() is not None else ""
-                raise AssertionError(f"{needle!r} not seen; got {self._pending!r}; stderr {stderr!r}")
-            ready, _, _ = select.select([self.proc.stdout], [], [], min(left, 0.5))
-            if ready:
-                self._pending += os.read(self.proc.stdout.fileno(), 65536)
-        end = self._pending.index(wanted) + len(wanted)
-        seen, self._pending = self._pending[:end], self._pending[end:]
-        return seen.decode()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 # -- logs --------------------------------------------------------------------------------------------
@@ -122,28 +81,6 @@ def test_kubectl_logs_previous_and_follow(node, kubectl):
 
 # -- exec and attach ---------------------------------------------------------------------------------
 
-def on_terminal(kubectl, *args: str, rows: int = 30, columns: int = 100) -> tuple[str, int]:
-    """kubectl run on a pseudo-terminal of the given size: (everything it printed, exit code)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    proc = subprocess.Popen(kubectl.command(*args), stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
-    os.close(slave)
-    output = b""
-    try:
-        while True:
-            ready, _, _ = select.select([master], [], [], 30)
-            if not ready:
-                break
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # the terminal closed with the process
-                break
-            if not chunk:
-                break
-            output += chunk
-        return output.decode(errors="replace"), proc.wait(30)
-    finally:
-        os.close(master)
 
 def test_kubectl_exec_with_stdin_tty_and_exit_codes(node, kubectl, audit):
     pod = "shell"
@@ -336,14 +273,6 @@ def test_kubectl_logs_of_a_10_mib_log(node, kubectl):
     print(f"\nkubectl logs, 10 MiB: best {min(timings):.2f} s of 3")
 
 
-def _download_mb_s(url: str, size: int) -> float:
-    started = time.monotonic()
-    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=60) as reply:
-        got = 0
-        while chunk := reply.read(1 << 20):
-            got += len(chunk)
-    assert got == size
-    return size / (1 << 20) / (time.monotonic() - started)
 
 
 def test_port_forward_throughput_against_a_direct_connection(node, kubectl, control_plane):
@@ -358,8 +287,8 @@ def test_port_forward_throughput_against_a_direct_connection(node, kubectl, cont
         forward.read_until("Forwarding from 127.0.0.1")
         direct, forwarded = [], []
         for _ in range(3):
-            direct.append(_download_mb_s(f"http://127.0.0.1:{port}/big", size_mb << 20))
-            forwarded.append(_download_mb_s(f"http://127.0.0.1:{local}/big", size_mb << 20))
+            direct.append(download_mb_s(f"http://127.0.0.1:{port}/big", size_mb << 20))
+            forwarded.append(download_mb_s(f"http://127.0.0.1:{local}/big", size_mb << 20))
     finally:
         forward.stop()
     print(f"\nport-forward of {size_mb} MiB, best of 3: direct {max(direct):.0f} MB/s, "

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import LEASE_DURATION_S, condition
-from tests.integration.agent_harness import wait_for
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.containerd
 
@@ -37,7 +37,7 @@ def test_node_registers_ready_with_lease_and_status(cluster_agent, control_plane
     assert lease["spec"]["holderIdentity"] == node
     assert lease["spec"]["leaseDurationSeconds"] == LEASE_DURATION_S
     # Owned by the Node (deleting the Node deletes its Lease); set on a renewal once the Node's uid is known.
-    lease = wait_for(lambda: (lambda l: l if l["metadata"].get("ownerReferences") else None)(
+    lease = wait_for(lambda: (lambda got: got if got["metadata"].get("ownerReferences") else None)(
         kubectl.get("lease", node, "kube-node-lease")), LEASE_DURATION_S, interval=0.3, what="the Lease's owner")
     owner = lease["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", node, ready["metadata"]["uid"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import condition, container_status, pod_phase, wait_pod
-from tests.integration.agent_harness import wait_for
+from tests.helpers import wait_for
 from tests.logind_double import LogindDouble
 
 pytestmark = pytest.mark.containerd

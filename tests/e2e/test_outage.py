@@ -10,14 +10,13 @@ import ssl
 import threading
 import time
 import urllib.parse
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from tests.e2e.conftest import (NODE_MONITOR_GRACE, TOLERATION_SECONDS, condition, container_status, pod_phase,
-                               wait_pod)
-from tests.e2e.test_pods import pod_manifest
-from tests.integration.agent_harness import wait_for
+from tests.e2e.conftest import NODE_MONITOR_GRACE, TOLERATION_SECONDS, condition, container_status, pod_phase, wait_pod
+from tests.e2e.harness import pod_manifest
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.containerd
 
@@ -155,7 +154,7 @@ class AnchorNode:
 
 
 def _rfc3339(micro: bool = False) -> str:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 

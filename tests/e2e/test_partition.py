@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import condition
-from tests.integration.agent_harness import wait_for
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.containerd
 

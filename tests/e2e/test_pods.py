@@ -13,21 +13,13 @@ import time
 import pytest
 
 from tests.e2e.conftest import condition, container_status, pod_phase, wait_pod
-from tests.integration.agent_harness import wait_for
+from tests.e2e.harness import IMAGE, pod_manifest
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.containerd
 
-IMAGE = "docker.io/library/busybox:local"
 
 
-def pod_manifest(name: str, node: str, command: str, *, restart_policy: str = "Always", grace: int = 2,
-                 extra_spec: dict | None = None, container: dict | None = None) -> str:
-    main = {"name": "main", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", command]}
-    main.update(container or {})
-    spec = {"nodeName": node, "hostNetwork": True, "restartPolicy": restart_policy,
-            "terminationGracePeriodSeconds": grace, "containers": [main]}
-    spec.update(extra_spec or {})
-    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
 
 
 def test_pod_runs_and_readiness_flips_both_ways_within_2s(node_ready, control_plane, kubectl, tmp_path):

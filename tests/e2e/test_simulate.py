@@ -13,8 +13,8 @@ import time
 import pytest
 
 from tests.e2e.conftest import LEASE_DURATION_S, REPO, condition, pod_phase, wait_pod
-from tests.e2e.test_pods import pod_manifest
-from tests.integration.agent_harness import wait_for
+from tests.e2e.harness import pod_manifest
+from tests.helpers import wait_for
 
 NODES = 10
 PREFIX = "sim-"

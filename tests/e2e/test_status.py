@@ -16,8 +16,8 @@ import uuid
 import pytest
 
 from tests.e2e.conftest import condition, container_status, now, pod_phase, wait_pod
-from tests.e2e.test_pods import IMAGE, pod_manifest
-from tests.integration.agent_harness import wait_for
+from tests.e2e.harness import IMAGE, pod_manifest
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.containerd
 

@@ -22,7 +22,8 @@ import pytest
 
 from tests.csi_driver import TOPOLOGY_KEY, read_calls
 from tests.e2e.conftest import Kubectl, container_status, pod_phase, wait_pod
-from tests.integration.agent_harness import REPO, wait_for
+from tests.helpers import wait_for
+from tests.integration.agent_harness import REPO
 from tests.runtime_cleanup import empty_runtime_at
 
 pytestmark = pytest.mark.containerd
@@ -59,7 +60,7 @@ class LocalPathProvisioner:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "LocalPathProvisioner":
+    def __enter__(self) -> LocalPathProvisioner:
         self._thread.start()
         return self
 
@@ -71,7 +72,7 @@ class LocalPathProvisioner:
         while not self._stop.wait(0.3):
             try:
                 self.round()
-            except Exception as e:  # reported by the test; the loop goes on as a controller's would
+            except Exception as e:  # noqa: BLE001 - reported by the test; the loop goes on as a controller's would
                 self.errors.append(str(e))
 
     def round(self) -> None:

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import pod_phase, wait_pod
-from tests.e2e.test_pods import pod_manifest
-from tests.integration.agent_harness import wait_for
+from tests.e2e.harness import pod_manifest
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.containerd
 

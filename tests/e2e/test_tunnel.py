@@ -16,16 +16,24 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 import pytest
 
-from tests.e2e.conftest import (REPO, AuditLog, Kubectl, _cannot_run, loopback_node_name, running_control_plane,
-                                kubelet_serving_cert)
-from tests.e2e.test_kubelet_api import Background, _download_mb_s, on_terminal, run_pod
-from tests.integration.agent_harness import port_open, wait_for
+from tests.e2e.conftest import (
+    REPO,
+    AuditLog,
+    Kubectl,
+    _cannot_run,
+    kubelet_serving_cert,
+    loopback_node_name,
+    running_control_plane,
+)
+from tests.e2e.harness import Background, download_mb_s, on_terminal, run_pod
+from tests.helpers import wait_for
+from tests.integration.agent_harness import port_open
 
 pytestmark = pytest.mark.containerd
 
@@ -71,7 +79,7 @@ class KonnectivityServer:
     def agent_address(self) -> str:
         return f"127.0.0.1:{self.agent_port}"
 
-    def start(self) -> "KonnectivityServer":
+    def start(self) -> KonnectivityServer:
         args = [str(self.binary), "--mode=grpc", f"--uds-name={self.uds}", "--delete-existing-uds-file",
                 "--server-port=0", f"--agent-port={self.agent_port}", "--agent-bind-address=127.0.0.1",
                 f"--health-port={self.health_port}", "--health-bind-address=127.0.0.1",
@@ -236,7 +244,8 @@ def test_kubectl_reaches_the_kubelet_api_only_through_the_tunnel(node, kubectl, 
         follow.stop()
     result = kubectl.run("exec", "shell", "--", "sh", "-c", "echo out; echo err >&2; exit 3", check=False)
     assert (result.returncode, result.stdout) == (3, "out\n") and "err" in result.stderr
-    output, code = on_terminal(kubectl, "exec", "-it", "shell", "--", "sh", "-c", "test -t 1 && sleep 1 && stty size; exit 5")
+    output, code = on_terminal(kubectl, "exec", "-it", "shell", "--", "sh", "-c",
+                               "test -t 1 && sleep 1 && stty size; exit 5")
     assert code == 5 and output.splitlines()[0].strip() == "30 100", repr(output)
     attach = Background(kubectl, "attach", "shell", "-c", "main")
     try:
@@ -268,7 +277,7 @@ def test_kubectl_reaches_the_kubelet_api_only_through_the_tunnel(node, kubectl, 
     forward = Background(kubectl, "port-forward", "pod/bulk", f"{local}:{port}")
     try:
         forward.read_until("Forwarding from 127.0.0.1")
-        rates = [_download_mb_s(f"http://127.0.0.1:{local}/big", size_mb << 20) for _ in range(3)]
+        rates = [download_mb_s(f"http://127.0.0.1:{local}/big", size_mb << 20) for _ in range(3)]
     finally:
         forward.stop()
     print(f"\nthrough konnectivity: kubectl exec -- true median {sorted(times)[2] * 1000:.0f} ms over 5; "

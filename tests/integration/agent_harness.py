@@ -9,22 +9,9 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
-from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def free_port() -> int:
@@ -70,6 +57,9 @@ class AgentProcess:
         self.manifest_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "edgelet.toml"
         self.log_path = workdir / "agent.log"
+        # The kubelet's device plugin and pod resources sockets, in the test's own directory.
+        self.plugin_dir = workdir / "device-plugins"
+        self.pod_resources_socket = workdir / "pod-resources" / "kubelet.sock"
         self.node_name = node_name
         self.config_path.write_text(textwrap.dedent(f"""\
             node_name = "{node_name}"
@@ -92,11 +82,15 @@ class AgentProcess:
 
             [server]
             address = "{server_address}"
+
+            [devices]
+            plugin_dir = "{self.plugin_dir}"
+            pod_resources_socket = "{self.pod_resources_socket}"
             """) + extra_toml + ("" if "[csi]" in extra_toml else NO_PLUGIN_REGISTRY))
         self.proc: subprocess.Popen | None = None
         self.env: dict[str, str] = {}  # added to the agent's environment (e.g. LD_PRELOAD)
 
-    def start(self) -> "AgentProcess":
+    def start(self) -> AgentProcess:
         env = dict(os.environ)
         env.setdefault("PYTHONPATH", str(REPO))
         env.update(self.env)
@@ -156,28 +150,6 @@ class AgentProcess:
         return self.pods().get(f"{name}-{self.node_name}")
 
 
-def busybox_pod(name: str, command: str, *, restart_policy: str = "Always", grace: int = 1,
-                host_network: bool = True, extra_container: str = "", container_field: str = "") -> str:
-    """A busybox pod running `command` in its container `main`; `container_field` is one more field of that
-    container in YAML's flow style (`readinessProbe: {...}`)."""
-    field_line = f"\n              {container_field}" if container_field else ""
-    return f"""\
-        apiVersion: v1
-        kind: Pod
-        metadata:
-          name: {name}
-        spec:
-          hostNetwork: {str(host_network).lower()}
-          restartPolicy: {restart_policy}
-          terminationGracePeriodSeconds: {grace}
-          containers:
-            - name: main
-              image: docker.io/library/busybox:local
-              imagePullPolicy: Never
-              command: ["sh", "-c", {json.dumps(command)}]{field_line}
-        {extra_container}"""
-
-
 def fails_first_run_pod(name: str, first_run: str, later_runs: str) -> str:
     """A pod whose container runs `first_run` and exits 1 once, then runs `later_runs`.
 
@@ -217,3 +189,26 @@ def is_running(pod: dict | None) -> bool:
     return bool(pod) and pod["status"].get("phase") == "Running" and "running" in (
         container_state(pod).get("state") or {}
     )
+
+
+# A pod of two containers for the CLI tests; {ANNOTATIONS} is replaced by a YAML flow mapping.
+TWO_CONTAINERS = """\
+    apiVersion: v1
+    kind: Pod
+    metadata:
+      name: duo
+      labels: {app: duo, tier: edge}
+      annotations: {ANNOTATIONS}
+    spec:
+      hostNetwork: true
+      terminationGracePeriodSeconds: 1
+      containers:
+        - name: first
+          image: docker.io/library/busybox:local
+          imagePullPolicy: Never
+          command: ["sh", "-c", "for i in 1 2 3 4 5; do echo first $i; done; exec sleep 3600"]
+        - name: second
+          image: docker.io/library/busybox:local
+          imagePullPolicy: Never
+          command: ["sh", "-c", "echo second; exec sleep 3600"]
+    """

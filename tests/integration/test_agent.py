@@ -2,41 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import threading
 import time
 
 import pytest
 
-from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.cri.client import RuntimeClient
 from edgelet.container import labels
-
-from tests.integration.agent_harness import (
-    AgentProcess,
-    busybox_pod,
-    container_state,
-    fails_first_run_pod,
-    is_running,
-    wait_for,
-)
+from edgelet.cri import runtime_v1_pb2 as pb
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import AgentProcess, container_state, fails_first_run_pod, is_running
+from tests.integration.cri_harness import SocketProxy, runtime_objects
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
-
-
-def runtime_objects(endpoint: str, pod_uid: str | None = None):
-    """(sandboxes, containers) as CRI lists them, optionally of one pod."""
-
-    async def fetch():
-        async with RuntimeClient(endpoint) as client:
-            selector = {labels.POD_UID: pod_uid} if pod_uid else {}
-            sandboxes = await client.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector))
-            containers = await client.list_containers(pb.ContainerFilter(label_selector=selector))
-            return sandboxes, containers
-
-    return asyncio.run(fetch())
 
 
 @pytest.fixture
@@ -49,7 +26,7 @@ def agent(tmp_path, containerd):
 def test_manifest_becomes_running_pod_and_removal_removes_sandbox(agent, containerd):
     agent.start()
     started = time.monotonic()
-    agent.write_manifest("hello.yaml", busybox_pod("hello", "echo hello from edgelet; exec sleep 3600"))
+    agent.write_manifest("hello.yaml", busybox_manifest("hello", "echo hello from edgelet; exec sleep 3600"))
     pod = wait_for(lambda: (p := agent.pod("hello")) and is_running(p) and p, 60, what="hello Running")
     elapsed = time.monotonic() - started
 
@@ -86,7 +63,7 @@ def test_manifest_becomes_running_pod_and_removal_removes_sandbox(agent, contain
 
 def test_crashing_container_restarts_with_backoff(agent, containerd):
     agent.start()
-    agent.write_manifest("crash.yaml", busybox_pod("crash", "echo crashing; exit 3"))
+    agent.write_manifest("crash.yaml", busybox_manifest("crash", "echo crashing; exit 3"))
 
     def restarted_three_times():
         pod = agent.pod("crash")
@@ -108,7 +85,7 @@ def test_crashing_container_restarts_with_backoff(agent, containerd):
 
 def test_bad_manifest_reported_once_and_others_keep_running(agent, containerd):
     agent.start()
-    agent.write_manifest("good.yaml", busybox_pod("good", "exec sleep 3600"))
+    agent.write_manifest("good.yaml", busybox_manifest("good", "exec sleep 3600"))
     agent.write_manifest("bad.yaml", """\
         apiVersion: v1
         kind: Pod
@@ -130,7 +107,7 @@ def test_bad_manifest_reported_once_and_others_keep_running(agent, containerd):
 
 def test_kill9_then_restart_adopts_running_containers(agent, containerd):
     agent.start()
-    agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
+    agent.write_manifest("steady.yaml", busybox_manifest("steady", "exec sleep 3600"))
     agent.write_manifest("flappy.yaml", fails_first_run_pod("flappy", "true", "exec sleep 3600"))
     steady = wait_for(lambda: (p := agent.pod("steady")) and is_running(p) and p, 60, what="steady Running")
     flappy = wait_for(lambda: (p := agent.pod("flappy")) and is_running(p)
@@ -157,7 +134,7 @@ def test_kill9_then_restart_adopts_running_containers(agent, containerd):
 
 def test_pods_json_is_a_pod_list_and_survives_the_agent(agent, containerd):
     agent.start()
-    agent.write_manifest("listed.yaml", busybox_pod("listed", "exec sleep 3600"))
+    agent.write_manifest("listed.yaml", busybox_manifest("listed", "exec sleep 3600"))
     wait_for(lambda: is_running(agent.pod("listed")), 60, what="listed Running")
     agent.stop()
     result = agent.cli("pods", "-o", "json")
@@ -173,52 +150,11 @@ def test_pods_json_is_a_pod_list_and_survives_the_agent(agent, containerd):
     assert "listed-testnode" in table.stdout and "Running" in table.stdout and "1/1" in table.stdout
 
 
-class SocketProxy:
-    """A unix-socket proxy in front of containerd that the test can take down and bring back."""
-
-    def __init__(self, path: str, target: str):
-        self.path, self.target = path, target
-        self.loop = asyncio.new_event_loop()
-        self.server = None
-        self.conns: set[asyncio.StreamWriter] = set()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-
-    async def _pipe(self, reader, writer):
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def _handle(self, reader, writer):
-        up_reader, up_writer = await asyncio.open_unix_connection(self.target)
-        self.conns.update({writer, up_writer})
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-
-    def up(self):
-        async def start():
-            self.server = await asyncio.start_unix_server(self._handle, self.path)
-        asyncio.run_coroutine_threadsafe(start(), self.loop).result()
-
-    def down(self):
-        async def stop():
-            self.server.close()
-            for writer in list(self.conns):
-                writer.transport.abort()
-            self.conns.clear()
-            if os.path.exists(self.path):
-                os.unlink(self.path)
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result()
-
-
 def test_unreachable_runtime_is_retried_and_recovered(tmp_path, containerd):
     proxy_path = str(tmp_path / "cri.sock")
     proxy = SocketProxy(proxy_path, containerd.socket)
     agent = AgentProcess(tmp_path, f"unix://{proxy_path}")
-    agent.write_manifest("patient.yaml", busybox_pod("patient", "exec sleep 3600"))
+    agent.write_manifest("patient.yaml", busybox_manifest("patient", "exec sleep 3600"))
     try:
         agent.start()  # the runtime is not there yet
         wait_for(lambda: proxy_path in agent.log_text(), 15, what="a message naming the endpoint")
@@ -229,7 +165,7 @@ def test_unreachable_runtime_is_retried_and_recovered(tmp_path, containerd):
         time.sleep(3)
         assert agent.proc.poll() is None, "the agent died while the runtime was away"
         proxy.up()
-        agent.write_manifest("late.yaml", busybox_pod("late", "exec sleep 3600"))
+        agent.write_manifest("late.yaml", busybox_manifest("late", "exec sleep 3600"))
         wait_for(lambda: is_running(agent.pod("late")), 60, what="late Running after recovery")
     finally:
         agent.close()

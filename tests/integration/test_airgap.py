@@ -18,14 +18,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest_registry import base_images, image_config_id, make_image  # noqa: F401  (fixtures)
 
-from edgelet.util.backoff import Backoff
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.airgap import AirgapImages
 from edgelet.images.archive import ArchiveError, index_archive
 from edgelet.images.manager import ImageError, ImageManager
 from edgelet.images.registry import RegistryServer
+from edgelet.util.backoff import Backoff
+from tests.integration.registry_harness import image_config_id, make_image
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -85,7 +85,7 @@ async def test_archive_is_imported_and_runs_without_a_registry(cri, airgap, base
     name = unique_name("app")
     archive = make_image(base_images, tmp_path / "images" / "app.tar", name=name)
     image_id = image_config_id(archive)
-    manager = ImageManager(cri, pull_backoff=Backoff(10, 300), pull_timeout=60, airgap=airgap)
+    manager = ImageManager(cri, pull_backoff=Backoff(10, 300), airgap=airgap)
     try:
         assert await airgap.scan() == ["app.tar"]
         assert airgap.provides(name) and airgap.image_id(name) == image_id

@@ -8,14 +8,16 @@ import logging
 import random
 import statistics
 import time
-from typing import Any, AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
 from edgelet.kubeapi import ApiClient
 from edgelet.podconfig.apiserver import ApiServerSource
 from edgelet.podconfig.config import Op, PodConfig
-from tests.kubeapi_double import ApiServerDouble, eventually
+from tests.helpers import eventually
+from tests.kubeapi_double import ApiServerDouble
 
 NODE = "edge-1"
 TOKEN = "token-that-must-never-be-logged"
@@ -154,7 +156,8 @@ async def test_lists_ask_for_the_watch_cache_as_the_kubelets_reflector_does(api:
 
 
 @pytest.mark.parametrize("break_watch", ["expire", "compact_and_drop", "garbage", "truncate"])
-async def test_broken_or_expired_watch_relists_without_losing_pods(api: ApiServerDouble, start: Any, break_watch: str) -> None:
+async def test_broken_or_expired_watch_relists_without_losing_pods(api: ApiServerDouble, start: Any,
+                                                                   break_watch: str) -> None:
     api.create("pods", pod("kept"))
     api.create("pods", pod("removed-meanwhile"))
     r = start()
@@ -182,7 +185,8 @@ async def test_broken_or_expired_watch_relists_without_losing_pods(api: ApiServe
     assert all("kept" not in names for _, names in ops), ops  # never dropped and re-added
 
 
-async def test_a_stream_break_resumes_the_watch_from_the_last_resource_version(api: ApiServerDouble, start: Any) -> None:
+async def test_a_stream_break_resumes_the_watch_from_the_last_resource_version(api: ApiServerDouble,
+                                                                               start: Any) -> None:
     api.create("pods", pod("a"))
     r = start()
     await eventually(lambda: r.names() == ["a"] and api.active_watches == 1)
@@ -208,7 +212,8 @@ async def test_bookmarks_and_server_timeouts_keep_the_resource_version_fresh(api
     assert list_requests(api) == 1
 
 
-async def test_refused_credentials_are_logged_once_and_recover(api: ApiServerDouble, start: Any, caplog: pytest.LogCaptureFixture) -> None:
+async def test_refused_credentials_are_logged_once_and_recover(api: ApiServerDouble, start: Any,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     api.create("pods", pod("a"))
     api.fail_next(4, 401, path_prefix="/api/v1/pods")
     caplog.set_level(logging.DEBUG)
@@ -220,7 +225,8 @@ async def test_refused_credentials_are_logged_once_and_recover(api: ApiServerDou
     assert r.source.connected
 
 
-async def test_wrong_token_keeps_retrying_slowly_without_leaking_it(api: ApiServerDouble, caplog: pytest.LogCaptureFixture) -> None:
+async def test_wrong_token_keeps_retrying_slowly_without_leaking_it(api: ApiServerDouble,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     delays: list[float] = []
 
@@ -238,7 +244,8 @@ async def test_wrong_token_keeps_retrying_slowly_without_leaking_it(api: ApiServ
     assert max(delays) <= 60 and min(delays) >= 8  # the auth schedule starts at 10 x 0.8 s (AUTH_SLOWDOWN)
 
 
-async def test_malformed_pods_are_skipped_with_their_name(api: ApiServerDouble, start: Any, caplog: pytest.LogCaptureFixture) -> None:
+async def test_malformed_pods_are_skipped_with_their_name(api: ApiServerDouble, start: Any,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     api.create("pods", pod("good", spec_extra="ignored"))
     api.create("pods", {"metadata": {"name": "no-containers"}, "spec": {"nodeName": NODE}})
     api.create("pods", {"metadata": {"name": "bad-container"}, "spec": {"nodeName": NODE, "containers": "nginx"}})
@@ -262,12 +269,12 @@ async def test_reconnect_delays_are_the_reflectors(api: ApiServerDouble, client:
     for seed in range(40):
         delays: list[float] = []
 
-        async def record(delay: float) -> None:
+        async def record(delay: float, delays: list[float] = delays) -> None:
             delays.append(delay)
             await asyncio.sleep(0)
 
         async with running_source(client, PodConfig(), rng=random.Random(seed), sleep=record):
-            await eventually(lambda: len(delays) >= attempts)
+            await eventually(lambda delays=delays: len(delays) >= attempts)
         schedules.append(delays[:attempts])
     for delays in schedules:
         for n, delay in enumerate(delays):
@@ -330,6 +337,7 @@ async def test_a_spread_re_list_waits_for_its_random_point_even_when_its_backoff
         up_at = time.monotonic()
         api.come_up()
         await eventually(lambda: config.all_sources_ready(), timeout=10.0)
-        lists = [r.time for r in api.requests if r.path == "/api/v1/pods" and "watch" not in r.query and r.time >= up_at]
+        lists = [r.time for r in api.requests if r.path == "/api/v1/pods" and "watch" not in r.query
+                 and r.time >= up_at]
         assert point - up_at > 0.2  # the point is well after the 50 ms backoff (this seed)
         assert lists and lists[0] >= point - 0.01, (lists[0] - up_at, point - up_at)

@@ -13,14 +13,18 @@ import pytest
 
 from edgelet.util.checkpoint import filename_to_key
 from edgelet.volumes.mountutil import is_mount_point
-from tests.integration.agent_harness import wait_for
-from tests.integration.test_cluster import (
+from tests.helpers import wait_for
+from tests.integration.cluster_harness import (
     NODE,
-    agent,  # noqa: F401  (fixture)
-    api,  # noqa: F401  (fixture)
     api_get,
     api_pod,
+    bind_by_hand,
+    claim,
+    claim_volume,
+    failed_mount,
     main_status,
+    on_node,
+    persistent_volume,
     remove_pod_from_runtime,
     running_in_api,
     running_locally,
@@ -29,43 +33,10 @@ from tests.integration.test_cluster import (
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
 
-def claim(name: str, volume: str = "") -> dict:
-    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-    if volume:
-        spec["volumeName"] = volume
-    return {"metadata": {"name": name, "namespace": "default"}, "spec": spec,
-            "status": {"phase": "Bound" if volume else "Pending"}}
-
-
-def persistent_volume(name: str, claim_obj: dict, source: dict, **spec) -> dict:
-    meta = claim_obj["metadata"]
-    return {"metadata": {"name": name},
-            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], **source, **spec,
-                     "claimRef": {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}},
-            "status": {"phase": "Bound"}}
-
-
-def bind_by_hand(api, claim_name: str, volume_name: str, source: dict, **spec) -> None:
-    """What an administrator (or the PV controller) does: a claim Bound to a volume whose claimRef points back."""
-    created = api.create("persistentvolumeclaims", claim(claim_name, volume_name))
-    api.create("persistentvolumes", persistent_volume(volume_name, created, source, **spec))
-
-
-def on_node(path: str) -> dict:
-    return {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": "kubernetes.io/hostname", "operator": "In", "values": [path]}]}]}}
-
-
-def claim_volume(name: str, claim_name: str, **source) -> dict:
-    return {"name": name, "persistentVolumeClaim": {"claimName": claim_name, **source}}
-
-
-def failed_mount(api, pod_name: str, part: str) -> str | None:
-    for event in api.list("events", namespace="default"):
-        if (event.get("involvedObject") or {}).get("name") == pod_name and event.get("reason") == "FailedMount" \
-                and part in event.get("message", ""):
-            return event["message"]
-    return None
+@pytest.fixture
+def agent(cluster_node):
+    """This module's agent is a cluster node."""
+    return cluster_node
 
 
 def logs(agent, name: str) -> str:

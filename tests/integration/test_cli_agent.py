@@ -14,33 +14,11 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.agent_harness import (
-    REPO, AgentProcess, busybox_pod, container_state, free_port, is_running, wait_for,
-)
-from tests.integration.test_agent import SocketProxy
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import REPO, TWO_CONTAINERS, AgentProcess, container_state, free_port, is_running
+from tests.integration.cri_harness import SocketProxy
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
-
-TWO_CONTAINERS = """\
-    apiVersion: v1
-    kind: Pod
-    metadata:
-      name: duo
-      labels: {app: duo, tier: edge}
-      annotations: {ANNOTATIONS}
-    spec:
-      hostNetwork: true
-      terminationGracePeriodSeconds: 1
-      containers:
-        - name: first
-          image: docker.io/library/busybox:local
-          imagePullPolicy: Never
-          command: ["sh", "-c", "for i in 1 2 3 4 5; do echo first $i; done; exec sleep 3600"]
-        - name: second
-          image: docker.io/library/busybox:local
-          imagePullPolicy: Never
-          command: ["sh", "-c", "echo second; exec sleep 3600"]
-    """
 
 
 def _popen(agent: AgentProcess, *args: str, **kwargs) -> subprocess.Popen:
@@ -90,8 +68,9 @@ def test_logs_default_container_tail_timestamps_since_and_all_containers(agent):
 
 def test_logs_follow_ends_with_the_container_and_with_the_pod(agent):
     agent.start()
-    agent.write_manifest("brief.yaml", busybox_pod("brief", "echo start; sleep 3; echo done", restart_policy="Never"))
-    agent.write_manifest("lasting.yaml", busybox_pod("lasting", "echo up; exec sleep 3600"))
+    agent.write_manifest("brief.yaml",
+                         busybox_manifest("brief", "echo start; sleep 3; echo done", restart_policy="Never"))
+    agent.write_manifest("lasting.yaml", busybox_manifest("lasting", "echo up; exec sleep 3600"))
     wait_for(lambda: is_running(agent.pod("brief")) and is_running(agent.pod("lasting")), 60, what="both Running")
 
     brief = _popen(agent, "logs", "-f", "brief", stdout=subprocess.PIPE)
@@ -125,7 +104,7 @@ def _explain(agent: AgentProcess, process: subprocess.Popen, pod: str, first: st
 
 def test_a_closed_pipe_ends_logs_follow_quietly(agent):
     agent.start()
-    agent.write_manifest("chatty.yaml", busybox_pod("chatty", "while true; do echo tick; sleep 0.05; done"))
+    agent.write_manifest("chatty.yaml", busybox_manifest("chatty", "while true; do echo tick; sleep 0.05; done"))
     wait_for(lambda: is_running(agent.pod("chatty")), 60, what="chatty Running")
     pipeline = subprocess.run(
         f"{sys.executable} -m edgelet logs -f chatty --config {agent.config_path} | head -n 3",
@@ -138,8 +117,8 @@ def test_a_closed_pipe_ends_logs_follow_quietly(agent):
 def test_pods_name_namespace_selector_and_output_formats(agent):
     agent.start()
     agent.write_manifest("duo.yaml", TWO_CONTAINERS.replace("{ANNOTATIONS}", "{}"))
-    agent.write_manifest("solo.yaml", busybox_pod("solo", "exec sleep 3600"))
-    agent.write_manifest("system.yaml", busybox_pod("sys", "exec sleep 3600").replace(
+    agent.write_manifest("solo.yaml", busybox_manifest("solo", "exec sleep 3600"))
+    agent.write_manifest("system.yaml", busybox_manifest("sys", "exec sleep 3600").replace(
         "name: sys", "name: sys\n          namespace: kube-system"))
     wait_for(lambda: all(_phase(agent.pod(n)) == "Running" for n in ("duo", "solo", "sys")), 60, what="three Running")
 
@@ -164,7 +143,7 @@ def test_pods_name_namespace_selector_and_output_formats(agent):
 
 def test_pods_watch_prints_changes_and_terminating_during_the_grace_period(agent):
     agent.start()
-    agent.write_manifest("slow.yaml", busybox_pod("slow", "exec sleep 3600", grace=30))
+    agent.write_manifest("slow.yaml", busybox_manifest("slow", "exec sleep 3600", grace=30))
     wait_for(lambda: is_running(agent.pod("slow")), 60, what="slow Running")
     watcher = _popen(agent, "pods", "-w", stdout=subprocess.PIPE)
     try:
@@ -181,8 +160,8 @@ def test_pods_watch_prints_changes_and_terminating_during_the_grace_period(agent
 
 def test_pods_say_when_the_agent_is_not_running_and_a_removed_manifest_is_not_running(agent):
     agent.start()
-    agent.write_manifest("kept.yaml", busybox_pod("kept", "exec sleep 3600"))
-    agent.write_manifest("dropped.yaml", busybox_pod("dropped", "exec sleep 3600"))
+    agent.write_manifest("kept.yaml", busybox_manifest("kept", "exec sleep 3600"))
+    agent.write_manifest("dropped.yaml", busybox_manifest("dropped", "exec sleep 3600"))
     wait_for(lambda: is_running(agent.pod("kept")) and is_running(agent.pod("dropped")), 60, what="both Running")
     assert agent.cli("pods").stderr == ""
 
@@ -212,7 +191,7 @@ def test_pods_of_a_gone_runtime_are_unknown_in_pods_and_the_ops_endpoint(tmp_pat
     proxy = SocketProxy(proxy_path, containerd.socket)
     ops = f"127.0.0.1:{free_port()}"
     agent = AgentProcess(tmp_path, f"unix://{proxy_path}", server_address=ops)
-    agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
+    agent.write_manifest("steady.yaml", busybox_manifest("steady", "exec sleep 3600"))
     proxy.up()
     try:
         agent.start()
@@ -236,7 +215,7 @@ def test_pods_say_when_the_agent_hangs_and_it_writes_nothing_while_idle(tmp_path
     told by its ops endpoint not answering."""
     ops = f"127.0.0.1:{free_port()}"
     agent = AgentProcess(tmp_path, f"unix://{containerd.socket}", server_address=ops)
-    agent.write_manifest("steady.yaml", busybox_pod("steady", "exec sleep 3600"))
+    agent.write_manifest("steady.yaml", busybox_manifest("steady", "exec sleep 3600"))
     try:
         agent.start()
         wait_for(lambda: is_running(agent.pod("steady")), 60, what="steady Running")
@@ -265,13 +244,14 @@ def test_pods_say_when_the_agent_hangs_and_it_writes_nothing_while_idle(tmp_path
 def running_gauges(ops: str) -> tuple[int, int]:
     lines = httpx.get(f"http://{ops}/metrics").text.splitlines()
     pods = next(line for line in lines if line.startswith("kubelet_running_pods "))
-    containers = next(line for line in lines if line.startswith('kubelet_running_containers{container_state="running"} '))
+    containers = next(line for line in lines
+                      if line.startswith('kubelet_running_containers{container_state="running"} '))
     return int(float(pods.split()[1])), int(float(containers.split()[1]))
 
 
 def test_a_typo_in_a_manifest_is_one_error_naming_file_field_and_the_fix(agent):
     agent.start()
-    path = agent.write_manifest("typo.yaml", busybox_pod("typo", "exec sleep 3600").replace("command:", "comand:"))
+    path = agent.write_manifest("typo.yaml", busybox_manifest("typo", "exec sleep 3600").replace("command:", "comand:"))
     wait_for(lambda: "typo.yaml" in agent.log_text(), 30, what="the manifest error")
     (line,) = [line for line in agent.log_text().splitlines() if "typo.yaml" in line]
     assert f'{path}: spec.containers[0].comand: unknown field "comand" (did you mean "command"?)' in line
@@ -286,7 +266,7 @@ def test_a_burst_of_pods_wakes_no_more_io_threads_than_the_agent_allows(agent):
 
     agent.start()
     for index in range(8):
-        agent.write_manifest(f"io-{index}", busybox_pod(f"io-{index}", "exec sleep 3600"))
+        agent.write_manifest(f"io-{index}", busybox_manifest(f"io-{index}", "exec sleep 3600"))
     wait_for(lambda: sum(is_running(agent.pod(f"io-{index}")) for index in range(8)) == 8, 60, what="8 pods running")
     task_dir = f"/proc/{agent.proc.pid}/task"
     names = [open(os.path.join(task_dir, task, "comm")).read().strip() for task in os.listdir(task_dir)]

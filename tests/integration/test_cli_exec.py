@@ -13,8 +13,8 @@ import termios
 
 import pytest
 
-from tests.integration.agent_harness import REPO, AgentProcess, wait_for
-from tests.integration.test_cli_agent import TWO_CONTAINERS
+from tests.helpers import wait_for
+from tests.integration.agent_harness import REPO, TWO_CONTAINERS, AgentProcess
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 

@@ -2,177 +2,42 @@
 
 Registration and the Lease heartbeat, an API pod's way to Running and back into the API, quiet resyncs
 (no status writes while nothing changes), the final delete of a deleted pod, mirror pods of static pods,
-and the jittered reconnect. The helpers here are shared with test_offline.py.
+and the jittered reconnect. What other cluster suites share with it is in cluster_harness.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import datetime
-import subprocess
 import time
 import urllib.request
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.cri.client import RuntimeClient
-from edgelet.container import labels
-from tests.kubeapi_double import ApiServerDouble, StatusError
-
-from tests.integration.agent_harness import AgentProcess, busybox_pod, free_port, wait_for
-from tests.runtime_cleanup import empty_runtime_at
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import free_port
+from tests.integration.cluster_harness import (
+    NODE,
+    RESYNC,
+    api_get,
+    api_pod,
+    cluster_agent,
+    lease_renew_time,
+    main_status,
+    running_container_ids,
+    running_in_api,
+    status_patches,
+    unmount_below,
+    wait_lease_renewed,
+)
+from tests.integration.cri_harness import runtime_objects
+from tests.kubeapi_double import ApiServerDouble
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
-NODE = "testnode"
-IMAGE = "docker.io/library/busybox:local"
-# Short periods keep the tests fast; the ratios are the kubelet's (renew every 1/4 of the lease).
-CLUSTER_TOML = """
-[cluster]
-kubeconfig = "{kubeconfig}"
-lease_duration = "4s"
-lease_renew_interval = "1s"
-node_status_update_frequency = "1s"
-node_status_report_frequency = "1m"
-status_resync = "1s"
-"""
-RESYNC = 1.0
-
-
-# -- shared helpers --------------------------------------------------------------------------------------
-
-
-def cluster_agent(workdir: Path, endpoint: str, api: ApiServerDouble, *, server_address: str = "") -> AgentProcess:
-    kubeconfig = api.write_kubeconfig(str(workdir / "kubeconfig"))
-    # The kubelet API would listen on 0.0.0.0:10250 by default: a free loopback port keeps agents apart.
-    toml = CLUSTER_TOML.format(kubeconfig=kubeconfig) + '\n[kubelet_api]\naddress = "127.0.0.1:0"\n'
-    return AgentProcess(workdir, endpoint, node_name=NODE, extra_toml=toml, server_address=server_address)
-
-
-def log_seconds_between(agent: AgentProcess, first: str, then: str, *, start_at: str = "") -> float:
-    """Seconds between the agent's first log line containing `first` and the next containing `then`
-    (searching after the last line containing `start_at`, if given)."""
-    lines = agent.log_text().splitlines()
-    if start_at:
-        lines = lines[max(i for i, line in enumerate(lines) if start_at in line):]
-    stamps = []
-    for needle in (first, then):
-        index, line = next((i, line) for i, line in enumerate(lines) if needle in line)
-        stamps.append(datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f"))
-        lines = lines[index:]
-    return (stamps[1] - stamps[0]).total_seconds()
-
-
-def api_pod(name: str, command: str = "exec sleep 3600", *, volumes: list | None = None,
-            env: list | None = None, grace: int = 1) -> dict[str, Any]:
-    """A pod as the API server holds it after defaulting, bound to this node."""
-    container: dict[str, Any] = {"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
-                                 "command": ["sh", "-c", command]}
-    if env:
-        container["env"] = env
-    spec: dict[str, Any] = {"nodeName": NODE, "hostNetwork": True, "restartPolicy": "Always",
-                            "terminationGracePeriodSeconds": grace, "containers": [container]}
-    if volumes:
-        spec["volumes"] = volumes
-        container["volumeMounts"] = [{"name": v["name"], "mountPath": f"/mnt/{v['name']}"} for v in volumes]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
-
-
-def api_get(api: ApiServerDouble, resource: str, name: str, namespace: str | None = None) -> dict | None:
-    try:
-        return api.get(resource, name, namespace)
-    except StatusError as e:
-        if e.code == 404:
-            return None
-        raise
-
-
-def main_status(pod: dict | None) -> dict:
-    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == "main":
-            return status
-    return {}
-
-
-def running_in_api(api: ApiServerDouble, name: str) -> dict | None:
-    """The API pod once its status says Running with the main container running, else None."""
-    pod = api_get(api, "pods", name, "default")
-    if pod and pod["status"].get("phase") == "Running" and "running" in (main_status(pod).get("state") or {}):
-        return pod
-    return None
-
-
-def running_locally(agent: AgentProcess, name: str) -> dict | None:
-    """The pod as `edgelet pods` shows it, once Running with its main container running."""
-    pod = agent.pods().get(name)
-    if pod and pod["status"].get("phase") == "Running" and "running" in (main_status(pod).get("state") or {}):
-        return pod
-    return None
-
-
-def status_patches(api: ApiServerDouble, name: str) -> int:
-    return api.write_count("PATCH", f"/api/v1/namespaces/default/pods/{name}/status")
-
-
-def lease_renew_time(api: ApiServerDouble) -> str | None:
-    lease = api_get(api, "leases", NODE, "kube-node-lease")
-    return lease["spec"]["renewTime"] if lease else None
-
-
-def wait_lease_renewed(api: ApiServerDouble, timeout: float = 15) -> str:
-    before = lease_renew_time(api)
-    return wait_for(lambda: (now := lease_renew_time(api)) and now != before and now, timeout, what="lease renewal")
-
-
-def runtime_state(endpoint: str, pod_uid: str) -> tuple[list, list]:
-    """(sandboxes, containers) CRI has for one pod."""
-
-    async def fetch():
-        async with RuntimeClient(endpoint) as client:
-            selector = {labels.POD_UID: pod_uid}
-            return (await client.list_pod_sandbox(pb.PodSandboxFilter(label_selector=selector)),
-                    await client.list_containers(pb.ContainerFilter(label_selector=selector)))
-
-    return asyncio.run(fetch())
-
-
-def running_container_ids(endpoint: str, pod_uid: str) -> list[str]:
-    _, containers = runtime_state(endpoint, pod_uid)
-    return sorted(c.id for c in containers if c.state == pb.CONTAINER_RUNNING)
-
-
-def remove_pod_from_runtime(endpoint: str, pod_uid: str) -> None:
-    """What a crash, a reboot or an operator can do behind the agent's back."""
-    empty_runtime_at(endpoint, selector={labels.POD_UID: pod_uid})
-
-
-# -- fixtures --------------------------------------------------------------------------------------------
-
 
 @pytest.fixture
-def api():
-    # Requests come from the node, as with a real control plane: NodeRestriction applies.
-    with ApiServerDouble(bookmark_interval=0.5, node_name=NODE) as double:
-        yield double
-
-
-def unmount_below(directory: Path) -> None:
-    """Secret volumes (tmpfs) rightly outlive a stopped agent; the test's directory goes only once they are unmounted."""
-    with open("/proc/self/mountinfo") as mountinfo:
-        points = [line.split()[4] for line in mountinfo]
-    for point in sorted((p for p in points if p.startswith(f"{directory}/")), reverse=True):
-        subprocess.run(["umount", point], check=False, capture_output=True)
-
-
-@pytest.fixture
-def agent(tmp_path, containerd, api):
-    process = cluster_agent(tmp_path, containerd.endpoint, api)
-    yield process
-    process.stop()
-    unmount_below(tmp_path)
+def agent(cluster_node):
+    """This module's agent is a cluster node."""
+    return cluster_node
 
 
 # -- tests -----------------------------------------------------------------------------------------------
@@ -234,14 +99,14 @@ def test_deleted_pod_is_stopped_then_removed_from_the_api(agent, api, containerd
     api.delete("pods", "doomed", "default", grace_period=1)  # graceful: sets deletionTimestamp
     assert api_get(api, "pods", "doomed", "default")["metadata"]["deletionTimestamp"]
     wait_for(lambda: api_get(api, "pods", "doomed", "default") is None, 30, what="final delete")
-    assert runtime_state(containerd.endpoint, uid) == ([], [])
+    assert runtime_objects(containerd.endpoint, uid) == ([], [])
     deletes = [r for r in api.requests if r.method == "DELETE" and r.path.endswith("/pods/doomed")]
     assert len(deletes) == 1
 
 
 def test_static_pod_gets_a_mirror_pod(agent, api, containerd):
     agent.start()
-    agent.write_manifest("static.yaml", busybox_pod("static", "exec sleep 3600"))
+    agent.write_manifest("static.yaml", busybox_manifest("static", "exec sleep 3600"))
     name = f"static-{NODE}"
     mirror = wait_for(lambda: running_in_api(api, name), 30, what="mirror pod Running in the API")
     annotations = mirror["metadata"]["annotations"]
@@ -257,10 +122,11 @@ def test_static_pod_gets_a_mirror_pod(agent, api, containerd):
     assert running_container_ids(containerd.endpoint, mirror["metadata"]["uid"]) == []
 
     # An edited manifest is a new static pod: the mirror is replaced.
-    agent.write_manifest("static.yaml", busybox_pod("static", "exec sleep 3601"))
+    agent.write_manifest("static.yaml", busybox_manifest("static", "exec sleep 3601"))
     replaced = wait_for(lambda: (m := running_in_api(api, name)) and m["metadata"]["uid"] != mirror["metadata"]["uid"]
                         and m, 30, what="mirror replaced")
-    assert replaced["metadata"]["annotations"]["kubernetes.io/config.mirror"] != annotations["kubernetes.io/config.mirror"]
+    mirror_key = "kubernetes.io/config.mirror"
+    assert replaced["metadata"]["annotations"][mirror_key] != annotations[mirror_key]
 
     (agent.manifest_dir / "static.yaml").unlink()
     wait_for(lambda: api_get(api, "pods", name, "default") is None, 30, what="mirror deleted")
@@ -297,8 +163,9 @@ def test_a_forbidden_mirror_pod_holds_up_nothing_and_the_agent_stays_healthy(tmp
     agent.start()
     try:
         # NodeRestriction refuses a mirror pod that references a ConfigMap (the static pod itself may run).
-        volumes = "\n          volumes:\n          - name: settings\n            configMap: {name: settings, optional: true}\n"
-        agent.write_manifest("restricted.yaml", busybox_pod("restricted", "exec sleep 3600") + volumes)
+        volumes = ("\n          volumes:\n          - name: settings\n"
+                   "            configMap: {name: settings, optional: true}\n")
+        agent.write_manifest("restricted.yaml", busybox_manifest("restricted", "exec sleep 3600") + volumes)
         api.create("pods", api_pod("bystander"))
         wait_for(lambda: running_in_api(api, "bystander"), 30, what="bystander Running in the API")
         wait_for(lambda: api.write_count("POST", "/api/v1/namespaces/default/pods") >= 3, 20, what="mirror retries")

@@ -10,10 +10,16 @@ import time
 
 import pytest
 
-from tests.integration.agent_harness import wait_for
-from tests.integration.test_cluster import agent, api, api_get, api_pod, main_status, running_in_api  # noqa: F401
+from tests.helpers import wait_for
+from tests.integration.cluster_harness import api_get, api_pod, main_status, running_in_api
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+
+@pytest.fixture
+def agent(cluster_node):
+    """This module's agent is a cluster node."""
+    return cluster_node
 
 PRINT_ENV = "env | sort; exec sleep 3600"
 

@@ -9,14 +9,8 @@ import time
 
 import pytest
 
-from tests.integration.agent_harness import (
-    REPO,
-    AgentProcess,
-    container_state,
-    fails_first_run_pod,
-    is_running,
-    wait_for,
-)
+from tests.helpers import wait_for
+from tests.integration.agent_harness import REPO, AgentProcess, container_state, fails_first_run_pod, is_running
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -32,7 +26,10 @@ CHATTY = """\
         - name: main
           image: docker.io/library/busybox:local
           imagePullPolicy: Never
-          command: ["sh", "-c", "i=0; while true; do i=$((i+1)); echo line $i $(seq -s x 40 | head -c 200); sleep 0.01; done"]
+          command:
+            - sh
+            - -c
+            - i=0; while true; do i=$((i+1)); echo line $i $(seq -s x 40 | head -c 200); sleep 0.01; done
     """
 
 

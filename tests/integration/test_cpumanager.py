@@ -3,28 +3,18 @@ its own, a shared container is moved off that CPU by the reconcile pass, and get
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
+from edgelet.api.resources import linux_resources
 from edgelet.cm.cpumanager import CPUManager, CPUStateStore
-from edgelet.util.cpuset import format_cpuset, parse_cpuset
 from edgelet.cm.topology import discover
 from edgelet.kuberuntime.container import make_container_config
-from edgelet.api.resources import linux_resources
 from edgelet.kuberuntime.sandbox import make_sandbox_config
 from edgelet.pleg.generic import GenericPLEG
+from edgelet.util.cpuset import format_cpuset, parse_cpuset
+from tests.helpers import busybox_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
-
-
-def busybox_pod(name: str, resources: dict | None = None) -> dict:
-    return {
-        "metadata": {"name": f"{name}-{uuid.uuid4().hex[:6]}", "namespace": "default", "uid": str(uuid.uuid4())},
-        "spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "app", "image": "docker.io/library/busybox:local",
-                                 "command": ["sleep", "3600"], "resources": resources or {}}]},
-    }
 
 
 async def start_pod(cri, containerd, tmp_path, pod: dict, cpu_manager: CPUManager) -> str:
@@ -56,9 +46,9 @@ async def test_guaranteed_container_gets_an_exclusive_cpu_and_shared_containers_
     topology = discover()
     if len(topology.all_cpus) < 2:
         pytest.skip("needs at least two CPUs")
-    guaranteed = busybox_pod("pinned", {"requests": {"cpu": "1", "memory": "32Mi"},
+    guaranteed = busybox_pod(name="pinned", resources={"requests": {"cpu": "1", "memory": "32Mi"},
                                         "limits": {"cpu": "1", "memory": "32Mi"}})
-    shared = busybox_pod("shared")
+    shared = busybox_pod(name="shared", resources={})
     active = [shared]
     pleg = GenericPLEG(cri)
     cpu_manager = CPUManager("static", CPUStateStore(str(tmp_path / "state")), cri, active_pods=lambda: active,

@@ -7,54 +7,18 @@ import ipaddress
 import os
 import statistics
 import time
-import uuid
 
 import pytest
 
-from edgelet.metrics import registry as metrics
 from edgelet.cri import CRIError, NotFound, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
+from edgelet.metrics import registry as metrics
+from tests.integration.cri_harness import container_config, sandbox_config, start_pod
 from tests.runtime_cleanup import empty_runtime
 from tests.scrape import sample_value
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
-
-
-def sandbox_config(containerd, *, host_network: bool = True, labels: dict[str, str] | None = None):
-    name = f"pod-{uuid.uuid4().hex[:8]}"
-    uid = str(uuid.uuid4())
-    return pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default"),
-        # A pod sharing the host's network shares its UTS namespace too: no hostname of its own.
-        hostname="" if host_network else name,
-        log_directory=str(containerd.state_dir / "pods" / f"default_{name}_{uid}"),
-        labels={"io.kubernetes.pod.name": name, "io.kubernetes.pod.uid": uid, **(labels or {})},
-        linux=pb.LinuxPodSandboxConfig(
-            security_context=pb.LinuxSandboxSecurityContext(
-                namespace_options=pb.NamespaceOption(network=pb.NODE if host_network else pb.POD)
-            )
-        ),
-    )
-
-
-def container_config(containerd, name: str = "main", command=("sleep", "3600")):
-    return pb.ContainerConfig(
-        metadata=pb.ContainerMetadata(name=name),
-        image=pb.ImageSpec(image=containerd.image),
-        command=list(command),
-        log_path=f"{name}/0.log",
-        labels={"io.kubernetes.container.name": name},
-        annotations={"io.kubernetes.container.restartCount": "0"},
-    )
-
-
-async def start_pod(cri, containerd, **sandbox_kwargs) -> tuple[str, str, pb.PodSandboxConfig]:
-    config = sandbox_config(containerd, **sandbox_kwargs)
-    sandbox_id = await cri.run_pod_sandbox(config)
-    container_id = await cri.create_container(sandbox_id, container_config(containerd), config)
-    await cri.start_container(container_id)
-    return sandbox_id, container_id, config
 
 
 def sample(name: str, operation: str) -> float:

@@ -16,18 +16,20 @@ import pytest
 
 from edgelet.csi import paths
 from tests.csi_driver import TOPOLOGY_KEY, read_calls
-from tests.integration.agent_harness import REPO, AgentProcess, wait_for
-from tests.integration.test_cluster import (
+from tests.helpers import wait_for
+from tests.integration.agent_harness import REPO, AgentProcess
+from tests.integration.cluster_harness import (
     CLUSTER_TOML,
     NODE,
-    api,  # noqa: F401  (fixture)
     api_get,
     api_pod,
+    bind_by_hand,
+    claim_volume,
+    failed_mount,
     remove_pod_from_runtime,
     running_in_api,
     unmount_below,
 )
-from tests.integration.test_claims_agent import bind_by_hand, claim_volume, failed_mount
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.agent_harness import AgentProcess, busybox_pod, container_state, is_running, wait_for
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import AgentProcess, is_running
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -32,8 +33,9 @@ def reasons_for(agent: AgentProcess, obj: str) -> set[str]:
 
 def test_a_pod_with_an_unpullable_image_shows_the_pull_events(agent):
     agent.start()
-    agent.write_manifest("badimage.yaml", busybox_pod("badimage", "sleep 3600").replace(
-        "docker.io/library/busybox:local", UNREACHABLE_IMAGE).replace("imagePullPolicy: Never", "imagePullPolicy: Always"))
+    agent.write_manifest("badimage.yaml", busybox_manifest("badimage", "sleep 3600").replace(
+        "docker.io/library/busybox:local", UNREACHABLE_IMAGE).replace("imagePullPolicy: Never",
+                                                                      "imagePullPolicy: Always"))
     wanted = {"Pulling", "Failed", "BackOff"}
     wait_for(lambda: wanted <= reasons_for(agent, "pod/badimage"), 60, interval=0.5, what="pull events")
     rows = event_rows(agent, "--for", "pod/badimage")
@@ -64,7 +66,7 @@ def test_a_pod_with_an_unpullable_image_shows_the_pull_events(agent):
 
 def test_a_crash_looping_container_shows_back_off_and_node_events(agent):
     agent.start()
-    agent.write_manifest("crasher.yaml", busybox_pod("crasher", "exit 3"))
+    agent.write_manifest("crasher.yaml", busybox_manifest("crasher", "exit 3"))
     wait_for(lambda: "BackOff" in reasons_for(agent, "pod/crasher"), 60, interval=0.5, what="BackOff event")
     rows = event_rows(agent, "--for", "pod/crasher")
     by_reason = {row[2]: row[4] for row in rows}
@@ -84,11 +86,12 @@ def test_a_crash_looping_container_shows_back_off_and_node_events(agent):
 
 def test_removing_a_pod_records_killing(agent):
     agent.start()
-    path = agent.write_manifest("sleeper.yaml", busybox_pod("sleeper", "exec sleep 3600"))
+    path = agent.write_manifest("sleeper.yaml", busybox_manifest("sleeper", "exec sleep 3600"))
     wait_for(lambda: is_running(agent.pod("sleeper")), 60, what="sleeper Running")
     path.unlink()
     wait_for(lambda: "Killing" in reasons_for(agent, "pod/sleeper"), 60, interval=0.5, what="Killing event")
-    assert ("Killing", "Stopping container main") in {(row[2], row[4]) for row in event_rows(agent, "--for", "pod/sleeper")}
+    assert ("Killing",
+            "Stopping container main") in {(row[2], row[4]) for row in event_rows(agent, "--for", "pod/sleeper")}
     wait_for(lambda: agent.pod("sleeper") is None, 60, what="sleeper gone")
     missing = agent.cli("describe", "pod", "sleeper")
     assert missing.returncode == 1 and 'pod "sleeper" not found' in missing.stderr

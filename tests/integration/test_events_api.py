@@ -4,14 +4,14 @@ while the server is down and sent when it is back, stale ones dropped, a refused
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from edgelet.metrics import registry as metrics
 from edgelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from edgelet.events.apisink import ApiEventSink
 from edgelet.kubeapi import ApiClient
+from edgelet.metrics import registry as metrics
 from tests.kubeapi_double import ApiServerDouble
 
 POD = {"metadata": {"name": "web", "namespace": "default", "uid": "u-1"}, "spec": {"containers": [{"name": "main"}]}}

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.agent_harness import wait_for
-from tests.integration.test_cluster import NODE, api, api_pod, cluster_agent, running_in_api  # noqa: F401 (fixture)
+from tests.helpers import wait_for
+from tests.integration.cluster_harness import NODE, api_pod, cluster_agent, running_in_api
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
 
 @pytest.fixture
-def agent(tmp_path, containerd, api):  # noqa: F811 (the api fixture)
+def agent(tmp_path, containerd, api):
     process = cluster_agent(tmp_path, containerd.endpoint, api)
     yield process
     process.close()

@@ -9,31 +9,27 @@ evicted. An imagefs threshold of 100 % shows image reclaim tried before any evic
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 
 from edgelet.api import podutil
 from edgelet.config import Threshold
+from edgelet.container.runtime import ContainerState
 from edgelet.eviction import EvictionManager, NodeSignals, PodUsageReader, image_fs_mountpoint
 from edgelet.eviction.manager import Collaborators
 from edgelet.kuberuntime.container import make_container_config
 from edgelet.kuberuntime.sandbox import make_sandbox_config
-from edgelet.container.runtime import ContainerState
 from edgelet.pleg.generic import GenericPLEG
+from tests.helpers import busybox_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
 
-def busybox_pod(name: str, *, memory_request: str | None = None, source: str | None = None) -> dict:
-    resources = {"requests": {"memory": memory_request}} if memory_request else {}
-    meta = {"name": f"{name}-{uuid.uuid4().hex[:6]}", "namespace": "default", "uid": str(uuid.uuid4())}
-    if source:
-        meta["annotations"] = {podutil.CONFIG_SOURCE_ANNOTATION: source}
-    return {"metadata": meta,
-            "spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 30,
-                     "containers": [{"name": "app", "image": "docker.io/library/busybox:local",
-                                     "command": ["sleep", "3600"], "resources": resources}]}}
+def evictable_pod(name: str, *, memory_request: str | None = None, source: str | None = None) -> dict:
+    """A busybox pod with the kubelet's default grace, its memory request and config source as given."""
+    return busybox_pod(name=name, grace=30,
+                       annotations={podutil.CONFIG_SOURCE_ANNOTATION: source} if source else None,
+                       resources={"requests": {"memory": memory_request}} if memory_request else {})
 
 
 @pytest.fixture
@@ -84,9 +80,9 @@ def make_manager(node, cri, tmp_path, thresholds, **kwargs) -> tuple[EvictionMan
 
 
 async def test_memory_pressure_evicts_best_effort_first_then_burstable_never_static(node, cri, tmp_path):
-    best_effort = busybox_pod("best-effort")
-    burstable = busybox_pod("burstable", memory_request="512Mi")
-    static = busybox_pod("static", source="file")
+    best_effort = evictable_pod("best-effort")
+    burstable = evictable_pod("burstable", memory_request="512Mi")
+    static = evictable_pod("static", source="file")
     for pod in (burstable, best_effort, static):
         await node.start(pod)
     await node.pleg.relist()
@@ -107,9 +103,9 @@ async def test_memory_pressure_evicts_best_effort_first_then_burstable_never_sta
     status = node.pleg.get_status(podutil.uid(best_effort))
     assert status.containers and all(c.state == ContainerState.EXITED for c in status.containers)
 
-    assert manager.admit(busybox_pod("late-best-effort")) == (
+    assert manager.admit(evictable_pod("late-best-effort")) == (
         False, "Evicted", "The node had condition: [MemoryPressure]. ")
-    assert manager.admit(busybox_pod("late-burstable", memory_request="1Mi"))[0]
+    assert manager.admit(evictable_pod("late-burstable", memory_request="1Mi"))[0]
 
     assert podutil.name(await manager.synchronize()) == podutil.name(burstable)
     assert await manager.synchronize() is None  # only the static pod is left: it is critical
@@ -118,7 +114,7 @@ async def test_memory_pressure_evicts_best_effort_first_then_burstable_never_sta
 
 
 async def test_image_pressure_reclaims_images_before_evicting(node, cri, tmp_path):
-    pod = busybox_pod("victim")
+    pod = evictable_pod("victim")
     await node.start(pod)
     await node.pleg.relist()
     calls = []

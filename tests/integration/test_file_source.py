@@ -9,11 +9,12 @@ import os
 import shutil
 import time
 
-from edgelet.util import checkpoint
 from edgelet.api import podutil
-from edgelet.podconfig.config import Op, PodConfig
 from edgelet.podconfig import file as file_source
+from edgelet.podconfig.config import Op, PodConfig
 from edgelet.podconfig.file import FileSource, ManifestScanner, ParsedManifests
+from edgelet.util import checkpoint
+from tests.helpers import eventually
 
 NODE = "node1"
 WAIT = 10.0  # generous upper bound for an event to arrive; nothing asserts how fast it is
@@ -68,14 +69,6 @@ async def wait_for_pods(config: PodConfig, names: set[str]) -> list:
     return seen
 
 
-async def wait_until(predicate) -> None:
-    async def poll() -> None:
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), WAIT)
-
-
 async def wait_ready(config) -> None:
     """Until every source registered with the pod config gave its first full view."""
     while not config.all_sources_ready():
@@ -94,7 +87,7 @@ async def test_initial_pods_then_add_change_and_delete(tmp_path):
         assert [u.op for u in updates] == [Op.ADD]
 
         write_atomically(tmp_path, "web.yaml", pod_yaml("web", tag="2"))  # an edit gives a new uid
-        await wait_until(lambda: all(podutil.uid(p) != old_uid for p in config.get_pods()))
+        await eventually(lambda: all(podutil.uid(p) != old_uid for p in config.get_pods()), WAIT)
         web = next(p for p in config.get_pods() if podutil.name(p) == "web-node1")
         assert web["spec"]["containers"][0]["image"] == "busybox:2"
 
@@ -119,7 +112,7 @@ async def test_a_configmap_volume_as_the_manifest_directory_is_followed_through_
     async with running(tmp_path) as (config, _):
         await wait_for_pods(config, {"web-node1"})
         publish("..2024_02", "2")
-        await wait_until(lambda: config.get_pods()[0]["spec"]["containers"][0]["image"] == "busybox:2")
+        await eventually(lambda: config.get_pods()[0]["spec"]["containers"][0]["image"] == "busybox:2", WAIT)
 
 
 async def test_in_place_write_is_noticed(tmp_path):
@@ -161,7 +154,7 @@ async def test_broken_file_is_reported_once_and_the_rest_proceeds(tmp_path, capl
     with caplog.at_level(logging.WARNING, logger="edgelet.podconfig.file"):
         async with running(tmp_path, check_frequency=0.02, on_error=errors.append) as (config, source):
             await wait_for_pods(config, {"good-node1"})
-            await wait_until(lambda: source.scan_count >= 10)  # many rescans of the same broken file
+            await eventually(lambda: source.scan_count >= 10, WAIT)  # many rescans of the same broken file
             assert len(errors) == 1
             assert (errors[0].path, errors[0].key) == (str(tmp_path / "broken.yaml"), "spec.containers[0].image")
             warnings = [r.getMessage() for r in caplog.records if "broken.yaml" in r.getMessage()]
@@ -264,7 +257,7 @@ stringData: {token: abc}
         write_atomically(tmp_path, "db.yaml", pod_yaml("db"))  # pods change, objects do not: no call
         await wait_for_pods(config, {"web-node1", "db-node1"})
         write_atomically(tmp_path, "extra.yaml", "kind: ConfigMap\nmetadata: {name: extra}\n")
-        await wait_until(lambda: len(handed_over) == 2)
+        await eventually(lambda: len(handed_over) == 2, WAIT)
         assert ("ConfigMap", "extra") in handed_over[1]
 
 
@@ -284,7 +277,7 @@ async def test_what_was_parsed_is_recorded_once_the_manifests_are_quiet(tmp_path
             await wait_for_pods(config, {f"pod{j}-node1" for j in range(i + 1)})
             assert not parsed_record(state).exists()
             await asyncio.sleep(0.1)
-        await wait_until(parsed_record(state).exists)
+        await eventually(parsed_record(state).exists, WAIT)
     restarted = ManifestScanner(str(manifests), NODE, parsed=ParsedManifests(str(state), NODE))
     assert not restarted.record_pending(restarted.read())  # all four are in it
 

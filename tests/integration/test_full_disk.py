@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from edgelet.util.checkpoint import CheckpointStore
 from edgelet.status import manager as status_manager
 from edgelet.status.manager import StatusManager
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.volumes.hosts import write_hosts_file
 
 

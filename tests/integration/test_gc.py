@@ -9,13 +9,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest_registry import base_images, image_config_id, make_image, registry  # noqa: F401  (fixtures)
 
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.gc import ImageGC
-from edgelet.container import labels
 from edgelet.kuberuntime.gc import ContainerGC
 from edgelet.kuberuntime.loglinks import link_name, make_link
+from tests.integration.registry_harness import image_config_id, make_image
 from tests.runtime_cleanup import empty_runtime
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

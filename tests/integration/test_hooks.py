@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import pytest
 
-from edgelet.util.backoff import Backoff
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageManager
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
-from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.prober.hooks import HookRunner
+from edgelet.util.backoff import Backoff
+from tests.helpers import busybox_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -30,18 +30,6 @@ MARKING_WEB_SERVER = (
     " && printf '#!/bin/sh\\ntouch /tmp/prestop\\nprintf \"Content-Type: text/plain\\\\r\\\\n\\\\r\\\\nok\"\\n'"
     " > /tmp/www/cgi-bin/mark && chmod +x /tmp/www/cgi-bin/mark && httpd -p 8080 -h /tmp/www; " + LOOP
 )
-
-def busybox_pod(command: str, *, lifecycle: dict, host_network: bool = True, grace: int = 5) -> dict:
-    return {
-        "metadata": {"name": f"hook-{uuid.uuid4().hex[:8]}", "namespace": "default", "uid": str(uuid.uuid4())},
-        "spec": {
-            "hostNetwork": host_network,
-            "terminationGracePeriodSeconds": grace,
-            "containers": [{"name": "app", "image": "docker.io/library/busybox:local",
-                            "command": ["sh", "-c", command], "lifecycle": lifecycle}],
-        },
-    }
-
 
 @pytest.fixture
 async def hooks(cri):
@@ -79,7 +67,7 @@ def runtime_status(pod, status: pb.ContainerStatus) -> PodRuntimeStatus:
 
 
 async def test_post_start_runs_once_the_container_started(cri, runtime_manager):
-    pod = busybox_pod("exec sleep 3600", lifecycle={
+    pod = busybox_pod("exec sleep 3600", name="hook", grace=5, lifecycle={
         "postStart": {"exec": {"command": ["sh", "-c", "echo started > /tmp/post-start"]}}})
     result = await runtime_manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
     assert result.started == ["app"]
@@ -90,7 +78,7 @@ async def test_post_start_runs_once_the_container_started(cri, runtime_manager):
 
 
 async def test_failing_post_start_kills_the_container_after_its_pre_stop(cri, runtime_manager, hooks, caplog):
-    pod = busybox_pod(MARKED_EXIT, lifecycle={
+    pod = busybox_pod(MARKED_EXIT, name="hook", grace=5, lifecycle={
         # it fails once the trap is armed, so that the exit code tells about the preStop hook
         "postStart": {"exec": {"command": ["sh", "-c", "until test -f /tmp/armed; do sleep 0.05; done; "
                                                       "echo no luck >&2; exit 7"]}},
@@ -116,7 +104,7 @@ async def test_failed_post_start_events(cri, tmp_path):
     manager = RuntimeManager(cri, Collaborators(images=ImageManager(cri, pull_backoff=Backoff(10, 300)), hooks=hooks,
                                                 recorder=events),
                              logs_root=str(tmp_path / "logs"), crash_backoff=Backoff(10, 300))
-    pod = busybox_pod("exec sleep 3600", grace=2, lifecycle={
+    pod = busybox_pod("exec sleep 3600", grace=2, name="hook", lifecycle={
         "postStart": {"exec": {"command": ["sh", "-c", "echo no luck >&2; exit 7"]}}})
     try:
         await manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
@@ -128,7 +116,7 @@ async def test_failed_post_start_events(cri, tmp_path):
 
 
 async def test_post_start_failure_message(cri, hooks, runtime_manager):
-    pod = busybox_pod(MARKED_EXIT, lifecycle={})
+    pod = busybox_pod(MARKED_EXIT, name="hook", grace=5, lifecycle={})
     await runtime_manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
     status = await armed_container(cri, pod)
     container = {"name": "app", "lifecycle": {"postStart": {"httpGet": {"port": 8099, "host": "127.0.0.1"}}}}
@@ -140,7 +128,8 @@ async def test_post_start_failure_message(cri, hooks, runtime_manager):
 
 
 async def test_pre_stop_exec_runs_before_the_stop(cri, runtime_manager):
-    pod = busybox_pod(MARKED_EXIT, lifecycle={"preStop": {"exec": {"command": ["touch", "/tmp/prestop"]}}})
+    pod = busybox_pod(MARKED_EXIT, name="hook", grace=5,
+                      lifecycle={"preStop": {"exec": {"command": ["touch", "/tmp/prestop"]}}})
     await runtime_manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
     status = await armed_container(cri, pod)
 
@@ -150,7 +139,8 @@ async def test_pre_stop_exec_runs_before_the_stop(cri, runtime_manager):
 
 
 async def test_forced_stop_skips_pre_stop(cri, runtime_manager):
-    pod = busybox_pod(MARKED_EXIT, lifecycle={"preStop": {"exec": {"command": ["touch", "/tmp/prestop"]}}})
+    pod = busybox_pod(MARKED_EXIT, name="hook", grace=5,
+                      lifecycle={"preStop": {"exec": {"command": ["touch", "/tmp/prestop"]}}})
     await runtime_manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
     status = await armed_container(cri, pod)
 
@@ -160,7 +150,7 @@ async def test_forced_stop_skips_pre_stop(cri, runtime_manager):
 
 
 async def test_pre_stop_http_get_to_the_pod(cri, runtime_manager):
-    pod = busybox_pod(MARKING_WEB_SERVER, host_network=False, lifecycle={
+    pod = busybox_pod(MARKING_WEB_SERVER, host_network=False, name="hook", grace=5, lifecycle={
         "preStop": {"httpGet": {"port": 8080, "path": "/cgi-bin/mark"}}})
     await runtime_manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
     status = await armed_container(cri, pod)
@@ -171,13 +161,13 @@ async def test_pre_stop_http_get_to_the_pod(cri, runtime_manager):
 
 
 async def test_pre_stop_sleep_uses_part_of_the_grace_period(hooks):
-    pod = busybox_pod("", lifecycle={"preStop": {"sleep": {"seconds": 1}}})
+    pod = busybox_pod("", name="hook", grace=5, lifecycle={"preStop": {"sleep": {"seconds": 1}}})
     remaining = await hooks.pre_stop(pod, "app", "0" * 64, 30)
     assert 2 <= remaining <= 29
 
 
 async def test_pre_stop_is_cut_short_by_the_grace_period(cri, runtime_manager, hooks):
-    pod = busybox_pod("exec sleep 3600", lifecycle={
+    pod = busybox_pod("exec sleep 3600", name="hook", grace=5, lifecycle={
         "preStop": {"exec": {"command": ["sh", "-c", "touch /tmp/began; sleep 600"]}}})
     await runtime_manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
     status = await app_container(cri, pod)

@@ -13,25 +13,18 @@ import uuid
 
 import pytest
 
-from edgelet.util.backoff import Backoff
+from edgelet.container import labels
+from edgelet.container.runtime import ContainerState
 from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageManager
-from edgelet.container import labels
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
-from edgelet.container.runtime import ContainerState
 from edgelet.pleg.generic import GenericPLEG
 from edgelet.podconfig.defaults import apply_defaults
-from tests.integration.agent_harness import (
-    REPO,
-    AgentProcess,
-    busybox_pod,
-    container_state,
-    is_running,
-    wait_for,
-)
-from tests.integration.test_agent import SocketProxy, runtime_objects
-from tests.integration.test_probes import wait_until
+from edgelet.util.backoff import Backoff
+from tests.helpers import busybox_manifest, eventually, wait_for
+from tests.integration.agent_harness import REPO, AgentProcess, container_state, is_running
+from tests.integration.cri_harness import SocketProxy, runtime_objects
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -64,19 +57,19 @@ def test_second_agent_on_the_same_root_dir_exits_at_once(agent):
 
 def test_stale_pod_versions_are_stopped_before_any_pod_is_synced(agent, containerd):
     agent.start()
-    agent.write_manifest("web.yaml", busybox_pod("web", "exec sleep 3600"))
-    agent.write_manifest("gone.yaml", busybox_pod("gone", "exec sleep 3600"))
+    agent.write_manifest("web.yaml", busybox_manifest("web", "exec sleep 3600"))
+    agent.write_manifest("gone.yaml", busybox_manifest("gone", "exec sleep 3600"))
     old = wait_for(lambda: (p := agent.pod("web")) and is_running(p) and p, 60, what="web Running")
     gone = wait_for(lambda: (p := agent.pod("gone")) and is_running(p) and p, 60, what="gone Running")
     agent.kill9()
-    agent.write_manifest("web.yaml", busybox_pod("web", "echo edited; exec sleep 3600"))
+    agent.write_manifest("web.yaml", busybox_manifest("web", "echo edited; exec sleep 3600"))
     (agent.manifest_dir / "gone.yaml").unlink()
     agent.start()
     new = wait_for(lambda: (p := agent.pod("web")) and is_running(p) and p["metadata"]["uid"] != old["metadata"]["uid"]
                    and p, 60, what="the edited web Running")
     for stale in (old, gone):
         uid = stale["metadata"]["uid"]
-        wait_for(lambda: runtime_objects(containerd.endpoint, uid) == ([], []), 30, what=f"{uid} removed")
+        wait_for(lambda uid=uid: runtime_objects(containerd.endpoint, uid) == ([], []), 30, what=f"{uid} removed")
     lines = since_last_start(agent)
     first_start = next(i for i, line in enumerate(lines) if "started sandbox" in line)
     for stale in (old, gone):
@@ -216,7 +209,7 @@ def test_runtime_loss_does_not_count_toward_crash_loop_backoff(tmp_path, contain
     agent.config_path.write_text(agent.config_path.read_text()
                                  .replace('crashloop_initial = "1s"', 'crashloop_initial = "90s"')
                                  .replace('crashloop_max = "4s"', 'crashloop_max = "300s"'))
-    agent.write_manifest("crash.yaml", busybox_pod("crash", "sleep 1; exit 3"))
+    agent.write_manifest("crash.yaml", busybox_manifest("crash", "sleep 1; exit 3"))
     proxy.up()
     try:
         agent.start()
@@ -239,10 +232,11 @@ def test_runtime_loss_does_not_count_toward_crash_loop_backoff(tmp_path, contain
 
 def test_a_pod_with_an_out_of_range_number_never_stops_the_node(agent):
     agent.start()
-    big = busybox_pod("big", "exec sleep 3600").replace(
-        "terminationGracePeriodSeconds: 1", f"terminationGracePeriodSeconds: 1\n          activeDeadlineSeconds: {2**70}")
+    big = busybox_manifest("big", "exec sleep 3600").replace(
+        "terminationGracePeriodSeconds: 1",
+        f"terminationGracePeriodSeconds: 1\n          activeDeadlineSeconds: {2**70}")
     agent.write_manifest("big.yaml", big)
-    agent.write_manifest("later.yaml", busybox_pod("later", "exec sleep 3600"))
+    agent.write_manifest("later.yaml", busybox_manifest("later", "exec sleep 3600"))
     wait_for(lambda: is_running(agent.pod("later")), 60, what="a later pod Running")
     log = agent.log_text()
     assert "big.yaml: spec.activeDeadlineSeconds: integer out of range" in log
@@ -271,11 +265,11 @@ def test_a_listener_that_cannot_bind_takes_the_agent_down_rather_than_leaving_it
 
 def test_a_second_file_with_the_same_pod_name_never_replaces_the_running_pod(agent, containerd):
     agent.start()
-    agent.write_manifest("m-web.yaml", busybox_pod("web", "exec sleep 3600"))
+    agent.write_manifest("m-web.yaml", busybox_manifest("web", "exec sleep 3600"))
     running = wait_for(lambda: (p := agent.pod("web")) and is_running(p) and p, 60, what="web Running")
     uid = running["metadata"]["uid"]
     before = runtime_objects(containerd.endpoint, uid)
-    agent.write_manifest("a-web.yaml", busybox_pod("web", "echo impostor; exec sleep 3600"))
+    agent.write_manifest("a-web.yaml", busybox_manifest("web", "echo impostor; exec sleep 3600"))
     wait_for(lambda: "a-web.yaml: metadata.name: pod default/web-testnode is already defined in" in agent.log_text(),
              30, what="the duplicate reported")
     agent.kill9()  # and across a restart, where a-web.yaml would sort first
@@ -302,7 +296,8 @@ async def test_a_sync_that_stops_the_pod_says_so(cri, tmp_path):
     await pleg.relist()
     first = await runtime.sync_pod(pod, pleg.get_status(uid))
     assert first.started == ["app"] and not first.stopped
-    await wait_until(lambda: pleg_sees(pleg, uid, ContainerState.EXITED), 20, what="the app container exited")
+    await eventually(lambda: pleg_sees(pleg, uid, ContainerState.EXITED), 20, what="the app container exited",
+                     interval=0.05)
 
     done = await runtime.sync_pod(pod, pleg.get_status(uid))  # every app container is done: the pod stops
     assert done.stopped and not done.started

@@ -27,7 +27,7 @@ class ScriptedServer:
         self.connections = 0
         self._next = 0
 
-    async def __aenter__(self) -> "ScriptedServer":
+    async def __aenter__(self) -> ScriptedServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -65,7 +65,8 @@ async def with_httpx(server: ScriptedServer, method: str = "GET", path: str = "/
                      scheme: str = "http") -> tuple[int, list[tuple[str, str]], bytes]:
     async with httpx.AsyncClient(verify=False, trust_env=False) as client:
         response = await client.request(method, f"{scheme}://127.0.0.1:{server.port}{path}", content=body or None)
-        return response.status_code, [(k.decode().lower(), v.decode()) for k, v in response.headers.raw], response.content
+        return response.status_code, [(k.decode().lower(), v.decode()) for k,
+                                      v in response.headers.raw], response.content
 
 
 async def with_http11(server: ScriptedServer, method: str = "GET", path: str = "/x", body: bytes = b"",
@@ -110,7 +111,8 @@ async def test_same_answer_as_httpx(case, scheme, tmp_path):
         assert await with_http11(server, scheme=scheme) == expected
 
 
-@pytest.mark.parametrize("garbage", [b"SSH-2.0-OpenSSH_9.2\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+@pytest.mark.parametrize("garbage",
+                         [b"SSH-2.0-OpenSSH_9.2\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
                                      b"HTTP/1.1 abc\r\n\r\n", b""])
 async def test_both_refuse_what_is_not_http(garbage):
     async with ScriptedServer([garbage], close_after_each=True) as server:

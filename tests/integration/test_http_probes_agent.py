@@ -13,16 +13,17 @@ from __future__ import annotations
 import http.server
 import json
 import ssl
-import time
 import threading
+import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from tests.integration.agent_harness import AgentProcess, container_state, free_port, wait_for
-from tests.integration.test_cluster import api_get, cluster_agent, unmount_below
+from tests.helpers import wait_for
+from tests.integration.agent_harness import AgentProcess, container_state, free_port
+from tests.integration.cluster_harness import api_get, cluster_agent, unmount_below
 from tests.kubeapi_double import ApiServerDouble
 from tests.kubeapi_double.joining import CLIENT_SIGNER, ClusterPKI, cluster_info, crypto_mapped, join_toml
 from tests.kubeapi_double.testcerts import TEST_CERT, TEST_KEY

@@ -9,18 +9,10 @@ import json
 import uuid
 
 import pytest
-from conftest_registry import (  # noqa: F401  (fixtures)
-    AUTH_PASSWORD,
-    AUTH_USER,
-    auth_registry,
-    base_images,
-    image_config_id,
-    make_image,
-    registry,
-)
 
-from edgelet.util.backoff import Backoff
 from edgelet.images.manager import ImageError, ImageManager
+from edgelet.util.backoff import Backoff
+from tests.integration.registry_harness import AUTH_PASSWORD, AUTH_USER, image_config_id, make_image
 
 pytestmark = pytest.mark.containerd
 
@@ -59,7 +51,7 @@ def pull_secret(server: str, username: str, password: str, *, legacy: bool = Fal
 
 @pytest.fixture
 def manager(cri):
-    return ImageManager(cri, pull_backoff=Backoff(10, 300, clock=FakeClock()), pull_timeout=60)
+    return ImageManager(cri, pull_backoff=Backoff(10, 300, clock=FakeClock()))
 
 
 @pytest.fixture
@@ -102,7 +94,7 @@ async def test_pull_policies(cri, manager, registry, base_images, tmp_path, repo
 
 async def test_failed_pull_then_back_off(cri, registry, base_images, tmp_path, repository):
     clock = FakeClock()
-    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=clock), pull_timeout=60)
+    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=clock))
     image = f"{registry.address}/{repository}:1"
     web = pod()
 
@@ -154,7 +146,7 @@ class EventList:
 
 async def test_image_events_as_the_kubelet_records_them(cri, registry, base_images, tmp_path, repository):
     recorder = EventList()
-    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=FakeClock()), pull_timeout=60, recorder=recorder)
+    manager = ImageManager(cri, pull_backoff=Backoff(10, 300, clock=FakeClock()), recorder=recorder)
     archive = make_image(base_images, tmp_path / "events.tar")
     image = registry.push(archive, "app", f"{repository}:1")
     missing = f"{registry.address}/{repository}:missing"

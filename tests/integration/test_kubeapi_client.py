@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 import ssl
 import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
-from edgelet.util.errors import PermanentError, TemporaryError
 from edgelet.kubeapi import (
     AlreadyExists,
     ApiClient,
@@ -24,13 +24,15 @@ from edgelet.kubeapi import (
     WatchStreamError,
     load_kubeconfig,
 )
+from edgelet.util.errors import PermanentError, TemporaryError
 from tests.kubeapi_double import ApiServerDouble
 
 PODS = "/api/v1/namespaces/default/pods"
 
 
 def pod(name: str, node: str = "edge-1", **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}], **spec}}
+    return {"metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}], **spec}}
 
 
 @pytest.fixture
@@ -45,7 +47,8 @@ async def client(api: ApiServerDouble) -> AsyncIterator[ApiClient]:
         yield c
 
 
-async def collect(client: ApiClient, params: dict[str, str], *, until: int = 100, path: str = "/api/v1/pods") -> list[tuple[str, dict]]:
+async def collect(client: ApiClient, params: dict[str, str], *, until: int = 100,
+                  path: str = "/api/v1/pods") -> list[tuple[str, dict]]:
     events: list[tuple[str, dict]] = []
 
     async def run() -> None:
@@ -105,15 +108,18 @@ async def test_put_with_a_stale_resource_version_conflicts(client: ApiClient) ->
 NULL_TIMES = {"lastProbeTime": None, "lastTransitionTime": None}
 
 
-async def test_status_patch_merges_conditions_by_type_and_replaces_container_statuses(client: ApiClient, api: ApiServerDouble) -> None:
+async def test_status_patch_merges_conditions_by_type_and_replaces_container_statuses(client: ApiClient,
+                                                                                      api: ApiServerDouble) -> None:
     created = await client.create(PODS, pod("a"))
     await client.patch(f"{PODS}/a/status", {"status": {
         "conditions": [{"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}],
-        "containerStatuses": [{"name": "c", "ready": False, "restartCount": 0}, {"name": "d", "ready": False, "restartCount": 0}],
+        "containerStatuses": [{"name": "c", "ready": False, "restartCount": 0},
+                              {"name": "d", "ready": False, "restartCount": 0}],
     }})
     patched = await client.patch(f"{PODS}/a/status", {
         "metadata": {"uid": created["metadata"]["uid"]},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": [{"name": "c", "ready": True}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                   "containerStatuses": [{"name": "c", "ready": True}]},
     })
     # Conditions merge by type and come back with null times; container statuses have no merge key.
     assert patched["status"]["conditions"] == [{"type": "Ready", "status": "True", **NULL_TIMES},
@@ -122,20 +128,25 @@ async def test_status_patch_merges_conditions_by_type_and_replaces_container_sta
     with pytest.raises(Conflict, match="UID in precondition"):
         await client.patch(f"{PODS}/a/status", {"metadata": {"uid": "another-uid"}, "status": {"phase": "Running"}})
     # A status patch leaves the spec alone; a merge patch replaces lists whole.
-    merged = await client.patch(f"{PODS}/a/status", {"spec": {"nodeName": "x"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "merge")
+    merged = await client.patch(f"{PODS}/a/status",
+                                {"spec": {"nodeName": "x"},
+                                 "status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "merge")
     assert merged["spec"]["nodeName"] == "edge-1"
     assert merged["status"]["conditions"] == [{"type": "Ready", "status": "False", **NULL_TIMES}]
     labelled = await client.patch(f"{PODS}/a", [{"op": "add", "path": "/metadata/labels", "value": {"k": "v"}}], "json")
     assert labelled["metadata"]["labels"] == {"k": "v"}
 
 
-async def test_an_element_order_for_container_statuses_drops_the_connection(client: ApiClient, api: ApiServerDouble) -> None:
+async def test_an_element_order_for_container_statuses_drops_the_connection(client: ApiClient,
+                                                                            api: ApiServerDouble) -> None:
     # kube-apiserver panics in strategicpatch on these lists, which have no merge key.
     await client.create(PODS, pod("a"))
-    await client.patch(f"{PODS}/a/status", {"status": {"containerStatuses": [{"name": "c", "ready": False, "restartCount": 0}]}})
+    await client.patch(f"{PODS}/a/status",
+                       {"status": {"containerStatuses": [{"name": "c", "ready": False, "restartCount": 0}]}})
     with pytest.raises(ServerError) as caught:
         await client.patch(f"{PODS}/a/status", {"status": {
-            "containerStatuses": [{"name": "c", "ready": True}], "$setElementOrder/containerStatuses": [{"name": "c"}]}})
+            "containerStatuses": [{"name": "c", "ready": True}],
+            "$setElementOrder/containerStatuses": [{"name": "c"}]}})
     assert caught.value.status == 0 and len(api.panics) == 1
     assert (await client.get(f"{PODS}/a"))["status"]["containerStatuses"][0]["ready"] is False
 
@@ -191,14 +202,16 @@ def mirror(name: str, node_uid: str, **spec: object) -> dict:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"volumes": [{"name": "v", "configMap": {"name": "c"}}]}, 'node "edge-1" can not create pods that reference configmaps'),
+        ({"volumes": [{"name": "v", "configMap": {"name": "c"}}]},
+         'node "edge-1" can not create pods that reference configmaps'),
         ({"volumes": [{"name": "v", "configMap": {"name": "c"}}, {"name": "s", "secret": {"secretName": "s"}}]},
          'node "edge-1" can not create pods that reference secrets'),
         ({"serviceAccountName": "default"}, 'node "edge-1" can not create pods that reference a service account'),
         ({"nodeName": "edge-2"}, 'node "edge-1" can only create pods with spec.nodeName set to itself'),
     ],
 )
-async def test_node_restriction_forbids_mirror_pods_referencing_other_objects(node_api: ApiServerDouble, spec: dict, message: str) -> None:
+async def test_node_restriction_forbids_mirror_pods_referencing_other_objects(node_api: ApiServerDouble, spec: dict,
+                                                                              message: str) -> None:
     node_uid = node_api.get("nodes", "edge-1")["metadata"]["uid"]
     async with ApiClient(node_api.url) as client:
         with pytest.raises(Forbidden, match=message):
@@ -218,7 +231,8 @@ async def test_node_restriction_forbids_what_is_not_the_nodes_own(node_api: ApiS
         with pytest.raises(Forbidden):
             await client.patch("/api/v1/nodes/edge-2/status", {"status": {"phase": "Running"}})
         with pytest.raises(Forbidden):
-            await client.create("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {"metadata": {"name": "edge-2"}})
+            await client.create("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                                {"metadata": {"name": "edge-2"}})
         await client.patch("/api/v1/nodes/edge-1/status", {"status": {"phase": "Running"}})  # its own: fine
 
 
@@ -237,7 +251,8 @@ async def test_delete_with_preconditions_and_grace(client: ApiClient, api: ApiSe
     assert api.list("pods") == []
 
 
-async def test_watch_from_a_resource_version_then_bookmarks_then_timeout(client: ApiClient, api: ApiServerDouble) -> None:
+async def test_watch_from_a_resource_version_then_bookmarks_then_timeout(client: ApiClient,
+                                                                         api: ApiServerDouble) -> None:
     await client.create(PODS, pod("before"))
     listed = await client.list("/api/v1/pods", {"fieldSelector": "spec.nodeName=edge-1"})
     await client.create(PODS, pod("mine"))
@@ -282,7 +297,8 @@ async def test_a_short_history_window_expires_old_resource_versions() -> None:
 
 
 @pytest.mark.parametrize("control", ["inject_watch_garbage", "truncate_watches"])
-async def test_garbage_or_truncated_stream_is_a_temporary_error(client: ApiClient, api: ApiServerDouble, control: str) -> None:
+async def test_garbage_or_truncated_stream_is_a_temporary_error(client: ApiClient, api: ApiServerDouble,
+                                                                control: str) -> None:
     async def break_stream() -> None:
         while api.active_watches == 0:
             await asyncio.sleep(0.01)
@@ -361,17 +377,20 @@ def tls_api(pki: Path) -> Iterator[ApiServerDouble]:
 
 async def test_tls_with_inline_ca_and_client_certificate(tls_api: ApiServerDouble, pki: Path, tmp_path: Path) -> None:
     path = tls_api.write_kubeconfig(str(tmp_path / "kubeconfig"), ca_pem=(pki / "ca.crt").read_bytes(),
-                                    client_cert_pem=(pki / "client.crt").read_bytes(), client_key_pem=(pki / "client.key").read_bytes())
+                                    client_cert_pem=(pki / "client.crt").read_bytes(),
+                                    client_key_pem=(pki / "client.key").read_bytes())
     async with ApiClient.from_kubeconfig(path) as client:
         assert client.server.startswith("https://127.0.0.1:")
         assert (await client.create(PODS, pod("tls")))["metadata"]["name"] == "tls"
 
 
-async def test_tls_refuses_a_server_the_ca_does_not_vouch_for(tls_api: ApiServerDouble, pki: Path, tmp_path: Path) -> None:
+async def test_tls_refuses_a_server_the_ca_does_not_vouch_for(tls_api: ApiServerDouble, pki: Path,
+                                                              tmp_path: Path) -> None:
     from tests.kubeapi_double.testcerts import TEST_CERT
 
     path = tls_api.write_kubeconfig(str(tmp_path / "kubeconfig"), ca_pem=TEST_CERT.encode(),
-                                    client_cert_pem=(pki / "client.crt").read_bytes(), client_key_pem=(pki / "client.key").read_bytes())
+                                    client_cert_pem=(pki / "client.crt").read_bytes(),
+                                    client_key_pem=(pki / "client.key").read_bytes())
     async with ApiClient.from_kubeconfig(load_kubeconfig(path)) as client:
         with pytest.raises(ServerError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.list(PODS)

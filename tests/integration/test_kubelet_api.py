@@ -1,6 +1,7 @@
 """The kubelet API of the real agent, against the private containerd and the API server double (which answers
 the TokenReviews and SubjectAccessReviews): who may call it, logs with each option, exec / attach /
-port-forward through containerd's streaming server over WebSocket, run, stats, pods and healthz.
+port-forward through containerd's streaming server over WebSocket, run, stats, pods and healthz, metrics, and the
+node's logs (files under node_log_dir, units of a journal written for the test).
 """
 
 from __future__ import annotations
@@ -9,16 +10,18 @@ import json
 import os
 import socket
 import ssl
+import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
 import httpx
 import pytest
 
-from tests.integration.agent_harness import (AgentProcess, busybox_pod, fails_first_run_pod, free_port, is_running, port_open,
-                                             wait_for)
-from tests.integration.test_cluster import CLUSTER_TOML, NODE
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import AgentProcess, fails_first_run_pod, free_port, is_running, port_open
+from tests.integration.cluster_harness import CLUSTER_TOML, NODE
 from tests.integration.wsclient import ChannelSocket, UpgradeRefused
 from tests.kubeapi_double import ApiServerDouble, StatusError
 from tests.kubeapi_double.testcerts import issue_client_cert, make_ca
@@ -92,6 +95,7 @@ def start_agent(tmp_path: Path, endpoint: str, api: ApiServerDouble, pki: dict, 
 address = "127.0.0.1:{port}"
 client_ca_file = "{pki['ca'][0]}"
 node_log_dir = "{tmp_path / 'varlog'}"
+journal_dir = "{tmp_path / 'journal'}"
 """
     return AgentProcess(tmp_path, endpoint, node_name=NODE, extra_toml=toml).start()
 
@@ -168,7 +172,7 @@ def test_unknown_paths_and_bad_queries_get_clear_answers(kubelet_api):
 # -- logs --------------------------------------------------------------------------------------------
 
 def test_container_logs_with_each_option(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("talker", "for i in 1 2 3 4 5; do echo line $i; done; exec sleep 3600"),
+    start_pod(kubelet_api, busybox_manifest("talker", "for i in 1 2 3 4 5; do echo line $i; done; exec sleep 3600"),
               "talker")
     path = f"/containerLogs/default/{LOG_POD}/main"
     wait_for(lambda: kubelet_api.get(path).text.count("\n") == 5, 10, what="five log lines")
@@ -193,7 +197,7 @@ def test_previous_logs_are_the_last_terminated_run(kubelet_api):
 
 
 def test_follow_streams_new_lines_until_the_client_leaves(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("ticker", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
+    start_pod(kubelet_api, busybox_manifest("ticker", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"),
               "ticker")
     seen = b""
     with httpx.Client(verify=kubelet_api.context(), timeout=30, trust_env=False) as client:
@@ -219,7 +223,7 @@ def _exec_target(command: list[str], **flags: str) -> str:
 
 @pytest.fixture
 def sleeper(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("sleeper", "exec sleep 3600"), "sleeper")
+    start_pod(kubelet_api, busybox_manifest("sleeper", "exec sleep 3600"), "sleeper")
     return kubelet_api
 
 
@@ -245,7 +249,7 @@ def test_exec_with_stdin_and_with_a_terminal(sleeper):
 
 
 def test_attach_sees_the_containers_output(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("chatty", "i=0; while true; do i=$((i+1)); echo chat $i; sleep 0.2; done"),
+    start_pod(kubelet_api, busybox_manifest("chatty", "i=0; while true; do i=$((i+1)); echo chat $i; sleep 0.2; done"),
               "chatty")
     session = kubelet_api.ws(f"/attach/default/chatty-{NODE}/main?output=1&error=1")
     got = b""
@@ -297,7 +301,7 @@ def _http_pod(name: str, port: int, host_network: bool) -> str:
     script = f"mkdir -p /tmp/www && echo hello from {name} > /tmp/www/index.html && exec httpd -f -p {port} -h /tmp/www"
     if host_network:
         script = script.replace(f"-p {port}", f"-p 127.0.0.1:{port}")
-    return busybox_pod(name, script, host_network=host_network)
+    return busybox_manifest(name, script, host_network=host_network)
 
 
 def port_forward_get(api: KubeletApi, pod: str, port: int) -> bytes:
@@ -368,7 +372,7 @@ def test_stats_summary_has_the_node_and_the_pods(sleeper):
 
 
 def test_stats_summary_has_the_network_of_a_cni_pod(kubelet_api):
-    start_pod(kubelet_api, busybox_pod("netpod", "exec sleep 3600", host_network=False), "netpod")
+    start_pod(kubelet_api, busybox_manifest("netpod", "exec sleep 3600", host_network=False), "netpod")
 
     def pod_network():
         pods = kubelet_api.get("/stats/summary").json()["pods"]
@@ -404,7 +408,7 @@ def ephemeral_status(api: ApiServerDouble, pod: str, name: str) -> dict:
 
 
 def test_ephemeral_container_joins_its_target_and_is_attached_to(kubelet_api):
-    from tests.integration.test_cluster import api_pod, running_in_api
+    from tests.integration.cluster_harness import api_pod, running_in_api
 
     api = kubelet_api.api
     api.create("pods", api_pod("target", "exec sleep 3600"))
@@ -462,8 +466,8 @@ def one(samples: dict[str, list], name: str, **labels: str):
     return found[0]
 
 
-BURNER = busybox_pod("burner", "x=$(head -c 30000000 /dev/zero | tr '\\0' a); while true; do :; done",
-                     host_network=False)
+BURNER = busybox_manifest("burner", "x=$(head -c 30000000 /dev/zero | tr '\\0' a); while true; do :; done",
+                          host_network=False)
 
 
 def test_metrics_endpoints_are_behind_nodes_metrics(kubelet_api):
@@ -513,8 +517,8 @@ def test_cadvisor_series_have_cadvisor_labels_and_move_with_the_container(kubele
 
 
 def test_probe_results_are_counted_on_metrics_probes(kubelet_api):
-    manifest = busybox_pod("probed", "exec sleep 3600",
-                           container_field='readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}')
+    manifest = busybox_manifest("probed", "exec sleep 3600",
+                                container_field='readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}')
     start_pod(kubelet_api, manifest, "probed")
     uid = kubelet_api.agent.pod("probed")["metadata"]["uid"]
     labels = dict(probe_type="Readiness", result="successful", container="main", pod=f"probed-{NODE}",
@@ -545,3 +549,82 @@ def test_node_logs_listing_files_and_queries(kubelet_api):
     bad = kubelet_api.get("/logs/?query=/messages&tailLines=3")
     assert bad.status_code == 400 and "cannot specify file with options" in bad.text
     assert kubelet_api.get("/logs/?query=/../../etc/passwd").status_code == 400
+
+
+# A journal written with systemd-journal-remote from the export format: every field (the unit, the timestamps,
+# the boot) is stored as given, so the queries below have one right answer on any machine, journald or not.
+JOURNAL_REMOTE = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
+JOURNAL_T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)
+PREVIOUS_BOOT = "00112233445566778899aabbccddeeff"
+DEMO_LINES = [  # (seconds after JOURNAL_T0, unit, message); the first is of the boot before
+    (-3600, "demo.service", "demo from the boot before"),
+    (0, "demo.service", "demo starting"),
+    (60, "demo.service", "demo ready"),
+    (90, "other.service", "other unit line"),
+    (120, "demo.service", "demo error: disk slow"),
+    (180, "demo.service", "demo ERROR again"),
+    (240, "demo.service", "demo stopping"),
+]
+
+
+def write_journal(directory: Path, lines: list[tuple[int, str, str]]) -> None:
+    """A journal file in `directory` holding `lines`, the first of the boot before this one, the others of this
+    boot (so `boot=0` means this boot whichever way journalctl resolves it)."""
+    tool = next((path for path in JOURNAL_REMOTE if os.path.exists(path)), None)
+    assert tool, "systemd-journal-remote is missing (Debian package systemd-journal-remote; `make deps` installs it)"
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")
+    entries = []
+    for index, (seconds, unit, message) in enumerate(lines):
+        at = JOURNAL_T0 + timedelta(seconds=seconds)
+        fields = {"__REALTIME_TIMESTAMP": int(at.timestamp()) * 1_000_000, "__MONOTONIC_TIMESTAMP": 1_000_000 + index,
+                  "_BOOT_ID": PREVIOUS_BOOT if index == 0 else boot, "_HOSTNAME": NODE, "_PID": 42,
+                  "_SYSTEMD_UNIT": unit, "SYSLOG_IDENTIFIER": unit.removesuffix(".service"), "PRIORITY": 6,
+                  "MESSAGE": message}
+        entries.append("".join(f"{key}={value}\n" for key, value in fields.items()))
+    directory.mkdir(parents=True, exist_ok=True)
+    export = "".join(entry + "\n" for entry in entries).encode()  # a blank line ends each entry
+    subprocess.run([tool, f"--output={directory / 'demo.journal'}", "-"], input=export, check=True,
+                   capture_output=True, timeout=30)
+
+
+def journal_messages(text: str) -> list[str]:
+    """The messages of journalctl's short-precise output (`<time> <host> <identifier>[<pid>]: <message>`)."""
+    return [line.split("]: ", 1)[1] for line in text.splitlines() if "]: " in line]
+
+
+def _rfc3339(seconds: int) -> str:
+    return (JOURNAL_T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_node_log_query_reads_a_units_journal(kubelet_api):
+    write_journal(kubelet_api.agent.workdir / "journal", DEMO_LINES)
+    token = {"Authorization": "Bearer stats-token"}  # allowed nodes/stats only
+    refused = kubelet_api.get("/logs/?query=demo", who=None, headers=token)
+    assert refused.status_code == 403 and "subresource=log" in refused.text
+
+    def query(**parameters) -> list[str]:
+        answer = kubelet_api.get("/logs/?" + urlencode({"query": "demo", **parameters}, doseq=True))
+        assert answer.status_code == 200, answer.text
+        return journal_messages(answer.text)
+
+    everything = kubelet_api.get("/logs/?query=demo")
+    demo = [message for _, unit, message in DEMO_LINES if unit == "demo.service"]
+    assert journal_messages(everything.text) == demo  # the unit's lines alone, in order
+    first = everything.text.splitlines()[0]
+    assert first.startswith("Jan 02 02:00:00.000000 ") and f" {NODE} demo[42]: " in first  # UTC, microseconds
+    assert query(sinceTime=_rfc3339(30), untilTime=_rfc3339(200)) == [
+        "demo ready", "demo error: disk slow", "demo ERROR again"]
+    assert query(tailLines=2) == ["demo ERROR again", "demo stopping"]
+    assert query(pattern="error") == ["demo error: disk slow", "demo ERROR again"]  # case-insensitive
+    assert query(pattern="error", tailLines=1) == ["demo ERROR again"]
+    assert query(sinceTime=_rfc3339(100), pattern="ready") == []
+    assert query(boot=0) == demo[1:]
+    assert query(boot=-1) == ["demo from the boot before"]
+    both = kubelet_api.get("/logs/?query=demo&query=other&sinceTime=" + _rfc3339(30))
+    assert journal_messages(both.text) == ["demo ready", "other unit line", "demo error: disk slow",
+                                           "demo ERROR again", "demo stopping"]
+    # A service the journal has no unit of is looked for under node_log_dir, which it is not in.
+    assert kubelet_api.get("/logs/?query=absent").text == "\nlog not found for absent\n"
+    bad = kubelet_api.get("/logs/?query=demo&sinceTime=yesterday")
+    assert bad.status_code == 400 and "sinceTime" in bad.text
+    assert "Traceback" not in kubelet_api.agent.log_text()

@@ -6,27 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.agent_harness import wait_for
-from tests.integration.test_cluster import (  # noqa: F401 (the api fixture)
-    api,
-    api_get,
-    api_pod,
-    cluster_agent,
-    main_status,
-    running_container_ids,
-)
+from tests.helpers import wait_for
+from tests.integration.cluster_harness import api_get, api_pod, cluster_agent, main_status, running_container_ids
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
 
 @pytest.fixture
-def agent(tmp_path, containerd, api):  # noqa: F811 (the api fixture)
+def agent(tmp_path, containerd, api):
     process = cluster_agent(tmp_path, containerd.endpoint, api).start()
     yield process
     process.close()
 
 
-def pod_status(api, name: str) -> dict:  # noqa: F811
+def pod_status(api, name: str) -> dict:
     return (api_get(api, "pods", name, "default") or {}).get("status") or {}
 
 
@@ -53,17 +46,18 @@ TERMINATION_MESSAGES = [
 ]
 
 
-def test_terminated_containers_report_their_termination_message(agent, api):  # noqa: F811
+def test_terminated_containers_report_their_termination_message(agent, api):
     for pod, _, _ in TERMINATION_MESSAGES:
         api.create("pods", pod)
     for pod, phase, message in TERMINATION_MESSAGES:
         name = pod["metadata"]["name"]
-        wait_for(lambda: pod_status(api, name).get("phase") == phase, 60, interval=0.2, what=f"{name} {phase}")
+        wait_for(lambda name=name, phase=phase: pod_status(api, name).get("phase") == phase, 60, interval=0.2,
+                 what=f"{name} {phase}")
         terminated = main_status(api_get(api, "pods", name, "default"))["state"]["terminated"]
         assert terminated.get("message", "") == message, name
 
 
-def test_a_pod_past_its_deadline_shows_failed_only_once_its_container_stopped(agent, api, containerd):  # noqa: F811
+def test_a_pod_past_its_deadline_shows_failed_only_once_its_container_stopped(agent, api, containerd):
     # PID 1 sleep ignores SIGTERM: the kill lasts the whole 4 s grace period, while the pod is Failed locally.
     pod = api_pod("bounded", "exec sleep 3600", grace=4)
     pod["spec"]["activeDeadlineSeconds"] = 2
@@ -79,12 +73,12 @@ def test_a_pod_past_its_deadline_shows_failed_only_once_its_container_stopped(ag
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "False"
 
 
-def conditions(api, name: str) -> dict[str, str]:  # noqa: F811
+def conditions(api, name: str) -> dict[str, str]:
     return {c["type"]: c["status"] for c in pod_status(api, name).get("conditions") or []}
 
 
 @pytest.mark.parametrize("probe", ["livenessProbe", "startupProbe"])
-def test_a_container_killed_for_a_failed_probe_gets_the_probe_grace_period(agent, api, probe):  # noqa: F811
+def test_a_container_killed_for_a_failed_probe_gets_the_probe_grace_period(agent, api, probe):
     # PID 1 sleep ignores SIGTERM: only the grace period's end stops it, and the pod's is 500 s.
     pod = api_pod("probed", "exec sleep 3600", grace=500)
     pod["spec"]["containers"][0][probe] = {"exec": {"command": ["false"]}, "periodSeconds": 1,
@@ -94,7 +88,7 @@ def test_a_container_killed_for_a_failed_probe_gets_the_probe_grace_period(agent
              interval=0.2, what="the container restarted within the probe's 2 s grace")
 
 
-def test_a_pod_being_deleted_turns_unready_while_its_container_stops(agent, api, containerd):  # noqa: F811
+def test_a_pod_being_deleted_turns_unready_while_its_container_stops(agent, api, containerd):
     # On SIGTERM the container stops being ready at once, then takes 20 s to exit.
     script = "trap 'rm -f /tmp/ready; sleep 20; exit 0' TERM; touch /tmp/ready; while true; do sleep 1; done"
     pod = api_pod("draining", script, grace=30)
@@ -107,7 +101,7 @@ def test_a_pod_being_deleted_turns_unready_while_its_container_stops(agent, api,
     assert running_container_ids(containerd.endpoint, uid)  # still stopping
 
 
-def test_readiness_gates_set_by_others_decide_readiness(agent, api):  # noqa: F811
+def test_readiness_gates_set_by_others_decide_readiness(agent, api):
     pod = api_pod("gated")
     pod["spec"]["readinessGates"] = [{"conditionType": "k8s.io/test-condition1"},
                                      {"conditionType": "k8s.io/test-condition2"}]
@@ -131,7 +125,7 @@ def test_readiness_gates_set_by_others_decide_readiness(agent, api):  # noqa: F8
     assert conditions(api, "gated")["k8s.io/test-condition2"] == "True"
 
 
-def test_a_pod_for_another_os_is_refused(agent, api, containerd):  # noqa: F811
+def test_a_pod_for_another_os_is_refused(agent, api, containerd):
     pod = api_pod("wrong-os")
     pod["spec"]["os"] = {"name": "windows"}
     uid = api.create("pods", pod)["metadata"]["uid"]
@@ -142,7 +136,7 @@ def test_a_pod_for_another_os_is_refused(agent, api, containerd):  # noqa: F811
     assert not running_container_ids(containerd.endpoint, uid)
 
 
-def test_a_hostname_override_is_the_pods_hostname(agent, api):  # noqa: F811
+def test_a_hostname_override_is_the_pods_hostname(agent, api):
     pod = terminated_pod("renamed", "echo -n $(hostname)';'$(hostname -f)';' > /dev/termination-log")
     pod["spec"].update(hostNetwork=False, hostname="custom-host", subdomain="t", hostnameOverride="override-host")
     api.create("pods", pod)
@@ -161,7 +155,7 @@ MARKING_SERVER = (
 )
 
 
-def test_hooks_of_containers_and_sidecars_reach_the_pod(agent, api, tmp_path):  # noqa: F811
+def test_hooks_of_containers_and_sidecars_reach_the_pod(agent, api, tmp_path):
     hits = tmp_path / "hits"
     hits.mkdir()
 

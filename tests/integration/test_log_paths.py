@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.agent_harness import AgentProcess, busybox_pod, fails_first_run_pod, is_running, wait_for
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import AgentProcess, fails_first_run_pod, is_running
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -130,7 +131,7 @@ def test_a_tailer_following_the_link_by_name_loses_no_line_across_rotations(tmp_
     tailer = None
     try:
         agent.start()
-        agent.write_manifest("chatty.yaml", busybox_pod("chatty", CHATTY))
+        agent.write_manifest("chatty.yaml", busybox_manifest("chatty", CHATTY))
         wait_for(lambda: links(agent), 60, what="the container's link")
         (name,) = links(agent)
         tailer = Tailer(agent.container_logs_dir / name)
@@ -156,8 +157,8 @@ def test_an_upgraded_node_moves_its_logs_without_losing_a_line(tmp_path, contain
     agent.config_path.write_text(config.replace(new_setting, f'pod_logs_dir = "{legacy}"'))  # the layout before
     try:
         agent.start()
-        agent.write_manifest("counter.yaml", busybox_pod("counter", "i=0; while true; do i=$((i+1)); echo n $i; "
-                                                                    "sleep 0.02; done"))
+        agent.write_manifest("counter.yaml", busybox_manifest("counter", "i=0; while true; do i=$((i+1)); echo n $i; "
+                                                                         "sleep 0.02; done"))
         pod = wait_for(lambda: (p := agent.pod("counter")) and is_running(p) and p, 60, what="counter Running")
         uid = pod["metadata"]["uid"]
         wait_for(lambda: len(numbers(agent.cli("logs", "counter").stdout)) > 50, 30, what="lines before the upgrade")

@@ -8,19 +8,23 @@ import contextlib
 import functools
 import random
 import re
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
 from edgelet.kubeapi import ApiClient
-from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.health import NodeHealth
+from edgelet.nodestatus.lease import LeaseController
 from edgelet.nodestatus.manager import NodeReport, NodeStatusManager
 from edgelet.nodestatus.setters import KUBELET_VERSION, NodeInfo
+from edgelet.nodestatus.taints import parse_taint
 from edgelet.simulate.node import HollowNode, Timings
+from edgelet.util.errors import EdgeletError
 from edgelet.util.tasks import TaskGroup
-from tests.kubeapi_double import ApiServerDouble, eventually
+from tests.helpers import eventually
+from tests.kubeapi_double import ApiServerDouble
 
 NODE = "edge-1"
 NODE_PATH = f"/api/v1/nodes/{NODE}"
@@ -96,7 +100,8 @@ def condition(node: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in node["status"]["conditions"] if c["type"] == kind)
 
 
-async def test_registration_creates_the_node_with_labels_and_node_info(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+async def test_registration_creates_the_node_with_labels_and_node_info(api: ApiServerDouble, client: ApiClient,
+                                                                       tasks: list) -> None:
     m = manager(client, Machine(), Clock())
     tasks.append(asyncio.create_task(m.run()))
     await asyncio.wait_for(m.registered.wait(), 5)
@@ -108,14 +113,16 @@ async def test_registration_creates_the_node_with_labels_and_node_info(api: ApiS
     assert info["containerRuntimeVersion"] == "containerd://1.6.20"
     assert info["kubeletVersion"] == KUBELET_VERSION and info["bootID"] == "boot-1" and info["architecture"] == "arm64"
     assert node["status"]["capacity"]["cpu"] == "4"
-    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"}, {"type": "Hostname", "address": NODE}]
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"},
+                                           {"type": "Hostname", "address": NODE}]
     assert condition(node, "Ready")["status"] == "True"
 
 
 async def test_an_existing_node_is_adopted_and_reconciled(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
     api.create("nodes", {"metadata": {"name": NODE, "labels": {"kubernetes.io/arch": "amd64", "owner": "ops"}},
                          "status": {"addresses": [{"type": "InternalIP", "address": "10.9.9.9"}],
-                                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2025-06-01T00:00:00Z"},
+                                    "conditions": [{"type": "Ready", "status": "True",
+                                                    "lastTransitionTime": "2025-06-01T00:00:00Z"},
                                                    {"type": "NetworkUnavailable", "status": "False"}]}})
     uid = api.get("nodes", NODE)["metadata"]["uid"]
     m = manager(client, Machine(), Clock())
@@ -125,7 +132,8 @@ async def test_an_existing_node_is_adopted_and_reconciled(api: ApiServerDouble, 
     assert m.node_uid == uid
     assert node["metadata"]["labels"]["kubernetes.io/arch"] == "arm64"
     assert node["metadata"]["labels"]["owner"] == "ops"  # labels are added, never removed
-    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"}, {"type": "Hostname", "address": NODE}]
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "192.168.1.20"},
+                                           {"type": "Hostname", "address": NODE}]
     assert condition(node, "Ready")["lastTransitionTime"] == "2025-06-01T00:00:00Z"  # Ready all along
     assert condition(node, "NetworkUnavailable")["status"] == "False"  # others' conditions survive
     assert api.write_count("POST", "/api/v1/nodes") == 1 and api.write_count("PATCH", NODE_PATH) == 1
@@ -166,7 +174,8 @@ async def test_a_runtime_silent_at_start_is_reported_after_one_update_period(
     assert ready["status"] == "False" and "waiting for the container runtime" in ready["message"]
 
 
-async def test_status_is_written_only_on_change_or_report_frequency(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+async def test_status_is_written_only_on_change_or_report_frequency(api: ApiServerDouble, client: ApiClient,
+                                                                    tasks: list) -> None:
     machine, clock = Machine(), Clock()
     m = manager(client, machine, clock, report_frequency=60.0)
     tasks.append(asyncio.create_task(m.run()))
@@ -236,7 +245,8 @@ async def test_a_deleted_node_is_registered_again(api: ApiServerDouble, client: 
 # -- the Lease --------------------------------------------------------------------------------------
 
 
-async def test_lease_is_created_owned_by_the_node_and_renewed(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+async def test_lease_is_created_owned_by_the_node_and_renewed(api: ApiServerDouble, client: ApiClient,
+                                                              tasks: list) -> None:
     node = api.create("nodes", {"metadata": {"name": NODE}})
     lease = LeaseController(client, NODE, duration=40, renew_interval=0.02, rng=random.Random(0))
     tasks.append(asyncio.create_task(lease.run()))
@@ -244,7 +254,8 @@ async def test_lease_is_created_owned_by_the_node_and_renewed(api: ApiServerDoub
     stored = api.get("leases", NODE, "kube-node-lease")
     assert stored["spec"]["holderIdentity"] == NODE and stored["spec"]["leaseDurationSeconds"] == 40
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stored["spec"]["renewTime"])
-    assert stored["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["metadata"]["uid"]}]
+    assert stored["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE,
+                                                      "uid": node["metadata"]["uid"]}]
     assert api.write_count("POST", LEASE_PATH.rsplit("/", 1)[0]) == 1
     assert api.write_count("PUT", LEASE_PATH) >= 9
 
@@ -325,7 +336,8 @@ async def test_a_lease_renewed_late_counts_as_a_lapse(api: ApiServerDouble, clie
     await eventually(lambda: lapses)
 
 
-async def test_the_lease_follows_a_node_deleted_and_registered_again(api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+async def test_the_lease_follows_a_node_deleted_and_registered_again(api: ApiServerDouble, client: ApiClient,
+                                                                     tasks: list) -> None:
     # Without a garbage collector (no controller-manager) the Lease outlives the Node: its owner must move.
     machine = Machine()
     m = manager(client, machine, Clock())
@@ -353,7 +365,8 @@ HOLLOW_TIMINGS = Timings(lease_duration=4.0, lease_renew_interval=0.05, node_sta
                          node_status_report_frequency=1.0, status_resync=0.05)
 
 
-async def test_a_hollow_node_registers_holds_its_lease_and_runs_a_pod(api: ApiServerDouble, client: ApiClient, tmp_path) -> None:
+async def test_a_hollow_node_registers_holds_its_lease_and_runs_a_pod(api: ApiServerDouble, client: ApiClient,
+                                                                      tmp_path) -> None:
     """The simulator's node runs the agent's cluster wiring (edgelet/cluster/clusterapi.py) with no container
     runtime."""
     node = HollowNode(HOLLOW, client, state_dir=str(tmp_path), timings=HOLLOW_TIMINGS, rng=random.Random(0))
@@ -381,3 +394,53 @@ async def test_a_hollow_node_registers_holds_its_lease_and_runs_a_pod(api: ApiSe
         assert node.runtime.starts == 1 and not tasks.crashed
     finally:
         await tasks.cancel_all(grace=1.0)
+
+
+NETWORK_DOWN = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+                "message:Network plugin returns error: cni plugin not initialized")
+
+
+def node_reads(api: ApiServerDouble) -> int:
+    return sum(1 for r in api.requests if r.method == "GET" and r.path == NODE_PATH)
+
+
+async def test_registered_with_taints_and_not_ready_while_the_pod_network_is_not(
+        api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    machine = Machine()
+    machine.health["network"] = (False, NETWORK_DOWN)
+    taints = tuple(parse_taint(t) for t in ("dedicated=edge:NoSchedule", "node.example.com/wan-only:NoExecute"))
+    m = manager(client, machine, Clock(), register_taints=taints)
+    tasks.append(asyncio.create_task(m.run()))
+    await asyncio.wait_for(m.registered.wait(), 5)
+    node = api.get("nodes", NODE)
+    assert node["spec"]["taints"] == [{"key": "dedicated", "value": "edge", "effect": "NoSchedule"},
+                                      {"key": "node.example.com/wan-only", "effect": "NoExecute"}]
+    ready = condition(node, "Ready")
+    assert (ready["status"], ready["reason"], ready["message"]) == ("False", "KubeletNotReady", NETWORK_DOWN)
+    machine.health["network"] = (True, "")
+    await eventually(lambda: condition(api.get("nodes", NODE), "Ready")["status"] == "True")
+
+
+async def test_the_pod_cidr_reaches_the_runtime_once_assigned(
+        api: ApiServerDouble, client: ApiClient, tasks: list) -> None:
+    handed: list[str] = []
+    failures = [EdgeletError("runtime busy")]
+
+    async def update_pod_cidr(cidr: str) -> None:
+        if failures:
+            raise failures.pop()
+        handed.append(cidr)
+
+    m = manager(client, Machine(), Clock(), on_pod_cidr=update_pod_cidr)
+    tasks.append(asyncio.create_task(m.run()))
+    await asyncio.wait_for(m.registered.wait(), 5)
+    await eventually(lambda: node_reads(api) >= 2)  # read at each sync while none is assigned
+    assert handed == []
+    # The node IPAM controller assigns it; a runtime that fails is asked again at the next sync.
+    api.patch("nodes", NODE, {"spec": {"podCIDR": "10.244.3.0/24", "podCIDRs": ["10.244.3.0/24", "fd00:3::/64"]}})
+    await eventually(lambda: handed == ["10.244.3.0/24,fd00:3::/64"])
+    assert m.pod_cidr == "10.244.3.0/24,fd00:3::/64"
+    reads = node_reads(api)
+    await asyncio.sleep(0.1)  # several syncs
+    assert node_reads(api) == reads  # once handed over, the Node is no longer read for it
+    assert handed == ["10.244.3.0/24,fd00:3::/64"]

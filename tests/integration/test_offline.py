@@ -14,14 +14,13 @@ import urllib.request
 
 import pytest
 
-from edgelet.util.checkpoint import CORRUPT_DIR, key_to_filename
+from edgelet.container import labels
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from edgelet.container import labels
-from tests.integration.agent_harness import free_port, wait_for
-from tests.integration.test_cluster import (
-    agent,  # noqa: F401  (fixture)
-    api,  # noqa: F401  (fixture)
+from edgelet.util.checkpoint import CORRUPT_DIR, key_to_filename
+from tests.helpers import wait_for
+from tests.integration.agent_harness import free_port
+from tests.integration.cluster_harness import (
     api_get,
     api_pod,
     cluster_agent,
@@ -31,12 +30,18 @@ from tests.integration.test_cluster import (
     running_container_ids,
     running_in_api,
     running_locally,
-    runtime_state,
     unmount_below,
     wait_lease_renewed,
 )
+from tests.integration.cri_harness import runtime_objects
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+
+@pytest.fixture
+def agent(cluster_node):
+    """This module's agent is a cluster node."""
+    return cluster_node
 
 # The pod source reconnects as the reflector does (a step doubling to 30 s, each wait up to twice it): after
 # the outages here (15 s at most) its next try may be 26 s away, so waits after an outage are generous.
@@ -178,7 +183,7 @@ def test_changes_made_during_an_outage_are_reconciled_after_it(agent, api, conta
 
     api.come_up()
     wait_for(lambda: api_get(api, "pods", "leaves", "default") is None, RECONNECT, what="deleted pod finally removed")
-    assert runtime_state(containerd.endpoint, uids["leaves"]) == ([], [])
+    assert runtime_objects(containerd.endpoint, uids["leaves"]) == ([], [])
     wait_for(lambda: running_in_api(api, "arrives"), RECONNECT, what="pod added offline Running")
     assert running_container_ids(containerd.endpoint, new_uid)
     assert running_container_ids(containerd.endpoint, uids["stays"]) == stays_before
@@ -215,5 +220,5 @@ def test_damaged_cache_entries_are_reported_set_aside_and_never_fatal(agent, api
     wait_for(lambda: api.active_watches, RECONNECT, what="pod source watching again")
     api.delete("pods", "damaged", "default", grace_period=1)
     wait_for(lambda: api_get(api, "pods", "damaged", "default") is None, RECONNECT, what="damaged pod handled again")
-    assert runtime_state(containerd.endpoint, uids["damaged"]) == ([], [])
+    assert runtime_objects(containerd.endpoint, uids["damaged"]) == ([], [])
     assert running_container_ids(containerd.endpoint, uids["intact"]) == ids["intact"]

@@ -9,14 +9,13 @@ import types
 
 import pytest
 
-from edgelet.pleg import generic as pleg_module
 from edgelet.api import podutil
-from edgelet.util.errors import TemporaryError
 from edgelet.container.cache import InspectionError
 from edgelet.container.runtime import ContainerState
+from edgelet.pleg import generic as pleg_module
 from edgelet.pleg.generic import GenericPLEG
-
-from tests.integration.test_cri_client import container_config, sandbox_config
+from edgelet.util.errors import TemporaryError
+from tests.integration.cri_harness import start_labelled_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -43,20 +42,8 @@ class HeldStatusReplies:
         return reply
 
 
-async def start_pod(cri, containerd, *, annotations=None) -> tuple[str, str]:
-    """A running pod of one container labelled with its pod's uid, as the agent labels them: (uid, id)."""
-    config = sandbox_config(containerd)
-    config.annotations.update(annotations or {})
-    sandbox_id = await cri.run_pod_sandbox(config)
-    container = container_config(containerd)
-    container.labels["io.kubernetes.pod.uid"] = config.metadata.uid
-    container_id = await cri.create_container(sandbox_id, container, config)
-    await cri.start_container(container_id)
-    return config.metadata.uid, container_id
-
-
 async def test_an_older_relist_cannot_replace_a_newer_inspection(cri, containerd):
-    uid, container_id = await start_pod(cri, containerd)
+    uid, container_id = await start_labelled_pod(cri, containerd)
 
     runtime = HeldStatusReplies(cri)
     pleg = GenericPLEG(runtime)
@@ -77,7 +64,7 @@ async def test_an_older_relist_cannot_replace_a_newer_inspection(cri, containerd
 
 
 async def test_the_cache_follows_the_runtime_after_the_wall_clock_stepped_back(cri, containerd, monkeypatch):
-    uid, container_id = await start_pod(cri, containerd)
+    uid, container_id = await start_labelled_pod(cri, containerd)
     pleg = GenericPLEG(cri)
     await pleg.relist()
     assert pleg.cache.get(uid).latest_container("main").state == ContainerState.RUNNING
@@ -126,7 +113,7 @@ class CountedStatusCalls:
 
 
 async def test_a_relist_inspects_changed_pods_side_by_side_each_once(cri, containerd):
-    pods = [await start_pod(cri, containerd) for _ in range(4)]
+    pods = [await start_labelled_pod(cri, containerd) for _ in range(4)]
     runtime = CountedStatusCalls(cri)
     pleg = GenericPLEG(runtime)
     await pleg.relist()
@@ -138,7 +125,7 @@ async def test_a_relist_inspects_changed_pods_side_by_side_each_once(cri, contai
 
 
 async def test_a_failed_inspection_is_stored_for_its_pod_and_retried_at_the_next_relist(cri, containerd):
-    (broken_uid, broken_id), (good_uid, _) = [await start_pod(cri, containerd) for _ in range(2)]
+    (broken_uid, broken_id), (good_uid, _) = [await start_labelled_pod(cri, containerd) for _ in range(2)]
     runtime = CountedStatusCalls(cri, fail_once={broken_id})
     pleg = GenericPLEG(runtime)
     before = time.monotonic()
@@ -156,8 +143,9 @@ async def test_a_failed_inspection_is_stored_for_its_pod_and_retried_at_the_next
 
 async def test_the_sandbox_status_names_the_pod_source(cri, containerd):
     """The start-up clean-up reads each runtime pod's source from the cache, not from the runtime again."""
-    file_uid, _ = await start_pod(cri, containerd, annotations={podutil.CONFIG_SOURCE_ANNOTATION: "file"})
-    api_uid, _ = await start_pod(cri, containerd)  # no annotation: a pod of the API server, as the kubelet reads it
+    file_uid, _ = await start_labelled_pod(cri, containerd, annotations={podutil.CONFIG_SOURCE_ANNOTATION: "file"})
+    api_uid, _ = await start_labelled_pod(cri,
+                                          containerd)  # no annotation: a pod of the API server, as the kubelet reads it
     pleg = GenericPLEG(cri)
     await pleg.relist()
     assert pleg.get_status(file_uid).sandboxes[0].source == "file"

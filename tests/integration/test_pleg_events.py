@@ -10,8 +10,7 @@ import pytest
 
 from edgelet import core
 from edgelet.pleg.generic import GenericPLEG
-
-from tests.integration.test_pleg_cache import start_pod
+from tests.integration.cri_harness import start_labelled_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -54,7 +53,7 @@ async def test_container_changes_reach_the_queue_through_the_runtimes_own_path(c
             assert await relists_over(pleg, 3.0) >= 1
             assert pleg.mode == "generic"
 
-        uid, container_id = await start_pod(cri, containerd)
+        uid, container_id = await start_labelled_pod(cri, containerd)
         await next_event_of(pleg, uid, core.CONTAINER_STARTED)
         await cri.stop_container(container_id, 0)
         await next_event_of(pleg, uid, core.CONTAINER_DIED)

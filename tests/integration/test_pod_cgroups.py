@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from edgelet.volumes.mountutil import read_mounts
-from tests.integration.agent_harness import AgentProcess, is_running, wait_for
-from tests.integration.test_agent import runtime_objects
+from tests.helpers import wait_for
+from tests.integration.agent_harness import AgentProcess, is_running
+from tests.integration.cri_harness import runtime_objects
 from tests.runtime_cleanup import empty_runtime
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
-import uuid
 
 import grpc
 import pytest
 
+from edgelet.container.runtime import ContainerState, ContainerStatus
 from edgelet.kuberuntime.container import make_container_config
 from edgelet.kuberuntime.sandbox import make_sandbox_config
-from edgelet.container.runtime import ContainerState, ContainerStatus
 from edgelet.prober.manager import ProbeManager
 from edgelet.prober.probes import (
     HttpGetter,
@@ -27,6 +25,7 @@ from edgelet.prober.probes import (
     tcp_check,
 )
 from edgelet.prober.results import ProbeError, ProbeType, Result
+from tests.helpers import busybox_pod, eventually
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -34,19 +33,6 @@ pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 WEB_SERVER = ("mkdir -p /tmp/www/dir && echo hello > /tmp/www/index.html && echo d > /tmp/www/dir/index.html"
               " && httpd -p 8080 -h /tmp/www && exec sleep 3600")
 CLOSED_PORT = 8099
-
-
-def busybox_pod(command: str, *, host_network: bool = False, **container_fields) -> dict:
-    name = f"probe-{uuid.uuid4().hex[:8]}"
-    return {
-        "metadata": {"name": name, "namespace": "default", "uid": str(uuid.uuid4())},
-        "spec": {
-            "hostNetwork": host_network,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "app", "image": "docker.io/library/busybox:local",
-                            "command": ["sh", "-c", command], **container_fields}],
-        },
-    }
 
 
 async def start_pod(cri, containerd, pod: dict) -> tuple[str, str]:
@@ -64,27 +50,17 @@ async def start_pod(cri, containerd, pod: dict) -> tuple[str, str]:
     return container_id, pod_ip
 
 
-async def wait_until(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = await predicate()
-        if result:
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 @pytest.fixture
 async def web_pod(cri, containerd):
     """A pod-network pod whose httpd answers on 8080; yields (pod, container id, pod IP)."""
-    pod = busybox_pod(WEB_SERVER, ports=[{"name": "web", "containerPort": 8080}])
+    pod = busybox_pod(WEB_SERVER, name="probe", host_network=False, ports=[{"name": "web", "containerPort": 8080}])
     container_id, pod_ip = await start_pod(cri, containerd, pod)
     assert pod_ip, "the pod network sandbox got no address"
 
     async def listening():
         return (await tcp_check(pod_ip, 8080, 1)).result is Result.SUCCESS
 
-    await wait_until(listening, what="httpd to listen")
+    await eventually(listening, what="httpd to listen", timeout=15, interval=0.05)
     return pod, container_id, pod_ip
 
 
@@ -99,7 +75,7 @@ async def http():
 
 
 async def test_exec_success_failure_and_timeout(cri, containerd):
-    pod = busybox_pod("exec sleep 3600", host_network=True)
+    pod = busybox_pod("exec sleep 3600", name="probe", host_network=True)
     container_id, _ = await start_pod(cri, containerd, pod)
 
     ok = await exec_check(cri, container_id, ["sh", "-c", "echo fine"], 1)
@@ -118,7 +94,7 @@ async def test_exec_in_a_missing_container_is_an_error(cri):
 
 
 async def test_exec_probe_expands_the_container_env(cri, containerd):
-    pod = busybox_pod("exec sleep 3600", host_network=True, env=[{"name": "WANT", "value": "7"}])
+    pod = busybox_pod("exec sleep 3600", name="probe", host_network=True, env=[{"name": "WANT", "value": "7"}])
     container_id, _ = await start_pod(cri, containerd, pod)
     container = pod["spec"]["containers"][0]
     spec = parse_probe({"exec": {"command": ["sh", "-c", "exit $(WANT)"]}}, "pod", "probe", ProbeType.LIVENESS)
@@ -202,7 +178,8 @@ async def test_redirects(redirecting_server, http):
 
     away = await http_check(http, f"http://127.0.0.1:{port}/away", headers, 2)
     assert away.result is Result.SUCCESS and away.warning
-    assert away.output == f'Probe terminated redirects, Response body: <a href="http://localhost:{port}/">Moved Permanently</a>.\n'
+    assert away.output == (f'Probe terminated redirects, Response body: '
+                           f'<a href="http://localhost:{port}/">Moved Permanently</a>.\n')
     assert len(seen) == 1  # the other host was not asked
 
     seen.clear()
@@ -272,7 +249,7 @@ async def test_grpc_nothing_listening_fails_within_the_timeout():
 
 async def test_manager_drives_readiness_and_liveness(cri, containerd):
     pod = busybox_pod(
-        "touch /tmp/alive && exec sleep 3600", host_network=True,
+        "touch /tmp/alive && exec sleep 3600", name="probe", host_network=True,
         readinessProbe={"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1,
                         "failureThreshold": 1},
         livenessProbe={"exec": {"command": ["test", "-f", "/tmp/alive"]}, "periodSeconds": 1,
@@ -296,7 +273,7 @@ async def test_manager_drives_readiness_and_liveness(cri, containerd):
         async def ready():
             return manager.readiness(pod) == {"app": True}
 
-        await wait_until(ready, what="the container to turn ready")
+        await eventually(ready, what="the container to turn ready", timeout=15, interval=0.05)
         assert uid in changes
 
         await cri.exec_sync(container_id, ["rm", "/tmp/alive"], 5)
@@ -304,7 +281,7 @@ async def test_manager_drives_readiness_and_liveness(cri, containerd):
         async def dead():
             return manager.liveness_failed(uid) == {container_id}
 
-        await wait_until(dead, what="the liveness probe to fail twice")
+        await eventually(dead, what="the liveness probe to fail twice", timeout=15, interval=0.05)
         liveness = manager.worker(uid, "app", ProbeType.LIVENESS)
         assert liveness is not None and liveness.on_hold
     finally:
@@ -313,9 +290,8 @@ async def test_manager_drives_readiness_and_liveness(cri, containerd):
 
 
 async def test_asking_for_readiness_probes_a_started_container_at_once(cri, containerd):
-    pod = busybox_pod("exec sleep 3600", host_network=True,
+    pod = busybox_pod("exec sleep 3600", name="probe", host_network=True,
                       readinessProbe={"exec": {"command": ["true"]}, "periodSeconds": 300})
-    uid = pod["metadata"]["uid"]
     container_id, _ = await start_pod(cri, containerd, pod)
     known = ContainerStatus(id=container_id, name="app", sandbox_id="", state=ContainerState.RUNNING,
                             created_at=1, started_at=1)
@@ -327,6 +303,6 @@ async def test_asking_for_readiness_probes_a_started_container_at_once(cri, cont
             return manager.readiness(pod) == {"app": True}
 
         # Its own schedule would probe it within 300 s; being asked makes it probe now.
-        await wait_until(ready, timeout=10, what="readiness after being asked")
+        await eventually(ready, timeout=10, what="readiness after being asked", interval=0.05)
     finally:
         await manager.close()

@@ -11,12 +11,17 @@ import asyncio
 import pytest
 
 from edgelet.cri.client import RuntimeClient
-from tests.integration.agent_harness import wait_for
-from tests.integration.test_cluster import agent  # noqa: F401 (the fixture, started against this module's api)
-from tests.integration.test_cluster import NODE, api_pod, main_status, running_container_ids, running_in_api
+from tests.helpers import wait_for
+from tests.integration.cluster_harness import NODE, api_pod, main_status, running_container_ids, running_in_api
 from tests.kubeapi_double import ApiServerDouble, StatusError
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
+
+
+@pytest.fixture
+def agent(cluster_node):
+    """This module's agent is a cluster node."""
+    return cluster_node
 
 MiB = 1 << 20
 SMALL = {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}

@@ -9,15 +9,15 @@ import uuid
 
 import pytest
 
-from edgelet.util.backoff import Backoff
+from edgelet.container.runtime import ContainerState
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.images.manager import ImageManager
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
 from edgelet.kuberuntime.resizer import Resizer
-from edgelet.container.runtime import ContainerState
 from edgelet.pleg.generic import GenericPLEG
 from edgelet.status.extras import add_newer_fields
 from edgelet.status.generate import generate_pod_status
+from edgelet.util.backoff import Backoff
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 

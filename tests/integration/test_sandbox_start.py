@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import pytest
 
-from edgelet.util.backoff import Backoff
-from edgelet.util.errors import EdgeletError
+from edgelet.container.runtime import PodRuntimeStatus
 from edgelet.images.manager import ImageManager
 from edgelet.kuberuntime.manager import Collaborators, RuntimeManager
-from edgelet.container.runtime import PodRuntimeStatus
+from edgelet.util.backoff import Backoff
+from edgelet.util.errors import EdgeletError
 from edgelet.volumes import VolumeManager
+from tests.helpers import busybox_pod
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
 IMAGE = "docker.io/library/busybox:local"
+POD_IP_ENV = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
 
 
 class Calls:
@@ -51,18 +52,6 @@ class Events:
         self.seen.append((ref.get("fieldPath", ""), reason, message))
 
 
-def busybox_pod(command: str, *, host_network: bool) -> dict:
-    return {
-        "metadata": {"name": f"first-{uuid.uuid4().hex[:8]}", "namespace": "default", "uid": str(uuid.uuid4())},
-        "spec": {
-            "hostNetwork": host_network,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "app", "image": IMAGE, "command": ["sh", "-c", command],
-                            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}],
-        },
-    }
-
-
 def manager(cri, tmp_path, events: Events, **kwargs) -> RuntimeManager:
     images = ImageManager(cri, pull_backoff=Backoff(10, 300), recorder=events)
     volumes = VolumeManager(str(tmp_path / "pods"))
@@ -74,7 +63,7 @@ def manager(cri, tmp_path, events: Events, **kwargs) -> RuntimeManager:
 async def first_sync(cri, tmp_path, command: str, *, host_network: bool) -> tuple[dict, Calls, Events]:
     """One pod's first sync, which starts its one container; the pod, the runtime calls watched, the events."""
     calls, events = Calls(cri), Events()
-    pod = busybox_pod(command, host_network=host_network)
+    pod = busybox_pod(command, name="first", host_network=host_network, env=POD_IP_ENV)
     result = await manager(cri, tmp_path, events).sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
     assert result.started == ["app"] and not result.waiting_reasons
     return pod, calls, events
@@ -117,7 +106,7 @@ async def test_a_pod_on_its_own_network_gets_the_ip_of_its_sandbox(cri, tmp_path
 
 async def test_a_pod_whose_volumes_fail_gets_no_sandbox(cri, tmp_path):
     events = Events()
-    pod = busybox_pod("sleep 3600", host_network=True)
+    pod = busybox_pod("sleep 3600", name="first", host_network=True, env=POD_IP_ENV)
     missing = tmp_path / "no-such-directory"
     pod["spec"]["volumes"] = [{"name": "data", "hostPath": {"path": str(missing), "type": "Directory"}}]
     result = await manager(cri, tmp_path, events).sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))
@@ -128,7 +117,7 @@ async def test_a_pod_whose_volumes_fail_gets_no_sandbox(cri, tmp_path):
 
 async def test_a_sandbox_that_cannot_start_leaves_no_preparation_behind(cri, tmp_path):
     events = Events()
-    pod = busybox_pod("sleep 3600", host_network=True)
+    pod = busybox_pod("sleep 3600", name="first", host_network=True, env=POD_IP_ENV)
     runtime_manager = manager(cri, tmp_path, events, runtime_handler="no-such-handler")
     with pytest.raises(EdgeletError, match="no-such-handler"):
         await runtime_manager.sync_pod(pod, PodRuntimeStatus(uid=pod["metadata"]["uid"]))

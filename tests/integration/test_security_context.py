@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from tests.integration.agent_harness import AgentProcess, container_state, wait_for
+from tests.helpers import wait_for
+from tests.integration.agent_harness import AgentProcess, container_state
 
 pytestmark = pytest.mark.usefixtures("clean_runtime")
 
@@ -131,7 +132,8 @@ def test_sysctls_run_as_non_root_and_apparmor(security_agent):
     assert report(agent, "safe")["RMID"] == "1"
     assert report(agent, "allowed")["MQ"] == "20"  # allowed_unsafe_sysctls = ["fs.mqueue.*"]
     status = rejected(agent, "unsafe")
-    assert (status["reason"], status["message"]) == ("SysctlForbidden", 'forbidden sysctl: "kernel.msgmax" not allowlisted')
+    assert (status["reason"], status["message"]) == ("SysctlForbidden",
+                                                     'forbidden sysctl: "kernel.msgmax" not allowlisted')
     status = rejected(agent, "hostnet")
     assert (status["reason"], status["message"]) == (
         "SysctlForbidden", 'forbidden sysctl: "net.ipv4.ip_local_port_range" not allowed with host Net enabled')
@@ -158,7 +160,8 @@ def test_seccomp_default(tmp_path, containerd):
     agent = AgentProcess(tmp_path, containerd.endpoint, extra_toml="\n[security]\nseccomp_default = true\n").start()
     try:
         agent.write_manifest("plain.yaml", pod("plain"))
-        agent.write_manifest("unconfined.yaml", pod("unconfined", container_sc={"seccompProfile": {"type": "Unconfined"}}))
+        agent.write_manifest("unconfined.yaml",
+                             pod("unconfined", container_sc={"seccompProfile": {"type": "Unconfined"}}))
         assert report(agent, "plain")["Seccomp"] == "2"
         assert report(agent, "unconfined")["Seccomp"] == "0"
     finally:

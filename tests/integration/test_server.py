@@ -12,9 +12,14 @@ import uvloop
 
 from edgelet.metrics.registry import Counter, Registry
 from edgelet.server.http import (
-    ListenAddress, ListenError, OpsServer, bind_all, bound_ip_socket, healthz_reply, parse_address,
+    ListenAddress,
+    ListenError,
+    OpsServer,
+    bind_all,
+    bound_ip_socket,
+    healthz_reply,
+    parse_address,
 )
-
 
 PODS = {"kind": "PodList", "apiVersion": "v1", "items": [{"metadata": {"name": "web", "namespace": "default"}}]}
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.agent_harness import container_state, wait_for
+from tests.helpers import wait_for
+from tests.integration.agent_harness import container_state
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -117,7 +118,7 @@ def test_sidecar_restarts_on_exit_under_never_and_counts_for_readiness(agent, tm
 def test_api_pod_with_a_sidecar_succeeds_like_a_job(tmp_path, containerd):
     """1.20 drops restartPolicy from init containers, so the API path runs against the double (a current
     server's behaviour): the sidecar runs beside the app, shows started and ready, and the pod Succeeds."""
-    from tests.integration.test_cluster import NODE, api_pod, cluster_agent
+    from tests.integration.cluster_harness import NODE, api_pod, cluster_agent
     from tests.kubeapi_double import ApiServerDouble
 
     with ApiServerDouble(bookmark_interval=0.5, node_name=NODE) as api:

@@ -19,10 +19,10 @@ import pytest
 from edgelet.cri import RuntimeTimeout
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.cri.client import RuntimeClient
-from tests.integration.agent_harness import AgentProcess, busybox_pod, container_state, is_running, wait_for
+from tests.helpers import busybox_manifest, wait_for
+from tests.integration.agent_harness import AgentProcess, container_state, is_running
+from tests.integration.cri_harness import container_config, runtime_objects, sandbox_config
 from tests.integration.cri_proxy import CRIProxy
-from tests.integration.test_agent import runtime_objects
-from tests.integration.test_cri_client import container_config, sandbox_config
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -70,7 +70,7 @@ def test_slow_creates_and_starts_keep_the_sandbox_and_start_the_container_once(a
     proxy.hold("CreateContainer", HELD)
     proxy.hold("StartContainer", HELD)
     agent.start()
-    agent.write_manifest("slow.yaml", busybox_pod("slow", "exec sleep 3600"))
+    agent.write_manifest("slow.yaml", busybox_manifest("slow", "exec sleep 3600"))
     pod = wait_for(lambda: (p := agent.pod("slow")) and is_running(p) and p, 60, what="slow Running")
     uid = pod["metadata"]["uid"]
     first = sandbox_ids(containerd, uid)
@@ -151,7 +151,7 @@ def test_a_new_sandbox_counts_restarts_on_from_the_one_it_replaces(agent, proxy,
     """The runtime names a container after its restart count: a new sandbox's container counting from 0 again
     clashed with the old sandbox's ("name is reserved") and was taken for a create still under way."""
     agent.start()
-    agent.write_manifest("phoenix.yaml", busybox_pod("phoenix", "exec sleep 3600"))
+    agent.write_manifest("phoenix.yaml", busybox_manifest("phoenix", "exec sleep 3600"))
     pod = wait_for(lambda: (p := agent.pod("phoenix")) and is_running(p) and p, 60, what="phoenix Running")
     uid = pod["metadata"]["uid"]
     (old,) = sandbox_ids(containerd, uid)
@@ -174,7 +174,7 @@ def test_a_sandbox_start_slower_than_the_request_timeout_is_waited_for(agent, pr
     but within that is no failure, and the pod gets one sandbox."""
     proxy.hold("RunPodSandbox", 1.5 * REQUEST_TIMEOUT)
     agent.start()
-    agent.write_manifest("late.yaml", busybox_pod("late", "exec sleep 3600"))
+    agent.write_manifest("late.yaml", busybox_manifest("late", "exec sleep 3600"))
     pod = wait_for(lambda: (p := agent.pod("late")) and is_running(p) and p, 60, what="late Running")
     time.sleep(2)
     sandboxes, containers = runtime_objects(containerd.endpoint, pod["metadata"]["uid"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +13,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from edgelet.metrics import registry as metrics
 from edgelet.config import TunnelConfig
+from edgelet.metrics import registry as metrics
 from edgelet.tunnel import konnectivity_pb2 as pb
 from edgelet.tunnel import konnectivity_pb2_grpc as pb_grpc
 from edgelet.tunnel.agent import Tunnel
 from edgelet.tunnel.policy import Destinations, agent_identifiers
 from edgelet.tunnel.splice import TlsSplice, tls_context
+from tests.helpers import eventually
 from tests.integration.agent_harness import free_port, port_open
-from tests.kubeapi_double import eventually
 from tests.scrape import sample_value
 
 
@@ -34,11 +33,13 @@ def openssl(*args: str) -> None:
 def pki(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("pki")
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=test-ca", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"))
+    openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=test-ca", "-keyout", str(d / "ca.key"), "-out",
+            str(d / "ca.crt"))
     # A second CA, which the agent and the server do not trust: for the refusals.
     openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=other-ca", "-keyout", str(d / "other-ca.key"),
             "-out", str(d / "other-ca.crt"))
-    for name, subject, ext in [("server", "/CN=konnectivity", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+    for name, subject, ext in [("server", "/CN=konnectivity",
+                                "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
                                ("node", "/O=system:nodes/CN=system:node:edge-1", "extendedKeyUsage=clientAuth\n")]:
         (d / f"{name}.ext").write_text(ext)
         openssl("req", "-new", *ec, "-subj", subject, "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"))
@@ -57,7 +58,7 @@ class Server(pb_grpc.AgentServiceServicer):
         self.from_agent: asyncio.Queue = asyncio.Queue()
         self.metadata: dict[str, str] = {}
 
-    async def Connect(self, request_iterator, context):  # noqa: N802 - the generated servicer's name
+    async def Connect(self, request_iterator, context):
         self.metadata = dict(context.invocation_metadata())
         await context.send_initial_metadata((("serverid", self.server_id), ("servercount", str(self.count))))
 
@@ -149,7 +150,8 @@ async def test_a_dial_to_the_kubelet_api_is_spliced_and_closed_as_konnectivity_a
         assert tunnel.open_connections() == 1
         await servicer.to_agent.put(pb.Packet(type=pb.CLOSE_REQ, closeRequest=pb.CloseRequest(connectID=connect_id)))
         closed = await servicer.next_packet()
-        assert (closed.type, closed.closeResponse.connectID, closed.closeResponse.error) == (pb.CLOSE_RSP, connect_id, "")
+        assert (closed.type, closed.closeResponse.connectID, closed.closeResponse.error) == (pb.CLOSE_RSP, connect_id,
+                                                                                             "")
         assert tunnel.open_connections() == 0
         # DATA or CLOSE_REQ for a connection it does not know: CLOSE_RSP with konnectivity-agent's errors
         await servicer.to_agent.put(pb.Packet(type=pb.DATA, data=pb.Data(connectID=99, data=b"x")))
@@ -202,7 +204,8 @@ async def test_a_slow_local_reader_holds_the_stream_instead_of_queueing_without_
     kubelet = server.sockets[0].getsockname()[1]
     servicer = Server()
     try:
-        async with running(pki, servicer) as address, tunnel_to(pki, address, kubelet, connection_buffer=65536) as tunnel:
+        async with running(pki, servicer) as address, tunnel_to(pki, address, kubelet,
+                                                                connection_buffer=65536) as tunnel:
             await servicer.to_agent.put(dial(6, f"edge-1:{kubelet}"))
             connect_id = (await servicer.next_packet()).dialResponse.connectID
             chunk, count = b"x" * 65536, 640
@@ -214,7 +217,8 @@ async def test_a_slow_local_reader_holds_the_stream_instead_of_queueing_without_
             assert conn.writer.transport.get_write_buffer_size() <= 65536 + len(chunk)
             # The agent stopped taking DATA: what it took fits the kernel's socket buffers; the rest waits on the
             # server's side, held by gRPC's flow control.
-            taken = sample_value(metrics.REGISTRY, "edgelet_tunnel_bytes_total", {"direction": "from_server"}) - delivered
+            taken = sample_value(metrics.REGISTRY, "edgelet_tunnel_bytes_total",
+                                 {"direction": "from_server"}) - delivered
             assert taken < count * len(chunk) / 2, taken
     finally:
         stalled.set()
@@ -258,8 +262,8 @@ async def test_a_server_certificate_the_agent_does_not_trust_is_named(pki):
     async with running(pki, servicer) as address, echo_server() as kubelet, \
             tunnel_to(pki, address, kubelet, server_ca="other-ca.crt") as tunnel:
         await eventually(lambda: "not trusted" in tunnel.health()[1], timeout=15)
-        assert "konnectivity-server's serving certificate is not trusted ([cluster.tunnel] ca_file): TLS: certificate " \
-               "verify failed: " in tunnel.health()[1]
+        assert "konnectivity-server's serving certificate is not trusted ([cluster.tunnel] ca_file): " \
+               "TLS: certificate verify failed: " in tunnel.health()[1]
         assert tunnel.health()[0]  # a cut-off node rides through; the operator sees why in the detail
         assert not servicer.metadata
 

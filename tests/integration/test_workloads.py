@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from tests.integration.agent_harness import container_state, is_running, wait_for
+from tests.helpers import wait_for
+from tests.integration.agent_harness import container_state, is_running
 
 pytestmark = [pytest.mark.containerd, pytest.mark.usefixtures("clean_runtime")]
 
@@ -222,7 +223,7 @@ def test_bad_references_are_reported_on_the_pod(agent):
               command: ["sleep", "3600"]
               volumeMounts: [{{name: data, mountPath: /data}}]
         """)
-    agent.write_manifest("neverpull.yaml", f"""\
+    agent.write_manifest("neverpull.yaml", """\
         apiVersion: v1
         kind: Pod
         metadata:

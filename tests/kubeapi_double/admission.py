@@ -4,7 +4,8 @@ only the pods bound to it. Every refusal is a 403."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tests.kubeapi_double.store import StatusError
 
@@ -64,7 +65,9 @@ def _check_mirror_pod(node: str, pod: dict[str, Any], get: Callable[..., dict[st
     spec = pod.get("spec") or {}
     name = meta.get("name") or ""
     if MIRROR_ANNOTATION not in (meta.get("annotations") or {}):
-        raise forbidden("pods", name, f'pod does not have "{MIRROR_ANNOTATION}" annotation, node "{node}" can only create mirror pods')
+        raise forbidden("pods", name,
+                        f'pod does not have "{MIRROR_ANNOTATION}" annotation, '
+                        f'node "{node}" can only create mirror pods')
     if spec.get("nodeName") != node:
         raise forbidden("pods", name, f'node "{node}" can only create pods with spec.nodeName set to itself')
     owners = meta.get("ownerReferences") or []

@@ -31,12 +31,13 @@ class ClusterPKI:
 
     def __init__(self, directory: Path):
         directory.mkdir(parents=True, exist_ok=True)
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self.ca_key = ec.generate_private_key(ec.SECP256R1())
         ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgelet-bench-ca")])
         self.ca_cert = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
                         .public_key(self.ca_key.public_key()).serial_number(x509.random_serial_number())
-                        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+                        .not_valid_before(now - datetime.timedelta(minutes=5))
+                        .not_valid_after(now + datetime.timedelta(days=1))
                         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
                         .sign(self.ca_key, hashes.SHA256()))
         self.ca_pem = self.ca_cert.public_bytes(serialization.Encoding.PEM)
@@ -54,7 +55,7 @@ class ClusterPKI:
 
     def _issue(self, public_key: Any, common_name: str, organizations: list[str], seconds: int, *,
                alt_names: list | None = None, usage=ExtendedKeyUsageOID.CLIENT_AUTH) -> x509.Certificate:
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
                             + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
         builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(self.ca_cert.subject)
@@ -82,10 +83,11 @@ class ClusterPKI:
         names = request.subject
         common_name = names.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
         organizations = [a.value for a in names.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
-        usage = ExtendedKeyUsageOID.CLIENT_AUTH if spec["signerName"] == CLIENT_SIGNER else ExtendedKeyUsageOID.SERVER_AUTH
+        usage = (ExtendedKeyUsageOID.CLIENT_AUTH if spec["signerName"] == CLIENT_SIGNER
+                 else ExtendedKeyUsageOID.SERVER_AUTH)
         certificate = self._issue(request.public_key(), common_name, organizations, seconds, usage=usage)
         self.issued.append(spec["signerName"])
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return {"conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved",
                                 "message": "approved by the benchmark", "lastUpdateTime": now}],
                 "certificate": base64.b64encode(certificate.public_bytes(serialization.Encoding.PEM)).decode()}

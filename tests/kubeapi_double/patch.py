@@ -161,7 +161,9 @@ def _merge_list(field: str, original: list[Any], patch: list[Any]) -> list[Any]:
             result.append(_strip(item))
             continue
         position = next(
-            (i for i, existing in enumerate(result) if isinstance(existing, dict) and existing.get(merge_key) == item[merge_key]),
+            (i for i,
+             existing in enumerate(result) if isinstance(existing,
+                                                         dict) and existing.get(merge_key) == item[merge_key]),
             None,
         )
         if item.get("$patch") == "delete":

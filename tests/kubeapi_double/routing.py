@@ -86,5 +86,6 @@ def decode_body(body: bytes) -> Any:
 
 
 def reason_for(status: int) -> str:
-    return {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Gone", 429: "TooManyRequests",
+    return {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Gone",
+            429: "TooManyRequests",
             500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}.get(status, "Unknown")

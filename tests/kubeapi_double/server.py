@@ -13,8 +13,9 @@ import collections
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import h11
@@ -112,7 +113,7 @@ class ApiServerDouble:
     def url(self) -> str:
         return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}"
 
-    def start(self) -> "ApiServerDouble":
+    def start(self) -> ApiServerDouble:
         self._thread.start()
         self._run(self._listen())
         return self
@@ -125,7 +126,7 @@ class ApiServerDouble:
         self._thread.join(timeout=10)
         self._loop.close()
 
-    def __enter__(self) -> "ApiServerDouble":
+    def __enter__(self) -> ApiServerDouble:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -213,12 +214,16 @@ class ApiServerDouble:
         return self._call(self._store.list, resource, namespace, field_selector)[0]
 
     def replace(self, resource: str, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        return self._call(self._store.replace, resource, self._ns(resource, namespace, obj), obj["metadata"]["name"], obj)
+        return self._call(self._store.replace, resource, self._ns(resource, namespace, obj), obj["metadata"]["name"],
+                          obj)
 
-    def patch(self, resource: str, name: str, body: Any, *, patch_type: str = "strategic", namespace: str | None = None, subresource: str = "") -> dict[str, Any]:
-        return self._call(self._store.patch, resource, self._ns(resource, namespace), name, patch_type, body, subresource)
+    def patch(self, resource: str, name: str, body: Any, *, patch_type: str = "strategic",
+              namespace: str | None = None, subresource: str = "") -> dict[str, Any]:
+        return self._call(self._store.patch, resource, self._ns(resource, namespace), name, patch_type, body,
+                          subresource)
 
-    def delete(self, resource: str, name: str, namespace: str | None = None, grace_period: int | None = None) -> dict[str, Any]:
+    def delete(self, resource: str, name: str, namespace: str | None = None,
+               grace_period: int | None = None) -> dict[str, Any]:
         options = {} if grace_period is None else {"gracePeriodSeconds": grace_period}
         return self._call(self._store.delete, resource, self._ns(resource, namespace), name, options)
 
@@ -264,7 +269,8 @@ class ApiServerDouble:
     async def _listen(self) -> None:
         if self._server is not None:
             return
-        self._server = await asyncio.start_server(self._handle_connection, "127.0.0.1", self.port, ssl=self._ssl, reuse_address=True)
+        self._server = await asyncio.start_server(self._handle_connection, "127.0.0.1", self.port, ssl=self._ssl,
+                                                  reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _go_down(self) -> None:
@@ -318,7 +324,9 @@ class ApiServerDouble:
             self._tasks.discard(task)
             writer.transport.abort()
 
-    async def _read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes] | None:
+    async def _read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[str, str,
+                                                                                               dict[str, str],
+                                                                                               bytes] | None:
         request: h11.Request | None = None
         body = bytearray()
         while True:
@@ -350,7 +358,8 @@ class ApiServerDouble:
         if rule is not None:
             if rule.status == 0:
                 return False
-            await self._send_json(conn, writer, rule.status, StatusError(rule.status, reason_for(rule.status), "injected failure").status())
+            await self._send_json(conn, writer, rule.status,
+                                  StatusError(rule.status, reason_for(rule.status), "injected failure").status())
             return True
         authorization = headers.get("authorization")
         admin = self.admin_token is not None and authorization == f"Bearer {self.admin_token}"
@@ -420,7 +429,8 @@ class ApiServerDouble:
             return 200, self._ephemeral_containers(method, route, headers, body)
         if route.name is None:
             if method == "GET":
-                items, rv = store.list(plural, route.namespace, query.get("fieldSelector", ""), query.get("labelSelector", ""))
+                items, rv = store.list(plural, route.namespace, query.get("fieldSelector", ""),
+                                       query.get("labelSelector", ""))
                 for item in items:
                     item.pop("apiVersion", None)
                     item.pop("kind", None)
@@ -442,8 +452,10 @@ class ApiServerDouble:
             if method == "PATCH":
                 content_type = headers.get("content-type", "").split(";")[0].strip()
                 if content_type not in PATCH_TYPES:
-                    raise StatusError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {content_type}")
-                return 200, store.patch(plural, route.namespace, route.name, PATCH_TYPES[content_type], decode_body(body), route.subresource)
+                    raise StatusError(415, "UnsupportedMediaType",
+                                      f"the body of the request was in an unknown format: {content_type}")
+                return 200, store.patch(plural, route.namespace, route.name, PATCH_TYPES[content_type],
+                                        decode_body(body), route.subresource)
             if method == "DELETE" and not route.subresource:
                 return 200, store.delete(plural, route.namespace, route.name, decode_body(body) if body else None)
         raise StatusError(405, "MethodNotAllowed", f"{method} is not supported here")
@@ -458,7 +470,8 @@ class ApiServerDouble:
         elif method == "PATCH":
             content_type = headers.get("content-type", "").split(";")[0].strip()
             if content_type not in PATCH_TYPES:
-                raise StatusError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {content_type}")
+                raise StatusError(415, "UnsupportedMediaType",
+                                  f"the body of the request was in an unknown format: {content_type}")
             apply = {"strategic": strategic_merge, "merge": json_merge, "json": json_patch}[PATCH_TYPES[content_type]]
             try:
                 written = apply(ephemeral.view(pod), decode_body(body))
@@ -482,7 +495,8 @@ class ApiServerDouble:
         backlog: list[Change] = []
         expired: StatusError | None = None
         if start in ("", "0"):
-            items, _ = store.list(route.resource.plural, route.namespace, query.get("fieldSelector", ""), query.get("labelSelector", ""))
+            items, _ = store.list(route.resource.plural, route.namespace, query.get("fieldSelector", ""),
+                                  query.get("labelSelector", ""))
             initial = [("ADDED", item) for item in items]
         else:
             try:
@@ -499,7 +513,9 @@ class ApiServerDouble:
         closed = asyncio.ensure_future(reader.read(1))
         try:
             # One stream per connection: the disconnect probe below reads from the socket.
-            writer.write(conn.send(h11.Response(status_code=200, headers=[("content-type", "application/json"), ("connection", "close")])))
+            writer.write(conn.send(h11.Response(status_code=200,
+                                                headers=[("content-type", "application/json"),
+                                                         ("connection", "close")])))
             if expired is not None:
                 await self._send_event(conn, writer, "ERROR", expired.status())
                 writer.write(conn.send(h11.EndOfMessage()))
@@ -524,7 +540,8 @@ class ApiServerDouble:
                         writer.write(conn.send(h11.EndOfMessage()))
                         return True
                     elif kind == "expire":
-                        await self._send_event(conn, writer, "ERROR", StatusError(410, "Expired", "the watch has expired").status())
+                        await self._send_event(conn, writer, "ERROR",
+                                               StatusError(410, "Expired", "the watch has expired").status())
                         writer.write(conn.send(h11.EndOfMessage()))
                         return True
                 now = self._loop.time()
@@ -537,10 +554,12 @@ class ApiServerDouble:
                         "kind": route.resource.kind, "apiVersion": route.resource.api_version,
                         "metadata": {"resourceVersion": str(store.rv)}})
                 waits = [w for w in (None if deadline is None else deadline - now,
-                                     self.bookmark_interval - (now - last_bookmark) if bookmarks else None) if w is not None]
+                                     self.bookmark_interval - (now - last_bookmark) if bookmarks else None)
+                         if w is not None]
                 watch.wake.clear()
                 woken = asyncio.ensure_future(watch.wake.wait())
-                done, _ = await asyncio.wait({woken, closed}, timeout=max(min(waits), 0) if waits else None, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({woken, closed}, timeout=max(min(waits), 0) if waits else None,
+                                             return_when=asyncio.FIRST_COMPLETED)
                 woken.cancel()
                 if closed in done:
                     return False
@@ -550,14 +569,16 @@ class ApiServerDouble:
             unsubscribe()
             self._watches.discard(watch)
 
-    async def _send_event(self, conn: h11.Connection, writer: asyncio.StreamWriter, kind: str, obj: dict[str, Any]) -> None:
+    async def _send_event(self, conn: h11.Connection, writer: asyncio.StreamWriter, kind: str,
+                          obj: dict[str, Any]) -> None:
         writer.write(conn.send(h11.Data(data=orjson.dumps({"type": kind, "object": obj}) + b"\n")))
         await writer.drain()
 
     async def _send_json(self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, obj: Any) -> None:
         await self._send(conn, writer, code, orjson.dumps(obj), "application/json")
 
-    async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, data: bytes, content_type: str) -> None:
+    async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, data: bytes,
+                    content_type: str) -> None:
         headers = [("content-type", content_type), ("content-length", str(len(data)))]
         writer.write(conn.send(h11.Response(status_code=code, headers=headers)))
         writer.write(conn.send(h11.Data(data=data)))

@@ -9,9 +9,10 @@ import re
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from tests.kubeapi_double.patch import PatchError, StrategicMergePanic, json_merge, json_patch, strategic_merge
 from tests.kubeapi_double.schema import CURRENT_MINOR, stored_pod_status
@@ -75,7 +76,7 @@ class Change:
 
 
 def timestamp(now: float) -> str:
-    return datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def resized_pod(old: dict[str, Any], new: dict[str, Any], minor: int) -> dict[str, Any]:
@@ -173,7 +174,8 @@ class Store:
             raise StatusError(404, "NotFound", f'{resource} "{name}" not found')
         return copy.deepcopy(obj)
 
-    def list(self, resource: str, namespace: str | None, field_selector: str = "", label_selector: str = "") -> tuple[list[dict[str, Any]], int]:
+    def list(self, resource: str, namespace: str | None, field_selector: str = "",
+             label_selector: str = "") -> tuple[list[dict[str, Any]], int]:
         fields = parse_field_selector(field_selector)
         labels = parse_label_selector(label_selector)
         items = [
@@ -202,7 +204,8 @@ class Store:
             body_ns = meta.get("namespace")
             namespace = namespace or body_ns or "default"
             if body_ns and body_ns != namespace:
-                raise StatusError(400, "BadRequest", "the namespace of the object does not match the namespace of the request")
+                raise StatusError(400, "BadRequest",
+                                  "the namespace of the object does not match the namespace of the request")
             meta["namespace"] = namespace
         else:
             namespace = ""
@@ -228,7 +231,8 @@ class Store:
         self._record("ADDED", resource, obj, None)
         return copy.deepcopy(obj)
 
-    def replace(self, resource: str, namespace: str | None, name: str, obj: Any, subresource: str = "") -> dict[str, Any]:
+    def replace(self, resource: str, namespace: str | None, name: str, obj: Any, subresource: str = "") -> dict[str,
+                                                                                                                Any]:
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
             raise StatusError(400, "BadRequest", "the body must be a JSON object with metadata")
         body_name = (obj.get("metadata") or {}).get("name")
@@ -236,7 +240,8 @@ class Store:
             raise StatusError(400, "BadRequest", "the name of the object does not match the name in the URL")
         return self._update(resource, namespace, name, lambda old: copy.deepcopy(obj), subresource)
 
-    def patch(self, resource: str, namespace: str | None, name: str, patch_type: str, body: Any, subresource: str = "") -> dict[str, Any]:
+    def patch(self, resource: str, namespace: str | None, name: str, patch_type: str, body: Any,
+              subresource: str = "") -> dict[str, Any]:
         apply = {"strategic": strategic_merge, "merge": json_merge, "json": json_patch}[patch_type]
 
         def patched(old: dict[str, Any]) -> dict[str, Any]:
@@ -249,7 +254,8 @@ class Store:
 
         return self._update(resource, namespace, name, patched, subresource)
 
-    def _update(self, resource: str, namespace: str | None, name: str, make_new: Callable[[dict[str, Any]], Any], subresource: str) -> dict[str, Any]:
+    def _update(self, resource: str, namespace: str | None, name: str, make_new: Callable[[dict[str, Any]], Any],
+                subresource: str) -> dict[str, Any]:
         info = RESOURCES[resource]
         key = (namespace or "", name)
         old = self._objects[resource].get(key)
@@ -261,9 +267,13 @@ class Store:
         new_meta = new.get("metadata") or {}
         old_meta = old["metadata"]
         if new_meta.get("uid") and new_meta["uid"] != old_meta["uid"]:
-            raise StatusError(409, "Conflict", f"Precondition failed: UID in precondition: {new_meta['uid']}, UID in object meta: {old_meta['uid']}")
+            raise StatusError(409, "Conflict",
+                              f"Precondition failed: UID in precondition: {new_meta['uid']}, "
+                              f"UID in object meta: {old_meta['uid']}")
         if new_meta.get("resourceVersion") and new_meta["resourceVersion"] != old_meta["resourceVersion"]:
-            raise StatusError(409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; please apply your changes to the latest version and try again')
+            raise StatusError(409, "Conflict",
+                              f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
+                              "please apply your changes to the latest version and try again")
         if subresource == "status":
             result = copy.deepcopy(old)
             result["status"] = new.get("status") or {}
@@ -274,7 +284,8 @@ class Store:
             if info.has_status:
                 result["status"] = copy.deepcopy(old.get("status") or {})
             meta = result.setdefault("metadata", {})
-            for immutable in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            for immutable in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
+                              "deletionGracePeriodSeconds"):
                 if immutable in old_meta:
                     meta[immutable] = old_meta[immutable]
                 else:
@@ -304,9 +315,14 @@ class Store:
         old_meta = old["metadata"]
         preconditions = options.get("preconditions") or {}
         if preconditions.get("uid") and preconditions["uid"] != old_meta["uid"]:
-            raise StatusError(409, "Conflict", f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {old_meta['uid']}")
+            raise StatusError(409, "Conflict",
+                              f"Precondition failed: UID in precondition: {preconditions['uid']}, "
+                              f"UID in object meta: {old_meta['uid']}")
         if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != old_meta["resourceVersion"]:
-            raise StatusError(409, "Conflict", f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, ResourceVersion in object meta: {old_meta['resourceVersion']}")
+            raise StatusError(409, "Conflict",
+                              "Precondition failed: ResourceVersion in precondition: "
+                              f"{preconditions['resourceVersion']}, "
+                              f"ResourceVersion in object meta: {old_meta['resourceVersion']}")
         grace = options.get("gracePeriodSeconds")
         if resource == "pods" and (grace is None or grace > 0):
             graceful = self._mark_pod_deleting(key, old, grace)

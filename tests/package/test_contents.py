@@ -77,7 +77,8 @@ def test_deb_files(packages):
     assert listing["/etc/edgelet/manifests"].startswith("drwxr-xr-x")
     assert listing[CONFIG].startswith("-rw-r-----")
     for extension in ("_core", "_libc", "_yaml"):
-        compiled = [p for p in listing if re.fullmatch(rf"/opt/edgelet/_internal/edgelet/{extension}\.cpython-[^/]+\.so", p)]
+        compiled = [p for p in listing
+                    if re.fullmatch(rf"/opt/edgelet/_internal/edgelet/{extension}\.cpython-[^/]+\.so", p)]
         assert compiled, f"the compiled edgelet.{extension} is not in the bundle"
     # edgelet._yaml links libyaml; the bundle carries it, since the packages do not depend on libyaml-0-2.
     assert [p for p in listing if re.fullmatch(r"/opt/edgelet/_internal/(.+/)?libyaml-0\.so\.2(\.[0-9.]+)?", p)], \

@@ -92,6 +92,7 @@ def test_poweroff_waits_for_the_agent_to_finish(powered_off):
     released = _at(journal, "released the logind shutdown inhibitor")
     stopping = _at(journal, "stop requested: shutting down")  # the agent's SIGTERM from systemd
     # PrepareForShutdown reached the agent, which finished and released before systemd stopped its unit.
-    assert requested <= shutting_down + 1 <= released + 1 <= stopping + 1, (requested, shutting_down, released, stopping)
+    assert requested <= shutting_down + 1 <= released + 1 <= stopping + 1, (requested, shutting_down, released,
+                                                                            stopping)
     assert released - requested < GRACE + 4
     assert "Traceback" not in journal

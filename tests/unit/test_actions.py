@@ -5,6 +5,13 @@ import itertools
 
 import pytest
 
+from edgelet.container.runtime import (
+    ContainerState,
+    ContainerStatus,
+    PodRuntimeStatus,
+    SandboxState,
+    SandboxStatus,
+)
 from edgelet.kuberuntime.actions import (
     REASON_CHANGED,
     REASON_NOT_IN_SPEC,
@@ -21,13 +28,7 @@ from edgelet.kuberuntime.actions import (
     pod_sandbox_changed,
     should_restart,
 )
-from edgelet.container.runtime import (
-    ContainerState,
-    ContainerStatus,
-    PodRuntimeStatus,
-    SandboxState,
-    SandboxStatus,
-)
+from tests.helpers import make_pod
 
 RUNNING, EXITED, CREATED, UNKNOWN = (
     ContainerState.RUNNING, ContainerState.EXITED, ContainerState.CREATED, ContainerState.UNKNOWN)
@@ -36,34 +37,6 @@ READY, NOTREADY = SandboxState.READY, SandboxState.NOTREADY
 
 def fake_hash(name, image):
     return hashlib.sha256(f"{name}\0{image}".encode()).hexdigest()[:16]
-
-
-def make_pod(containers=("app",), init=(), policy=None, host_network=False, deleted=False, static=False,
-             sidecars=(), startup_probe=(), liveness_probe=(), ephemeral=()):
-    """`init` names init containers in order; those also in `sidecars` have restartPolicy Always; names in
-    `startup_probe` / `liveness_probe` get such a probe."""
-    spec = {"containers": [{"name": n, "image": f"img-{n}"} for n in containers]}
-    if init:
-        spec["initContainers"] = [{"name": n, "image": f"img-{n}"} for n in init]
-        for container in spec["initContainers"]:
-            if container["name"] in sidecars:
-                container["restartPolicy"] = "Always"
-            if container["name"] in startup_probe:
-                container["startupProbe"] = {"exec": {"command": ["true"]}}
-            if container["name"] in liveness_probe:
-                container["livenessProbe"] = {"exec": {"command": ["true"]}}
-    if ephemeral:
-        spec["ephemeralContainers"] = [{"name": n, "image": f"img-{n}"} for n in ephemeral]
-    if policy:
-        spec["restartPolicy"] = policy
-    if host_network:
-        spec["hostNetwork"] = True
-    meta = {"name": "web", "namespace": "default", "uid": "uid-1"}
-    if deleted:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    if static:
-        meta["annotations"] = {"kubernetes.io/config.source": "file"}
-    return {"metadata": meta, "spec": spec}
 
 
 def sandbox(id="sb1", state=READY, attempt=0, host_network=False):

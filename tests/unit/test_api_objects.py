@@ -11,10 +11,10 @@ import stat
 import orjson
 import pytest
 
-from edgelet.util.checkpoint import CheckpointStore
+from edgelet.api.objectstore import CLAIM, CONFIGMAP, SECRET, VOLUME, ObjectStore, object_key
 from edgelet.kubeapi.errors import Forbidden, NotFound, ServerError
 from edgelet.kubeapi.objects import ObjectSyncer, object_path, referenced_objects
-from edgelet.api.objectstore import CLAIM, CONFIGMAP, SECRET, VOLUME, ObjectStore, object_key
+from edgelet.util.checkpoint import CheckpointStore
 
 NS = "apps"
 
@@ -34,10 +34,13 @@ def pod(spec: dict) -> dict:
             {"configMap": {"name": "pcm"}}, {"secret": {"name": "psec"}}, {"downwardAPI": {"items": []}},
             {"serviceAccountToken": {"path": "token"}}]}}]},
          {(CONFIGMAP, NS, "pcm"), (SECRET, NS, "psec")}),
-        ({"initContainers": [{"name": "i", "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "icm", "key": "k"}}}]}],
-          "containers": [{"name": "c", "env": [{"name": "B", "valueFrom": {"secretKeyRef": {"name": "csec", "key": "k"}}},
+        ({"initContainers": [{"name": "i",
+                              "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "icm", "key": "k"}}}]}],
+          "containers": [{"name": "c",
+                          "env": [{"name": "B", "valueFrom": {"secretKeyRef": {"name": "csec", "key": "k"}}},
                                                {"name": "C", "value": "plain"},
-                                               {"name": "D", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                                               {"name": "D",
+                                                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                           "envFrom": [{"configMapRef": {"name": "all-cm"}}, {"secretRef": {"name": "all-sec"}}]}]},
          {(CONFIGMAP, NS, "icm"), (SECRET, NS, "csec"), (CONFIGMAP, NS, "all-cm"), (SECRET, NS, "all-sec")}),
         ({"imagePullSecrets": [{"name": "registry"}, {}]}, {(SECRET, NS, "registry")}),

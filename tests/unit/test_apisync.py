@@ -16,14 +16,14 @@ import pytest
 from edgelet import core
 from edgelet.api import podutil
 from edgelet.kubeapi.errors import AlreadyExists, Conflict, Forbidden, NotFound, ServerError
-from edgelet.status.apidiff import api_view, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.pod.manager import PodManager
+from edgelet.status.apidiff import api_view, dropped_fields, normal_form, status_differs, status_patch
 from edgelet.status.apisync import StatusSyncer
 from edgelet.status.manager import PodStatusEntry
 from edgelet.status.mirror import MirrorPods
+from tests.helpers import static_pod
 from tests.kubeapi_double.patch import StrategicMergePanic, strategic_merge
 from tests.kubeapi_double.schema import stored_pod_status
-from tests.unit.test_mirror import static_pod
 
 NODE = "edge-1"
 NODE_UID = "node-uid-1"
@@ -122,14 +122,16 @@ def test_the_double_panics_on_keyed_patches_of_container_status_lists(patch):
         strategic_merge({"status": {"containerStatuses": [cstatus("a", WAITING)]}}, {"status": patch})
 
 
-SERVED_CONDITION = {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+SERVED_CONDITION = {"type": "Ready", "status": "True", "lastProbeTime": None,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}
 
 
 @pytest.mark.parametrize(
     ("api_status", "status", "differs"),
     [
         pytest.param({"conditions": [SERVED_CONDITION]},
-                     {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+                     {"conditions": [{"type": "Ready", "status": "True",
+                                      "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
                      False, id="null-lastProbeTime"),
         pytest.param({"phase": "Running", "conditions": [{"type": "example.com/gate", "status": "True"}]},
                      {"phase": "Running", "conditions": [{"type": "example.com/gate", "status": "False"}]},
@@ -156,7 +158,8 @@ def test_normal_form_leaves_out_unknown_fields_at_any_depth():
 
 
 def test_dropped_fields_are_those_sent_with_a_value_and_not_returned():
-    sent = {"phase": "Running", "hostIPs": [{"ip": "a"}], "message": None, "$setElementOrder/conditions": [{"type": "Ready"}],
+    sent = {"phase": "Running", "hostIPs": [{"ip": "a"}], "message": None,
+            "$setElementOrder/conditions": [{"type": "Ready"}],
             "conditions": [{"type": "Ready", "status": "True", "reason": None}],
             "containerStatuses": [{**cstatus("a", RUNNING), "volumeMounts": [{"name": "v"}]}]}
     returned = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}],
@@ -231,7 +234,8 @@ class FakeApi:
         parts = path.strip("/").split("/")  # api v1 namespaces NS pods [NAME [status]]
         key = (parts[3], parts[5] if len(parts) > 5 else name)
         if key[1] in self.forbidden and method != "GET":
-            raise Forbidden(403, "Forbidden", f'pods "{key[1]}" is forbidden: {self.forbidden[key[1]]}', method=method, path=path)
+            raise Forbidden(403, "Forbidden", f'pods "{key[1]}" is forbidden: {self.forbidden[key[1]]}', method=method,
+                            path=path)
         return key, path.endswith("/status")
 
     def _existing(self, key: tuple[str, str], method: str, path: str) -> dict:
@@ -249,7 +253,8 @@ class FakeApi:
         if body["metadata"]["uid"] != pod["metadata"]["uid"]:
             raise Conflict(409, "Conflict", "Precondition failed: UID in precondition", method="PATCH", path=path)
         self.patches.append(copy.deepcopy(body["status"]))
-        pod["status"] = stored_pod_status(strategic_merge({"status": pod["status"]}, {"status": body["status"]})["status"],
+        pod["status"] = stored_pod_status(strategic_merge({"status": pod["status"]},
+                                                          {"status": body["status"]})["status"],
                                           OLD_SERVER_MINOR)
         self._rv += 1
         pod["metadata"]["resourceVersion"] = str(self._rv)

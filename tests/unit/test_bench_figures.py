@@ -12,10 +12,19 @@ import time
 import pytest
 
 from bench import procstat
-from bench.bench_agent import (OPTIMIZE, REPO, Scrape, agent_environment, calls_between, calls_per_pod_start,
-                               parse_scrape, unit_environment)
+from bench.bench_agent import (
+    OPTIMIZE,
+    REPO,
+    Scrape,
+    agent_environment,
+    calls_between,
+    calls_per_pod_start,
+    parse_scrape,
+    unit_environment,
+)
 from bench.run import bracketed_ratio, pair_ratios, paired_ratio, quartiles
 from edgelet.metrics.registry import Counter, Histogram, Registry
+
 
 def agent_metrics() -> str:
     """A /metrics page written by the agent's own metric types (on a registry apart from the agent's)."""

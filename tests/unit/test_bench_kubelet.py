@@ -6,13 +6,20 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 
 import pytest
 
 from bench.bench_agent import Usage
-from bench.bench_kubelet import (KERNEL_TUNABLES, KubeletResults, cgroup_hierarchies, kept_kernel_tunables,
-                                 kubelet_config, parse_version, remove_cgroup_tree, remove_log_links)
+from bench.bench_kubelet import (
+    KERNEL_TUNABLES,
+    KubeletResults,
+    cgroup_hierarchies,
+    kept_kernel_tunables,
+    kubelet_config,
+    parse_version,
+    remove_cgroup_tree,
+    remove_log_links,
+)
 from bench.run import Results, bench_line, kubelet_lines, kubelet_ratios
 
 

@@ -15,15 +15,25 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import NameOID
 
 from edgelet.bootstrap.csr import (
-    CLIENT_SIGNER, CLIENT_USAGES, csr_object, csr_outcome, new_key_and_request, rotation_deadline,
+    CLIENT_SIGNER,
+    CLIENT_USAGES,
+    csr_object,
+    csr_outcome,
+    new_key_and_request,
+    rotation_deadline,
 )
 from edgelet.bootstrap.discovery import UnsignedClusterInfo, trusted_ca, unverified_context
 from edgelet.bootstrap.manager import Credentials
 from edgelet.bootstrap.tokens import (
-    BootstrapToken, DiscoveryError, ca_hash_error, spki_hash, token_error, verify_detached,
+    BootstrapToken,
+    DiscoveryError,
+    ca_hash_error,
+    spki_hash,
+    token_error,
+    verify_detached,
 )
 from edgelet.bootstrap.x509 import CertificateError, first_certificate, parse_certificate
 from edgelet.config import ConfigError, format_effective, parse_config
@@ -80,8 +90,8 @@ def test_ca_cert_hash_format(text, ok):
 
 
 def test_certificate_fields_match_a_crypto_library():
-    start = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
-    end = datetime.datetime(2051, 6, 7, 8, 9, 10, tzinfo=datetime.timezone.utc)  # GeneralizedTime after 2049
+    start = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    end = datetime.datetime(2051, 6, 7, 8, 9, 10, tzinfo=datetime.UTC)  # GeneralizedTime after 2049
     pem, key = make_cert(start, end, serial=0xDEADBEEF)
     cert = first_certificate(pem)
     assert (cert.not_before, cert.not_after) == (start.timestamp(), end.timestamp())
@@ -130,14 +140,14 @@ def cluster_info(ca_pem: bytes, *, signed: bool = True) -> dict:
 
 
 def test_cluster_info_with_the_pinned_ca_is_trusted():
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_pem, _ = make_cert(now, now + datetime.timedelta(days=1))
     pin = spki_hash(first_certificate(ca_pem).spki_der)
     assert trusted_ca(cluster_info(ca_pem), TOKEN, pin) == ca_pem
 
 
 def test_cluster_info_with_another_ca_names_both_hashes():
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_pem, _ = make_cert(now, now + datetime.timedelta(days=1))
     actual = spki_hash(first_certificate(ca_pem).spki_der)
     wrong = "sha256:" + "0" * 64
@@ -149,7 +159,7 @@ def test_cluster_info_with_another_ca_names_both_hashes():
 @pytest.mark.parametrize("pinned", [0, 1])
 def test_the_pin_may_name_any_certificate_of_the_bundle(pinned):
     """kubeadm accepts cluster-info when any CA of its bundle has the pinned hash (an old and a new CA)."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     bundle = [make_cert(now, now + datetime.timedelta(days=1))[0] for _ in range(2)]
     ca_pem = b"".join(bundle)
     pin = spki_hash(first_certificate(bundle[pinned]).spki_der)
@@ -157,7 +167,7 @@ def test_the_pin_may_name_any_certificate_of_the_bundle(pinned):
 
 
 def test_a_bundle_without_the_pinned_certificate_names_every_hash():
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     bundle = [make_cert(now, now + datetime.timedelta(days=1))[0] for _ in range(2)]
     wrong = "sha256:" + "0" * 64
     with pytest.raises(DiscoveryError) as refused:
@@ -173,7 +183,7 @@ def test_the_unverified_read_checks_nothing_and_loads_no_ca_store():
 
 
 def test_unsigned_or_tampered_cluster_info():
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_pem, _ = make_cert(now, now + datetime.timedelta(days=1))
     pin = spki_hash(first_certificate(ca_pem).spki_der)
     with pytest.raises(UnsignedClusterInfo, match=TOKEN.id):
@@ -229,7 +239,7 @@ def test_rotation_deadline_lies_in_70_to_90_percent_of_the_life():
 
 
 def test_stored_credentials_split_back_into_key_and_certificate():
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert_pem, key = make_cert(now - datetime.timedelta(minutes=1), now + datetime.timedelta(hours=1))
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
@@ -288,7 +298,7 @@ def test_manager_uses_a_stored_certificate_until_it_ends(tmp_path):
     from edgelet.bootstrap.manager import CLIENT_KEY, ClientCertificateManager
     from edgelet.util.checkpoint import CheckpointStore
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_pem, _ = make_cert(now - datetime.timedelta(days=1), now + datetime.timedelta(days=1))
     (tmp_path / "ca.crt").write_bytes(ca_pem)
     cert_pem, key = make_cert(now - datetime.timedelta(hours=1), now + datetime.timedelta(hours=1))
@@ -309,7 +319,7 @@ def test_manager_discovers_again_when_the_stored_ca_has_another_pin(tmp_path):
     from edgelet.bootstrap.manager import CA_KEY, CLIENT_KEY, ClientCertificateManager
     from edgelet.util.checkpoint import CheckpointStore
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_pem, _ = make_cert(now, now + datetime.timedelta(days=1))
     cert_pem, key = make_cert(now - datetime.timedelta(hours=1), now + datetime.timedelta(hours=1))
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -331,7 +341,7 @@ def test_manager_keeps_a_stored_bundle_whose_second_certificate_is_pinned(tmp_pa
     from edgelet.bootstrap.manager import CA_KEY, ClientCertificateManager
     from edgelet.util.checkpoint import CheckpointStore
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     old, new = (make_cert(now, now + datetime.timedelta(days=1))[0] for _ in range(2))
     CheckpointStore(tmp_path / "pki", kind="pki").write(CA_KEY, old + new)
     pin = spki_hash(first_certificate(new).spki_der)
@@ -344,7 +354,7 @@ def test_run_and_check_config_read_the_ca_file_of_a_token_join(tmp_path):
     config = parse_config({"node_name": "n", "cluster": {**JOIN, "ca_file": str(tmp_path / "ca.crt")}})
     with pytest.raises(ConfigError, match="cluster.ca_file"):
         check_referenced_files(config)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     (tmp_path / "ca.crt").write_bytes(make_cert(now, now + datetime.timedelta(days=1))[0])
     check_referenced_files(config)
     check_referenced_files(parse_config({"node_name": "n", "cluster": {**JOIN, "ca_cert_hash": "sha256:" + "a" * 64}}))

@@ -6,8 +6,16 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from edgelet.cadvisor.cgroupfs import (CgroupReader, container_id_of, device_names, parse_v1_io_service_bytes,
-                                       parse_v2_io_stat, v1_usage, v2_usage, weight_to_shares)
+from edgelet.cadvisor.cgroupfs import (
+    CgroupReader,
+    container_id_of,
+    device_names,
+    parse_v1_io_service_bytes,
+    parse_v2_io_stat,
+    v1_usage,
+    v2_usage,
+    weight_to_shares,
+)
 from edgelet.cadvisor.procfs import device_of, mount_sources
 from edgelet.cadvisor.series import FAMILIES, Identity, Machine, Usage, cgroup_samples, machine_samples, render
 

@@ -7,13 +7,13 @@ import os
 
 import pytest
 
+from edgelet.api import qos
 from edgelet.cm import cgroups
 from edgelet.cm.cgroups import Allocatable, CgroupResources
 from edgelet.cm.podcgroups import CgroupError, PodCgroups, cpu_weight, driver_of, v1_hierarchies, v1_writes, v2_writes
 from edgelet.config import CgroupsConfig
 from edgelet.cri import CRIError
 from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.api import qos
 from edgelet.nodestatus.setters import NodeInfo, Reserved, StatusInputs, set_capacity
 
 UID = "6f1c2b3a-4d5e-4f60-8a9b-0c1d2e3f4a5b"
@@ -182,7 +182,10 @@ async def test_pod_cgroups_on_a_v1_tree(tmp_path):
                          active_pods=lambda: [burstable_pod], fs_root=fs)
     parent = await manager.parent_for(burstable_pod)
     assert parent == f"/kubepods/burstable/pod{UID}"
-    read = lambda *parts: (tmp_path.joinpath(*parts)).read_text()  # noqa: E731
+
+    def read(*parts: str) -> str:
+        return tmp_path.joinpath(*parts).read_text()
+
     assert read("memory", "kubepods", "memory.limit_in_bytes") == str(2**30)
     assert read("cpu", "kubepods", "cpu.shares") == "1536"
     assert read("cpu", "kubepods", "besteffort", "cpu.shares") == "2"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.cli.main import build_parser
 from edgelet.cli.base import CommandLine, parse_command_line, split_line, subcommands, value_options
+from edgelet.cli.main import build_parser
 
 _TAKES_VALUE = {"-n": True, "--namespace": True, "-c": True, "--config": True, "-i": False, "-t": False, "-A": False}
 
@@ -41,12 +41,14 @@ CONFIG = "/etc/edgelet/edgelet.toml"
 @pytest.mark.parametrize("argv, expected", [
     # describe: -n and --config before, between, after the kind and name
     (["describe", "pod", "-n", "ns", "web"], {"kind": "pod", "name": "web", "namespace": "ns", "config": CONFIG}),
-    (["describe", "pod", "--config", "f", "web"], {"kind": "pod", "name": "web", "namespace": "default", "config": "f"}),
+    (["describe", "pod", "--config", "f", "web"],
+     {"kind": "pod", "name": "web", "namespace": "default", "config": "f"}),
     (["-n", "ns", "--config", "f", "describe", "pod", "web"],
      {"kind": "pod", "name": "web", "namespace": "ns", "config": "f"}),
     (["describe", "--namespace=ns", "pod", "web", "--config=f"],
      {"kind": "pod", "name": "web", "namespace": "ns", "config": "f"}),
-    (["describe", "-n", "ns", "--", "pod", "-web"], {"kind": "pod", "name": "-web", "namespace": "ns", "config": CONFIG}),
+    (["describe", "-n", "ns", "--", "pod", "-web"],
+     {"kind": "pod", "name": "-web", "namespace": "ns", "config": CONFIG}),
     (["describe", "node"], {"kind": "node", "name": "", "namespace": "default", "config": CONFIG}),
     # pods
     (["-o", "wide", "pods", "-A"], {"name": None, "namespace": "default", "all_namespaces": True, "selector": None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from edgelet.api.kubetime import format_time
 from edgelet.cli.describe import (
     describe_pod,
     events_table,
@@ -15,7 +16,6 @@ from edgelet.cli.describe import (
 )
 from edgelet.events import NORMAL, WARNING, node_ref, pod_ref
 from edgelet.events.model import make_event
-from edgelet.api.kubetime import format_time
 
 NOW = 1_790_000_000.0
 
@@ -80,7 +80,8 @@ def _event(ref, event_type, reason, message, *, first, last=None, count=1):
 EVENTS = [
     _event(pod_ref(POD, "main"), NORMAL, "Pulled", 'Container image "registry.local/web:1" already present on machine',
            first=600, last=60, count=4),
-    _event(pod_ref(POD, "main"), WARNING, "BackOff", "Back-off restarting failed container", first=300, last=5, count=7),
+    _event(pod_ref(POD, "main"), WARNING, "BackOff", "Back-off restarting failed container", first=300, last=5,
+           count=7),
     _event(node_ref("edge-1"), NORMAL, "Starting", "Starting kubelet.", first=700),
     _event(pod_ref({"metadata": {"name": "db", "namespace": "data", "uid": "u-2"}}), WARNING, "Failed",
            "Error: ErrImagePull", first=30),
@@ -112,7 +113,8 @@ def test_describe_pod_reads_like_kubectl():
         "Events:",
         "  Type     Reason   Age                From     Message",
         "  ----     ------   ----               ----     -------",
-        '  Normal   Pulled   60s (x4 over 10m)  kubelet  Container image "registry.local/web:1" already present on machine',
+        '  Normal   Pulled   60s (x4 over 10m)  kubelet  '
+        'Container image "registry.local/web:1" already present on machine',
         "  Warning  BackOff  5s (x7 over 5m)    kubelet  Back-off restarting failed container",
     ]
 
@@ -157,7 +159,8 @@ def test_get_events_table():
     assert lines == [
         "LAST SEEN   TYPE      REASON     OBJECT           MESSAGE",
         "11m         Normal    Starting   node/edge-1      Starting kubelet.",
-        '60s         Normal    Pulled     pod/web-edge-1   Container image "registry.local/web:1" already present on machine',
+        '60s         Normal    Pulled     pod/web-edge-1   '
+        'Container image "registry.local/web:1" already present on machine',
         "5s          Warning   BackOff    pod/web-edge-1   Back-off restarting failed container",
     ]
 
@@ -198,7 +201,8 @@ def test_describe_node_shows_the_tunnel_as_recorded():
     from edgelet.cli.describe import describe_node
 
     tunnel = {"agentID": "edge-1", "agentIdentifiers": "host=edge-1&ipv4=10.0.0.5", "serverCount": 2,
-              "streams": [{"address": "10.0.0.1:8132", "serverID": "srv-a", "connectedSince": NOW - 90, "lastError": ""},
+              "streams": [{"address": "10.0.0.1:8132", "serverID": "srv-a", "connectedSince": NOW - 90,
+                           "lastError": ""},
                           {"address": "10.0.0.2:8132", "serverID": "", "connectedSince": 0,
                            "lastError": "UNAVAILABLE: Connection refused"}],
               "connections": 3, "dialsRefused": 1}

@@ -12,10 +12,10 @@ import termios
 
 import pytest
 
+from edgelet.api.labelselector import parse_selector
 from edgelet.cli import base as cli_base
 from edgelet.cli.main import build_parser, default_config_path
 from edgelet.cli.pods import Printer, display_status, format_pod_table, select
-from edgelet.api.labelselector import parse_selector
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -104,7 +104,7 @@ def test_defaults_match_the_kubelet():
     assert (config.log_level, config.max_pods) == ("info", 110)
     assert config.runtime.endpoint == "unix:///run/containerd/containerd.sock"
     assert config.runtime.socket_path == "/run/containerd/containerd.sock"
-    assert (config.runtime.request_timeout, config.runtime.image_pull_timeout) == (120, 600)
+    assert (config.runtime.request_timeout, config.runtime.image_pull_timeout) == (120, 0)
     assert (config.pods.manifest_dir, config.pods.file_check_frequency) == ("/etc/edgelet/manifests", 20)
     assert (config.pods.http_url, config.pods.cluster_domain, config.pods.cluster_dns) == ("", "cluster.local", ())
     assert (config.pleg.relist_period, config.pleg.relist_threshold) == (1, 180)
@@ -115,6 +115,9 @@ def test_defaults_match_the_kubelet():
     assert config.server.host_port == ("127.0.0.1", 10248)
     assert (config.images.gc_high_threshold_percent, config.images.gc_low_threshold_percent) == (85, 80)
     assert config.images.minimum_gc_age == 120
+    # The kubelet's serializeImagePulls (true) and maxParallelImagePulls (nil); containerd's 5 min of no progress.
+    assert (config.images.serialize_image_pulls, config.images.max_parallel_image_pulls) == (True, 0)
+    assert (config.images.parallel_pulls, config.images.pull_progress_timeout) == (1, 300)
     assert (config.logs.container_log_max_size, config.logs.container_log_max_files) == (10 * 2**20, 5)
     assert dict(config.eviction.hard) == {"memory.available": "100Mi", "nodefs.available": "10%",
                                           "imagefs.available": "15%", "nodefs.inodesFree": "5%"}
@@ -173,6 +176,9 @@ def test_cluster_section():
         ({"logs": {"container_log_max_files": 1}}, "logs.container_log_max_files", "at least 2"),
         ({"images": {"gc_high_threshold_percent": 101}}, "images.gc_high_threshold_percent", "between 0 and 100"),
         ({"images": {"gc_low_threshold_percent": 90}}, "images.gc_low_threshold_percent", "above gc_high"),
+        ({"images": {"max_parallel_image_pulls": 3}}, "images.max_parallel_image_pulls", "serialize_image_pulls"),
+        ({"images": {"max_parallel_image_pulls": -1}}, "images.max_parallel_image_pulls", "at least 0"),
+        ({"images": {"pull_progress_timeout": "-1s"}}, "images.pull_progress_timeout", "at least 0s"),
         ({"eviction": {"hard": {"memory.free": "1Mi"}}}, "eviction.hard", "'memory.free': unknown eviction signal"),
         ({"eviction": {"hard": {"nodefs.available": "110%"}}}, "eviction.hard", "at most 100%"),
         ({"eviction": {"hard": {"nodefs.available": 10}}}, "eviction.hard", "expected a string"),
@@ -298,6 +304,9 @@ def test_kubelet_api_table():
     assert settings.kubelet_api.tls_cert_file == "/etc/edgelet/tls/kubelet.crt"
     assert Config().kubelet_api.address == "0.0.0.0:10250" and not Config().kubelet_api.anonymous
     assert parse_config({"kubelet_api": {"address": ""}}).kubelet_api.port == 0
+    assert Config().kubelet_api.journal_dir == ""  # the system journal
+    assert parse_config({"kubelet_api": {"journal_dir": "journal"}}, base_dir="/data").kubelet_api.journal_dir == \
+        "/data/journal"
 
 
 @pytest.mark.parametrize("table, key, words", [
@@ -327,7 +336,8 @@ def test_tunnel_settings_and_their_errors(tmp_path):
     for text, key, words in [
         (base, "cluster.tunnel.servers", "at least one"),
         (base + 'servers = ["10.0.0.1"]\n', "cluster.tunnel.servers", "host:port"),
-        (base + 'servers = ["a:1"]\nallowed_destinations = ["b"]\n', "cluster.tunnel.allowed_destinations", "host:port"),
+        (base + 'servers = ["a:1"]\nallowed_destinations = ["b"]\n', "cluster.tunnel.allowed_destinations",
+         "host:port"),
         (base + 'servers = ["a:1"]\nmax_connections = 0\n', "cluster.tunnel.max_connections", "between"),
         (base + 'servers = ["a:1"]\nnope = 1\n', "cluster.tunnel.nope", "unknown setting"),
         ('[kubelet_api]\naddress = ""\n' + base + 'servers = ["a:1"]\n', "cluster.tunnel", "kubelet API"),
@@ -352,3 +362,18 @@ def test_security_settings_and_their_errors():
         parse_config({"security": {"allowed_unsafe_sysctls": ["net.core.*", "vm.swappiness"]}}, "edgelet.toml")
     assert error.value.key == "security.allowed_unsafe_sysctls"
     assert 'item 1: the sysctls "vm.swappiness" are not known to be namespaced' in error.value.message
+
+
+@pytest.mark.parametrize(
+    ("images", "parallel"),
+    [({}, 1), ({"max_parallel_image_pulls": 1}, 1), ({"serialize_image_pulls": False}, None),
+     ({"serialize_image_pulls": False, "max_parallel_image_pulls": 4}, 4)],
+)
+def test_parallel_image_pulls_as_the_kubelet_reads_them(images, parallel):
+    assert parse_config({"node_name": "n", "images": images}).images.parallel_pulls == parallel
+
+
+def test_a_pull_deadline_is_read_but_said_to_be_ignored():
+    assert list(parse_config({"node_name": "n"}).ignored()) == []
+    (notice,) = parse_config({"node_name": "n", "runtime": {"image_pull_timeout": "10m"}}).ignored()
+    assert notice.startswith("[runtime] image_pull_timeout = '10m' is ignored") and "pull_progress_timeout" in notice

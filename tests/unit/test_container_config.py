@@ -2,8 +2,13 @@
 
 import pytest
 
-from edgelet.kuberuntime.container import (NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NAMESPACE_TARGET,
-                                           security_context)
+from edgelet.kuberuntime.container import (
+    NAMESPACE_CONTAINER,
+    NAMESPACE_NODE,
+    NAMESPACE_POD,
+    NAMESPACE_TARGET,
+    security_context,
+)
 
 
 def pod(**spec):

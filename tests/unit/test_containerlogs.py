@@ -8,19 +8,19 @@ import os
 
 import pytest
 
+from edgelet.api.kubetime import parse_rfc3339_ns
 from edgelet.logs.reader import (
     DEFAULT_CONTAINER_ANNOTATION,
     LineJoiner,
     LogsError,
     choose_containers,
     container_log_files,
-    instance_ended,
     find_pod_dir,
+    instance_ended,
     render,
     select,
     split_line,
 )
-from edgelet.api.kubetime import parse_rfc3339_ns
 from edgelet.logs.rotation import compress, open_log_file, plan_rotation, rotated_files
 
 

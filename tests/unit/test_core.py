@@ -14,8 +14,8 @@ import pytest
 import xxhash
 
 from edgelet import _core_py
-from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.container import labels
+from edgelet.cri import runtime_v1_pb2 as pb
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # An explicit pure-Python run (no build) skips the compiled variants; otherwise they must load.

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgelet import _core_py
-from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.container import labels
+from edgelet.cri import runtime_v1_pb2 as pb
 
 if os.environ.get("EDGELET_NO_EXTENSIONS") == "1":
     pytest.skip("EDGELET_NO_EXTENSIONS=1: pure-Python run, no twin to compare", allow_module_level=True)
@@ -244,7 +244,8 @@ def test_newest_first_agrees_and_is_the_snapshots_order(creply, sreply):
         assert COMPILED.newest_first(records) == PURE.newest_first(records)
     snapshot, _ = COMPILED.relist(None, sreply[1], creply[1])
     for uid in snapshot.pod_uids():
-        assert [r for r in COMPILED.newest_first(snapshot.containers.values()) if r[1] == uid] == snapshot.containers_of(uid)
+        assert [r for r in COMPILED.newest_first(snapshot.containers.values())
+                if r[1] == uid] == snapshot.containers_of(uid)
         assert [r for r in PURE.newest_first(snapshot.sandboxes.values()) if r[1] == uid] == snapshot.sandboxes_of(uid)
 
 

@@ -13,9 +13,9 @@ from edgelet.cm.cpumanager.policy import (
     take_by_topology,
     validate_state,
 )
-from edgelet.util.cpuset import format_cpuset, parse_cpuset
 from edgelet.cm.topology import build_topology, topology_from_cpus
 from edgelet.config import ConfigError, parse_config
+from edgelet.util.cpuset import format_cpuset, parse_cpuset
 
 # 2 sockets x 8 cores x 2 threads; core c of socket s is CPUs s*8+c and s*8+c+16.
 DUAL_HT = build_topology(2, 8, 2)

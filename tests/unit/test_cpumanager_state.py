@@ -9,9 +9,9 @@ import pytest
 from edgelet.cm.cpumanager import CPUManager, CPUStateError, CPUStateStore
 from edgelet.cm.cpumanager.policy import CPUState
 from edgelet.cm.cpumanager.state import decode_state, encode_state
-from edgelet.util.cpuset import parse_cpuset
 from edgelet.cm.topology import build_topology
 from edgelet.container.runtime import PodRuntimeStatus
+from edgelet.util.cpuset import parse_cpuset
 
 FOUR = build_topology(1, 4, 1)
 
@@ -153,3 +153,18 @@ def test_unwritable_state_rejects_the_allocation(tmp_path):
 def test_reserved_cpus_of_another_machine_name_the_setting(tmp_path):
     with pytest.raises(CPUStateError, match=r"\[cpu\] reserved_cpus: reserved CPUs \"7\" are not online CPUs"):
         manager(tmp_path, reserved="7").start()
+
+
+def test_the_pod_resources_cpus(tmp_path):
+    """What the pod resources API reports: a container's exclusive CPUs, and the CPUs pods may get (the reserved
+    ones left out; none under the "none" policy, as the kubelet answers)."""
+    static = manager(tmp_path / "static", reserved="0")
+    static.start()
+    assert static.allocatable_cpus() == parse_cpuset("1-3")
+    assert static.admit(guaranteed_pod("g1", "2")) == (True, "", "")
+    assert len(static.exclusive_cpus("g1", "app")) == 2 and 0 not in static.exclusive_cpus("g1", "app")
+    assert static.allocatable_cpus() == parse_cpuset("1-3")
+    assert static.exclusive_cpus("g1", "other") == frozenset()
+    none = manager(tmp_path / "none", policy="none")
+    none.start()
+    assert none.allocatable_cpus() == frozenset() and none.exclusive_cpus("g1", "app") == frozenset()

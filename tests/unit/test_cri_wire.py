@@ -57,7 +57,8 @@ def test_field_numbers_match_runtime_v1(message, field):
 @pytest.mark.parametrize(
     ("enum", "values"),
     [
-        ("ContainerState", {"CONTAINER_CREATED": 0, "CONTAINER_RUNNING": 1, "CONTAINER_EXITED": 2, "CONTAINER_UNKNOWN": 3}),
+        ("ContainerState",
+         {"CONTAINER_CREATED": 0, "CONTAINER_RUNNING": 1, "CONTAINER_EXITED": 2, "CONTAINER_UNKNOWN": 3}),
         ("PodSandboxState", {"SANDBOX_READY": 0, "SANDBOX_NOTREADY": 1}),
         ("NamespaceMode", {"POD": 0, "CONTAINER": 1, "NODE": 2, "TARGET": 3}),
     ],

@@ -356,8 +356,8 @@ def test_a_pods_service_env_follows_enable_service_links():
 
 
 def test_the_informer_refuses_api_pods_until_it_listed_and_puts_the_agents_api_address_for_the_master():
-    from edgelet.cluster.services import NOT_SYNCED, ServiceInformer, service_problem
     from edgelet.api.env import EnvError, kubernetes_service
+    from edgelet.cluster.services import NOT_SYNCED, ServiceInformer, service_problem
 
     informer = ServiceInformer(None, master=kubernetes_service("192.0.2.7", 6443))
     pod = {"metadata": {"name": "p", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}]}}
@@ -384,9 +384,9 @@ def test_the_informer_refuses_api_pods_until_it_listed_and_puts_the_agents_api_a
 async def test_an_unanswering_api_server_is_not_waited_for():
     """Offline, cached API pods start with what is known (the master Service's variables), and new pods are not
     held up by a first list that cannot come."""
-    from edgelet.kubeapi.errors import ServerError
-    from edgelet.cluster.services import ServiceInformer
     from edgelet.api.env import kubernetes_service
+    from edgelet.cluster.services import ServiceInformer
+    from edgelet.kubeapi.errors import ServerError
 
     answers = False
     informer = ServiceInformer(None, master=kubernetes_service("192.0.2.7", 6443), api_answers=lambda: answers)

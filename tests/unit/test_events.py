@@ -9,12 +9,12 @@ import logging
 import orjson
 import pytest
 
-from edgelet.metrics import registry as metrics
 from edgelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from edgelet.events.correlator import COMBINED_PREFIX, EventCorrelator, repeat_patch
 from edgelet.events.locallog import EventLog, read_events
 from edgelet.events.model import MAX_MESSAGE, event_name, make_event
 from edgelet.events.node import condition_events, exchange_boot_id, reboot_event, start_events
+from edgelet.metrics import registry as metrics
 
 POD = {"metadata": {"name": "web", "namespace": "shop", "uid": "u-1"},
        "spec": {"initContainers": [{"name": "setup"}], "containers": [{"name": "main"}]}}

@@ -6,11 +6,12 @@ import logging
 
 import pytest
 
-from edgelet.metrics import registry as metrics
 from edgelet.config import Threshold
 from edgelet.eviction.manager import Collaborators, EvictionManager
 from edgelet.eviction.signals import Observation
 from edgelet.eviction.usage import ContainerUsage, PodUsage
+from edgelet.metrics import registry as metrics
+from tests.helpers import resource_pod
 
 Mi = 2**20
 Gi = 2**30
@@ -35,14 +36,6 @@ class StaticUsage:
 
     async def usage(self, pods):
         return {uid: value for uid, value in self.by_uid.items() if uid in {p["metadata"]["uid"] for p in pods}}
-
-
-def make_pod(name, *, memory_request=None, source=None):
-    resources = {"requests": {"memory": memory_request}} if memory_request else {}
-    meta = {"name": name, "namespace": "default", "uid": name}
-    if source:
-        meta["annotations"] = {"kubernetes.io/config.source": source}
-    return {"metadata": meta, "spec": {"containers": [{"name": "app", "image": "b", "resources": resources}]}}
 
 
 class Clock:
@@ -75,7 +68,7 @@ def make_manager(signals, pods, usage=None, **kwargs):
 
 
 async def test_memory_pressure_evicts_the_best_effort_pod_first_and_one_per_pass():
-    pods = [make_pod("guarded", memory_request="500Mi"), make_pod("best-effort")]
+    pods = [resource_pod("guarded", memory_request="500Mi"), resource_pod("best-effort")]
     usage = {"guarded": PodUsage({"app": ContainerUsage(memory=300 * Mi)}),
              "best-effort": PodUsage({"app": ContainerUsage(memory=40 * Mi)})}
     manager, evicted = make_manager(ScriptedSignals(LOW_MEMORY), pods, usage)
@@ -86,8 +79,8 @@ async def test_memory_pressure_evicts_the_best_effort_pod_first_and_one_per_pass
                         "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. "
                         "Container app was using 40Mi, request is 0, has larger consumption of memory. ", 1)]
     assert manager.pressure() == {"memory": True, "disk": False, "pid": False}
-    assert manager.admit(make_pod("new-best-effort"))[0] is False
-    assert manager.admit(make_pod("new-burstable", memory_request="1Mi"))[0] is True
+    assert manager.admit(resource_pod("new-best-effort"))[0] is False
+    assert manager.admit(resource_pod("new-burstable", memory_request="1Mi"))[0] is True
     assert metrics.evictions.labels("memory.available").value == before + 1
 
     await manager.synchronize()
@@ -120,7 +113,7 @@ async def test_image_pressure_is_relieved_by_reclaiming_images_without_evicting(
     async def reclaim_containers():
         order.append("containers")
 
-    manager, evicted = make_manager(ScriptedSignals(full, relieved), [make_pod("p")],
+    manager, evicted = make_manager(ScriptedSignals(full, relieved), [resource_pod("p")],
                                     reclaim_images=reclaim_images, reclaim_containers=reclaim_containers)
     assert await manager.synchronize() is None
     assert asked == [50 * Gi]  # back to 15 % of 1000 Gi
@@ -134,7 +127,7 @@ async def test_reclaim_that_does_not_help_is_followed_by_an_eviction():
     async def reclaim_images(amount):
         return 0
 
-    manager, evicted = make_manager(ScriptedSignals(full), [make_pod("p")], reclaim_images=reclaim_images,
+    manager, evicted = make_manager(ScriptedSignals(full), [resource_pod("p")], reclaim_images=reclaim_images,
                                     usage={"p": PodUsage({"app": ContainerUsage(disk=Mi)})})
     assert (await manager.synchronize())["metadata"]["name"] == "p"
     assert evicted[0][2].startswith("The node was low on resource: ephemeral-storage. "
@@ -149,23 +142,23 @@ async def test_nodefs_pressure_skips_image_gc_when_images_live_elsewhere():
         return amount
 
     signals = ScriptedSignals({"nodefs.available": Observation(10 * Gi, 1000 * Gi)}, dedicated_image_fs=True)
-    manager, evicted = make_manager(signals, [make_pod("p")], reclaim_images=reclaim_images)
+    manager, evicted = make_manager(signals, [resource_pod("p")], reclaim_images=reclaim_images)
     await manager.synchronize()
     assert asked == [] and [e[0] for e in evicted] == ["p"]
 
 
 async def test_critical_pods_are_never_evicted():
-    pods = [make_pod("static", source="file"), make_pod("api")]
+    pods = [resource_pod("static", source="file"), resource_pod("api")]
     manager, evicted = make_manager(ScriptedSignals(LOW_MEMORY), pods)
     assert (await manager.synchronize())["metadata"]["name"] == "api"
     assert await manager.synchronize() is None
     assert [e[0] for e in evicted] == ["api"]
-    assert manager.admit(make_pod("another-static", source="file"))[0] is True
+    assert manager.admit(resource_pod("another-static", source="file"))[0] is True
 
 
 async def test_no_thresholds_no_work():
     signals = ScriptedSignals(LOW_MEMORY)
-    manager, evicted = make_manager(signals, [make_pod("p")], thresholds={})
+    manager, evicted = make_manager(signals, [resource_pod("p")], thresholds={})
     assert await manager.synchronize() is None and signals.calls == 0
 
 
@@ -190,7 +183,7 @@ async def test_run_waits_for_the_evicted_pod_to_be_cleaned_up_then_for_the_inter
         if len(sleeps) > 4:
             raise Stop
 
-    manager, evicted = make_manager(ScriptedSignals(LOW_MEMORY, PLENTY), [make_pod("best-effort")],
+    manager, evicted = make_manager(ScriptedSignals(LOW_MEMORY, PLENTY), [resource_pod("best-effort")],
                                     sleep=sleep, pod_cleaned_up=lambda uid: cleaned[uid])
     with pytest.raises(Stop):
         await manager.run()
@@ -200,7 +193,7 @@ async def test_run_waits_for_the_evicted_pod_to_be_cleaned_up_then_for_the_inter
 
 
 async def test_the_critical_rule_can_be_replaced():
-    manager, evicted = make_manager(ScriptedSignals(LOW_MEMORY), [make_pod("static", source="file")],
+    manager, evicted = make_manager(ScriptedSignals(LOW_MEMORY), [resource_pod("static", source="file")],
                                     is_critical=lambda pod: False)
     assert (await manager.synchronize())["metadata"]["name"] == "static"
-    assert manager.admit(make_pod("static-best-effort", source="file"))[0] is False
+    assert manager.admit(resource_pod("static-best-effort", source="file"))[0] is False

@@ -7,6 +7,7 @@ from edgelet.config import Threshold
 from edgelet.eviction import policy
 from edgelet.eviction.signals import Observation
 from edgelet.eviction.usage import ContainerUsage, PodUsage
+from tests.helpers import resource_pod
 
 Mi = 2**20
 Gi = 2**30
@@ -94,26 +95,6 @@ def test_shortfall():
 
 # -- pods --------------------------------------------------------------------------------------------
 
-def make_pod(name, *, memory_request=None, memory_limit=None, storage_request=None, priority=None,
-             source=None, tolerations=None, cpu=None):
-    resources = {}
-    requests = {k: v for k, v in (("memory", memory_request), ("ephemeral-storage", storage_request),
-                                  ("cpu", cpu)) if v}
-    if requests:
-        resources["requests"] = requests
-    if memory_limit:
-        resources["limits"] = {"memory": memory_limit, **({"cpu": cpu} if cpu else {})}
-    spec = {"containers": [{"name": "app", "image": "busybox", "resources": resources}]}
-    if priority is not None:
-        spec["priority"] = priority
-    if tolerations:
-        spec["tolerations"] = tolerations
-    meta = {"name": name, "namespace": "default", "uid": name}
-    if source:
-        meta["annotations"] = {"kubernetes.io/config.source": source}
-    return {"metadata": meta, "spec": spec}
-
-
 def mem(value):
     return PodUsage({"app": ContainerUsage(memory=value, disk=0, inodes=0)})
 
@@ -124,11 +105,11 @@ def names(pods):
 
 def test_memory_ranking_like_the_kubelet():
     pods = [
-        make_pod("under-request", memory_request="200Mi"),
-        make_pod("high-priority-over", priority=1000),
-        make_pod("best-effort"),
-        make_pod("no-stats"),
-        make_pod("far-over-request", memory_request="10Mi"),
+        resource_pod("under-request", memory_request="200Mi"),
+        resource_pod("high-priority-over", priority=1000),
+        resource_pod("best-effort"),
+        resource_pod("no-stats"),
+        resource_pod("far-over-request", memory_request="10Mi"),
     ]
     usage = {"under-request": mem(100 * Mi), "high-priority-over": mem(500 * Mi), "best-effort": mem(50 * Mi),
              "far-over-request": mem(300 * Mi)}
@@ -141,13 +122,13 @@ def disk(value, inodes=0):
 
 
 def test_disk_ranking_by_usage_above_ephemeral_storage_requests():
-    pods = [make_pod("small"), make_pod("requested-big", storage_request="1Gi"), make_pod("big")]
+    pods = [resource_pod("small"), resource_pod("requested-big", storage_request="1Gi"), resource_pod("big")]
     usage = {"small": disk(10 * Mi), "requested-big": disk(900 * Mi), "big": disk(500 * Mi)}
     assert names(policy.rank_pods("nodefs.available", pods, usage)) == ["big", "small", "requested-big"]
 
 
 def test_inode_ranking_by_inodes_used():
-    pods = [make_pod("few"), make_pod("many")]
+    pods = [resource_pod("few"), resource_pod("many")]
     usage = {"few": disk(Gi, inodes=10), "many": disk(Mi, inodes=10_000)}
     assert names(policy.rank_pods("nodefs.inodesFree", pods, usage)) == ["many", "few"]
 
@@ -156,33 +137,33 @@ def test_pid_ranking_priority_then_processes():
     def procs(n):
         return PodUsage({"app": ContainerUsage(processes=n)})
 
-    pods = [make_pod("important", priority=10), make_pod("few"), make_pod("many")]
+    pods = [resource_pod("important", priority=10), resource_pod("few"), resource_pod("many")]
     usage = {"important": procs(1000), "few": procs(2), "many": procs(300)}
     assert names(policy.rank_pods("pid.available", pods, usage)) == ["many", "few", "important"]
 
 
 @pytest.mark.parametrize("pod, critical", [
-    (make_pod("api"), False),
-    (make_pod("static", source="file"), True),
-    (make_pod("http", source="http"), True),
-    (make_pod("system", priority=2_000_000_000), True),
-    (make_pod("high", priority=1_999_999_999), False),
+    (resource_pod("api"), False),
+    (resource_pod("static", source="file"), True),
+    (resource_pod("http", source="http"), True),
+    (resource_pod("system", priority=2_000_000_000), True),
+    (resource_pod("high", priority=1_999_999_999), False),
 ])
 def test_critical_pods(pod, critical):
     assert policy.is_critical(pod) is critical
 
 
 @pytest.mark.parametrize("resource, pod, expected", [
-    ("memory", make_pod("p", memory_request="64Mi"), 64 * Mi),
-    ("memory", make_pod("p", memory_limit="128Mi"), 128 * Mi),  # the limit stands in for the request
-    ("ephemeral-storage", make_pod("p"), 0),
+    ("memory", resource_pod("p", memory_request="64Mi"), 64 * Mi),
+    ("memory", resource_pod("p", memory_limit="128Mi"), 128 * Mi),  # the limit stands in for the request
+    ("ephemeral-storage", resource_pod("p"), 0),
 ])
 def test_pod_request(resource, pod, expected):
     assert policy.pod_request(pod, resource) == expected
 
 
 def test_pod_request_takes_the_larger_of_containers_and_init():
-    pod = make_pod("p", memory_request="64Mi")
+    pod = resource_pod("p", memory_request="64Mi")
     pod["spec"]["initContainers"] = [{"name": "init", "image": "b", "resources": {"requests": {"memory": "1Gi"}}}]
     assert policy.pod_request(pod, "memory") == Gi
 
@@ -193,7 +174,7 @@ def test_pod_request_takes_the_larger_of_containers_and_init():
     ([("setup", "80Mi", False), ("sidecar", "100Mi", True)], 164 * Mi),  # setup ran before it
 ])
 def test_pod_request_with_sidecars(init, expected):
-    pod = make_pod("p", memory_request="64Mi")
+    pod = resource_pod("p", memory_request="64Mi")
     pod["spec"]["initContainers"] = [
         {"name": name, "image": "b", "resources": {"requests": {"memory": memory}},
          **({"restartPolicy": "Always"} if sidecar else {})} for name, memory, sidecar in init]
@@ -211,7 +192,7 @@ def test_format_quantity(value, binary, text):
 
 
 def test_memory_eviction_message_names_the_containers_over_their_request():
-    pod = make_pod("web", memory_request="64Mi")
+    pod = resource_pod("web", memory_request="64Mi")
     pod["spec"]["containers"].append({"name": "sidecar", "image": "b"})
     pod["spec"]["containers"].append({"name": "quiet", "image": "b", "resources": {"requests": {"memory": "1Gi"}}})
     usage = PodUsage({"app": ContainerUsage(memory=200 * Mi), "sidecar": ContainerUsage(memory=10 * Mi),
@@ -224,7 +205,7 @@ def test_memory_eviction_message_names_the_containers_over_their_request():
 
 
 def test_disk_and_inode_messages():
-    pod = make_pod("web")
+    pod = resource_pod("web")
     usage = PodUsage({"app": ContainerUsage(disk=3 * Mi)})
     assert policy.eviction_message("nodefs.available", pod, usage, t("10%"), Observation(5 * Gi, 100 * Gi)) == (
         "The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 5Gi. "
@@ -234,7 +215,7 @@ def test_disk_and_inode_messages():
 
 
 def test_message_without_stats_has_no_container_part():
-    message = policy.eviction_message("memory.available", make_pod("p"), None, t("100Mi"), Observation(Mi, Gi))
+    message = policy.eviction_message("memory.available", resource_pod("p"), None, t("100Mi"), Observation(Mi, Gi))
     assert message == "The node was low on resource: memory. Threshold quantity: 100Mi, available: 1Mi. "
 
 
@@ -254,9 +235,9 @@ def test_evicted_status():
 
 # -- admission -------------------------------------------------------------------------------------------------
 
-BEST_EFFORT = make_pod("be")
-BURSTABLE = make_pod("bu", memory_request="10Mi")
-GUARANTEED = make_pod("gu", memory_request="10Mi", memory_limit="10Mi", cpu="1")
+BEST_EFFORT = resource_pod("be")
+BURSTABLE = resource_pod("bu", memory_request="10Mi")
+GUARANTEED = resource_pod("gu", memory_request="10Mi", memory_limit="10Mi", cpu="1")
 REJECTED_MEMORY = (False, "Evicted", "The node had condition: [MemoryPressure]. ")
 
 
@@ -266,17 +247,18 @@ REJECTED_MEMORY = (False, "Evicted", "The node had condition: [MemoryPressure]. 
     ("memory pressure admits Burstable", {"MemoryPressure"}, BURSTABLE, (True, "", "")),
     ("memory pressure admits Guaranteed", {"MemoryPressure"}, GUARANTEED, (True, "", "")),
     ("toleration of the memory-pressure taint", {"MemoryPressure"},
-     make_pod("t", tolerations=[{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists",
+     resource_pod("t", tolerations=[{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists",
                                  "effect": "NoSchedule"}]), (True, "", "")),
-    ("toleration of everything", {"MemoryPressure"}, make_pod("t", tolerations=[{"operator": "Exists"}]),
+    ("toleration of everything", {"MemoryPressure"}, resource_pod("t", tolerations=[{"operator": "Exists"}]),
      (True, "", "")),
     ("toleration of another taint does not help", {"MemoryPressure"},
-     make_pod("t", tolerations=[{"key": "node.kubernetes.io/disk-pressure", "operator": "Exists"}]), REJECTED_MEMORY),
+     resource_pod("t", tolerations=[{"key": "node.kubernetes.io/disk-pressure", "operator": "Exists"}]),
+     REJECTED_MEMORY),
     ("disk pressure rejects everyone", {"DiskPressure"}, GUARANTEED,
      (False, "Evicted", "The node had condition: [DiskPressure]. ")),
     ("two conditions", {"DiskPressure", "MemoryPressure"}, BURSTABLE,
      (False, "Evicted", "The node had condition: [MemoryPressure DiskPressure]. ")),
-    ("critical pods always", {"DiskPressure", "PIDPressure"}, make_pod("s", source="file"), (True, "", "")),
+    ("critical pods always", {"DiskPressure", "PIDPressure"}, resource_pod("s", source="file"), (True, "", "")),
 ])
 def test_admit(case, conditions, pod, expected):
     assert policy.admit(conditions, pod) == expected

@@ -13,7 +13,7 @@ from edgelet.eviction.signals import (
     pid_observation,
     tasks_in_use,
 )
-from edgelet.eviction.usage import PodUsage, ContainerUsage, working_set
+from edgelet.eviction.usage import ContainerUsage, PodUsage, working_set
 
 MEMINFO = """\
 MemTotal:        2000000 kB

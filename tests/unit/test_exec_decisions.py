@@ -11,8 +11,20 @@ import pytest
 
 from edgelet.cli.exec import NO_TTY_WARNING, ExecError, check_runnable, choose_container, find_pod, terminal_choice
 from edgelet.cli.remotecommand import (
-    FLAG_FIN, GOAWAY, PING, SYN_REPLY, SYN_STREAM, Frame, FrameReader, SessionError, control_frame, data_frame,
-    exit_status, header_block, syn_stream, url_target,
+    FLAG_FIN,
+    GOAWAY,
+    PING,
+    SYN_REPLY,
+    SYN_STREAM,
+    Frame,
+    FrameReader,
+    SessionError,
+    control_frame,
+    data_frame,
+    exit_status,
+    header_block,
+    syn_stream,
+    url_target,
 )
 
 

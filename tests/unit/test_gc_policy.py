@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from edgelet.container.runtime import ContainerState, SandboxState
 from edgelet.images.gc import ImageInfo, bytes_to_free, select_images_to_remove, validate_thresholds
 from edgelet.kuberuntime.gc import (
     GCContainer,
@@ -15,7 +16,6 @@ from edgelet.kuberuntime.gc import (
     select_log_dirs_to_remove,
     select_sandboxes_to_remove,
 )
-from edgelet.container.runtime import ContainerState, SandboxState
 
 GIB = 1 << 30
 CAPACITY = 100 * GIB

@@ -17,16 +17,16 @@ from hypothesis import strategies as st
 
 from edgelet import yamlload
 from edgelet.api import podutil
-from edgelet.util.checkpoint import CheckpointStore
+from edgelet.api.limits import MAX_DEPTH, _first_problem, document_problem
 from edgelet.config import load_config, parse_duration
-from edgelet.util.errors import ConfigError, cut_long_values
+from edgelet.pod.workers import PodRecords, PodWorkers
 from edgelet.podconfig.apiserver import pod_problem
 from edgelet.podconfig.file import ManifestScanner
-from edgelet.api.limits import MAX_DEPTH, _first_problem, document_problem
 from edgelet.podconfig.manifest import _check_yaml_events, _may_alias_or_nest_deep, parse_manifest
 from edgelet.podconfig.validation import validate_pod
-from edgelet.pod.workers import PodRecords, PodWorkers
 from edgelet.status.manager import StatusManager, read_pod_list
+from edgelet.util.checkpoint import CheckpointStore
+from edgelet.util.errors import ConfigError, cut_long_values
 from edgelet.util.tasks import TaskGroup
 
 NODE = "n"
@@ -82,7 +82,7 @@ def test_document_problem_depth_is_iterative():
 
 
 def test_active_deadline_beyond_int64_names_file_and_field():
-    text = pod_yaml("big", "").replace("spec: {", "spec: {activeDeadlineSeconds: %d, " % 2**70)
+    text = pod_yaml("big", "").replace("spec: {", f"spec: {{activeDeadlineSeconds: {2**70}, ")
     with pytest.raises(ConfigError) as caught:
         parse(text)
     assert (caught.value.path, caught.value.key) == ("/m/pod.yaml", "spec.activeDeadlineSeconds")
@@ -306,8 +306,8 @@ def test_status_checkpoint_with_wrong_content_is_set_aside_like_damage(tmp_path,
 
 @pytest.mark.parametrize("payload", [b"null", b'{"kind": "Secret", "metadata": {"name": "s"}, "data": {"k": 5}}'])
 def test_object_cache_entry_with_wrong_content_is_set_aside(tmp_path, payload):
-    from edgelet.kubeapi.objects import ObjectSyncer
     from edgelet.api.objectstore import ObjectStore
+    from edgelet.kubeapi.objects import ObjectSyncer
 
     CheckpointStore(str(tmp_path), kind="object").write("Secret/default/s", payload)
     store = ObjectStore()
@@ -373,7 +373,8 @@ async def test_a_pod_failing_the_same_way_is_logged_once(caplog):
         ("[gc]\nmax_containers = 9999999999999", "gc.max_containers", "at most 2147483647"),
         ("x = " + "[" * 5000 + "]" * 5000, "", "nested more than"),
         ("max_pods = 1" + "0" * 5000, "", "out of range"),  # beyond Python's int-from-text limit
-        (".".join(["a"] * 10_000) + " = 1", "", "more than 64 dot-separated parts in one key or value (line 2)"),  # quadratic in tomllib
+        (".".join(["a"] * 10_000) + " = 1", "",
+         "more than 64 dot-separated parts in one key or value (line 2)"),  # quadratic in tomllib
         ("[" + ".".join(['"a"'] * 100) + "]", "", "more than 64 dot-separated parts"),
     ],
 )

@@ -11,8 +11,7 @@ import orjson
 import pytest
 
 from edgelet.images import reference
-from edgelet.images.airgap import mirror_repository
-from edgelet.images.airgap import is_archive_name
+from edgelet.images.airgap import is_archive_name, mirror_repository
 from edgelet.images.archive import MEDIA_OCI_MANIFEST, Blob, image_name
 from edgelet.images.manager import _KeyedLocks, pull_policy, should_pull
 from edgelet.images.registry import route

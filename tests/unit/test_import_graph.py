@@ -4,79 +4,15 @@ collaborators rather than the agent (the composition root); and what `edgelet ru
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "edgelet"
-
-
-def module_name(path: pathlib.Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-_PYTHON_IMPORT = re.compile(r"(?:from [\w.]+ )?import [\w., ]+$")
-
-
-def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> set[str]:
-    """The edgelet modules an import statement loads."""
-    if isinstance(node, ast.Import):
-        return {alias.name for alias in node.names if alias.name in known}
-    if node.level:
-        base = module.split(".") if is_package else module.split(".")[:-1]
-        base = base[:len(base) - (node.level - 1)]
-        origin = ".".join(base + ([node.module] if node.module else []))
-    else:
-        origin = node.module or ""
-    # `from . import metrics` and `from .prober import hooks` load submodules.
-    submodules = {f"{origin}.{alias.name}" for alias in node.names if f"{origin}.{alias.name}" in known}
-    # Taking a submodule of one's own package does not depend on that package's __init__ (Python has it
-    # half-loaded by then); taking a name from it, or from any other package, does.
-    own_package = module.startswith(origin + ".")
-    if origin in known and (not own_package or len(submodules) < len(node.names)):
-        submodules.add(origin)
-    return submodules
-
-
-def import_graph(*, top_level_only: bool) -> dict[str, set[str]]:
-    """module -> the edgelet modules it imports. Top level only: leaves out the imports inside functions
-    (the lazy ones), keeps those under `if TYPE_CHECKING:`."""
-    files = {module_name(path): path for path in [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.pyx")]}
-    known = set(files)
-    graph: dict[str, set[str]] = {}
-    for module, path in files.items():
-        source = path.read_text()
-        if path.suffix == ".pyx":  # Cython: its Python imports, each on a line of its own (cimports are C's)
-            source = "\n".join(line for line in source.splitlines() if _PYTHON_IMPORT.match(line))
-        tree = ast.parse(source, str(path))
-        is_package = path.name == "__init__.py"
-        statements = []
-        if top_level_only:
-            pending = list(tree.body)
-            while pending:
-                node = pending.pop()
-                if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    statements.append(node)
-                elif isinstance(node, ast.If):
-                    pending.extend(node.body + node.orelse)
-                elif isinstance(node, ast.Try):
-                    pending.extend(node.body + node.orelse + node.finalbody
-                                   + [n for h in node.handlers for n in h.body])
-        else:
-            statements = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-        # A submodule's implicit load of its own package is left out: a package that imports its submodules
-        # is not a circle (Python has the package half-loaded by then, and it works).
-        graph[module] = set().union(*(_targets(n, module, is_package, known) for n in statements)) - {module}
-    return graph
+from tests.unit.import_graph import PACKAGE, import_graph, reachable
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -168,17 +104,6 @@ def test_loop_and_pod_work_import_nothing_from_the_agent(module):
     assert "edgelet.kubelet.agent" not in import_graph(top_level_only=False)[module]
 
 
-def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
-    seen: set[str] = set()
-    pending = [start]
-    while pending:
-        module = pending.pop()
-        if module not in seen:
-            seen.add(module)
-            pending.extend(graph.get(module, ()))
-    return seen
-
-
 def test_reachable_follows_imports_transitively():
     assert reachable({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}, "a") == {"a", "b", "c"}
 
@@ -215,7 +140,8 @@ print(json.dumps(sorted(name for name, module in sys.modules.items() if module i
 
 def modules_run_loads(config: pathlib.Path) -> set[str]:
     """The modules `edgelet run --config CONFIG` has loaded once its listeners are bound (in a fresh process)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", _RUN_IMPORTS, str(config)], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -236,7 +162,8 @@ _PROTOBUF_PURE_PYTHON = ["google.protobuf.descriptor_pool", "google.protobuf.int
 _NOT_FOR_A_STANDALONE_RUN = [
     "edgelet.cli.pods", "edgelet.cli.describe", "edgelet.api.labelselector", "resource",  # other subcommands
     "edgelet.logs.reader",  # `edgelet logs` and the kubelet API read logs; the agent only rotates them
-    "edgelet.cluster", "edgelet.cluster.connection", "edgelet.cluster.clusterapi", "edgelet.kubeapi", "edgelet.kubeletapi",
+    "edgelet.cluster", "edgelet.cluster.connection", "edgelet.cluster.clusterapi", "edgelet.kubeapi",
+    "edgelet.kubeletapi",
     "edgelet.events.apisink",
     "edgelet.cadvisor", "edgelet.cadvisor.collector",  # /metrics/cadvisor: the kubelet API's
     "edgelet.bootstrap", "edgelet.bootstrap.tokens", "edgelet.nodestatus.setters",  # cluster mode

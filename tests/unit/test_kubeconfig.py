@@ -19,7 +19,8 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def kubeconfig(cluster: dict | None = None, user: dict | None = None, *, context: dict | None = None, current: str | None = "edge") -> dict:
+def kubeconfig(cluster: dict | None = None, user: dict | None = None, *, context: dict | None = None,
+               current: str | None = "edge") -> dict:
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -79,13 +80,17 @@ def test_an_explicit_context_wins_over_current_context() -> None:
         (kubeconfig(context={"user": "edge-user"}), "contexts[name=edge].context.cluster", "missing"),
         (kubeconfig(context={"cluster": "gone"}), "clusters[name=gone]", "no entry"),
         (kubeconfig({"server": "10.0.0.1:6443"}), "clusters[name=prod].cluster.server", "http:// or https://"),
-        (kubeconfig({"insecure-skip-tls-verify": "yes"}), "clusters[name=prod].cluster.insecure-skip-tls-verify", "true or false"),
-        (kubeconfig({"certificate-authority-data": "not base64!"}), "clusters[name=prod].cluster.certificate-authority-data", "base64"),
+        (kubeconfig({"insecure-skip-tls-verify": "yes"}), "clusters[name=prod].cluster.insecure-skip-tls-verify",
+         "true or false"),
+        (kubeconfig({"certificate-authority-data": "not base64!"}),
+         "clusters[name=prod].cluster.certificate-authority-data", "base64"),
         (kubeconfig(user={"token": ""}), "users[name=edge-user].user.token", "non-empty string"),
         (kubeconfig(user={"token": 42}), "users[name=edge-user].user.token", "non-empty string"),
-        (kubeconfig(user={"client-certificate-data": b64(TEST_CERT)}), "users[name=edge-user].user.client-key", "missing"),
+        (kubeconfig(user={"client-certificate-data": b64(TEST_CERT)}), "users[name=edge-user].user.client-key",
+         "missing"),
         (kubeconfig(user={"client-key": "k.pem"}), "users[name=edge-user].user.client-certificate", "missing"),
-        (kubeconfig(user={"client-key-data": "%%%", "client-certificate": "c"}), "users[name=edge-user].user.client-key-data", "base64"),
+        (kubeconfig(user={"client-key-data": "%%%", "client-certificate": "c"}),
+         "users[name=edge-user].user.client-key-data", "base64"),
         (kubeconfig(user={"exec": {"command": "aws"}}), "users[name=edge-user].user.exec", "not supported"),
     ],
 )
@@ -99,14 +104,17 @@ def test_errors_name_the_file_and_the_field(doc: object, field: str, words: str)
 
 
 def test_secrets_never_show_in_repr_str_or_errors(caplog: pytest.LogCaptureFixture) -> None:
-    config = parse_kubeconfig(kubeconfig(user={"token": SECRET_TOKEN, "client-certificate-data": b64(TEST_CERT), "client-key-data": b64(TEST_KEY)}), PATH)
+    config = parse_kubeconfig(kubeconfig(user={"token": SECRET_TOKEN, "client-certificate-data": b64(TEST_CERT),
+                                               "client-key-data": b64(TEST_KEY)}), PATH)
     key_body = TEST_KEY.splitlines()[1]
-    for text in (repr(config), str(config), repr(BearerAuth(SECRET_TOKEN)), repr(ApiClient("https://x", token=SECRET_TOKEN))):
+    for text in (repr(config), str(config), repr(BearerAuth(SECRET_TOKEN)),
+                 repr(ApiClient("https://x", token=SECRET_TOKEN))):
         assert SECRET_TOKEN not in text
         assert key_body not in text
     assert "token=<redacted>" in repr(config)
     # A key that does not match the certificate: the error names the field, not the key.
-    bad = parse_kubeconfig(kubeconfig(user={"client-certificate-data": b64(TEST_CERT), "client-key-data": b64(OTHER_KEY)}), PATH)
+    bad = parse_kubeconfig(kubeconfig(user={"client-certificate-data": b64(TEST_CERT),
+                                            "client-key-data": b64(OTHER_KEY)}), PATH)
     with caplog.at_level(logging.DEBUG), pytest.raises(KubeconfigError) as caught:
         ssl_context(bad)
     assert "client-certificate" in caught.value.key
@@ -115,7 +123,8 @@ def test_secrets_never_show_in_repr_str_or_errors(caplog: pytest.LogCaptureFixtu
 
 def test_inline_client_certificate_loads_into_the_tls_context() -> None:
     config = parse_kubeconfig(
-        kubeconfig({"certificate-authority-data": b64(TEST_CERT)}, {"client-certificate-data": b64(TEST_CERT), "client-key-data": b64(TEST_KEY)}),
+        kubeconfig({"certificate-authority-data": b64(TEST_CERT)},
+                   {"client-certificate-data": b64(TEST_CERT), "client-key-data": b64(TEST_KEY)}),
         PATH,
     )
     ctx = ssl_context(config)
@@ -146,7 +155,8 @@ def test_load_reads_files_relative_to_the_kubeconfig(tmp_path) -> None:
     (tmp_path / "client.crt").write_text(TEST_CERT)
     (tmp_path / "client.key").write_text(TEST_KEY)
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(kubeconfig(user={"tokenFile": "token", "client-certificate": "client.crt", "client-key": "client.key"})))
+    path.write_text(yaml.safe_dump(kubeconfig(user={"tokenFile": "token", "client-certificate": "client.crt",
+                                                    "client-key": "client.key"})))
     config = load_kubeconfig(str(path))
     assert isinstance(config, KubeConfig)
     assert config.token == SECRET_TOKEN

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.kubeletapi import PodLookup
 from edgelet.kubeletapi.paths import parse_route
 from edgelet.kubeletapi.server import NotFoundError
-from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
 from edgelet.pod.manager import PodManager
 
 NODE = "edge-1"

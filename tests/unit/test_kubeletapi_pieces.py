@@ -11,10 +11,15 @@ import pytest
 from edgelet.kubeletapi.certs import subject_alt_names
 from edgelet.kubeletapi.logs import ByteLimit, read_logs
 from edgelet.kubeletapi.paths import LogOptions, parse_rfc3339_ns
-from edgelet.kubeletapi.stats import (CpuRates, default_route_interface, network_stats, parse_net_dev, parse_proc_stat,
-                                      resource_metrics)
+from edgelet.kubeletapi.stats import (
+    CpuRates,
+    default_route_interface,
+    network_stats,
+    parse_net_dev,
+    parse_proc_stat,
+    resource_metrics,
+)
 from edgelet.kubeletapi.streaming import StreamingError, loopback_target, request_head, response_status
-
 
 # -- logs ------------------------------------------------------------------------------------------
 

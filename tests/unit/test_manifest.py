@@ -8,9 +8,9 @@ import json
 import pytest
 
 from edgelet.api import podutil
-from edgelet.util.errors import ConfigError
 from edgelet.podconfig.defaults import apply_defaults, default_pull_policy, make_static, static_pod_uid
 from edgelet.podconfig.manifest import load_manifest_file, parse_manifest
+from edgelet.util.errors import ConfigError
 
 PATH = "/etc/edgelet/manifests/web.yaml"
 

@@ -3,28 +3,14 @@ table-tested). The passes against an in-memory API, with the statuses they carry
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from edgelet.api import podutil
 from edgelet.status.mirror import mirror_pod, plan_mirrors, pod_key, split_mirror_pods
+from tests.helpers import static_pod
 
 NODE = "edge-1"
 NODE_UID = "node-uid-1"
-
-
-
-def static_pod(name: str = "web", config_hash: str = "hash-1", **spec_extra: Any) -> dict:
-    return {
-        "metadata": {
-            "name": f"{name}-{NODE}", "namespace": "default", "uid": config_hash,
-            "labels": {"app": name}, "resourceVersion": "7", "creationTimestamp": "2026-01-01T00:00:00Z",
-            "annotations": {podutil.CONFIG_SOURCE_ANNOTATION: "file", podutil.CONFIG_HASH_ANNOTATION: config_hash},
-        },
-        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "busybox"}], **spec_extra},
-        "status": {"phase": "Running"},
-    }
 
 
 def test_mirror_pod_carries_the_hash_and_the_node_owner_and_nothing_the_server_assigns():

@@ -4,16 +4,26 @@ file heuristics and the directory listing; reading a file and a service's file u
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from edgelet.kubeletapi.nodelogs import (NodeLogQuery, NotFound, inside, journalctl_args, listing, logs_to_journal,
-                                         parse_node_log_query, query_chunks, read_path, service_files)
+from edgelet.kubeletapi.nodelogs import (
+    NodeLogQuery,
+    NotFound,
+    inside,
+    journalctl_args,
+    listing,
+    logs_to_journal,
+    parse_node_log_query,
+    query_chunks,
+    read_path,
+    service_files,
+)
 from edgelet.kubeletapi.paths import BadRequest
 
-T1 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-T2 = datetime(2026, 1, 2, 4, 0, 0, tzinfo=timezone.utc)
+T1 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+T2 = datetime(2026, 1, 2, 4, 0, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("query, expected", [
@@ -61,6 +71,9 @@ def test_journalctl_args_as_the_kubelet_builds_them():
         "--output=short-precise"]
     assert journalctl_args(NodeLogQuery(("ssh",)), ["ssh"]) == ["--utc", "--no-pager", "--unit=ssh",
                                                                 "--output=short-precise"]
+    # A configured journal directory is read instead of the system journal.
+    assert journalctl_args(NodeLogQuery(("ssh",)), ["ssh"], "/data/journal") == [
+        "--directory=/data/journal", "--utc", "--no-pager", "--unit=ssh", "--output=short-precise"]
 
 
 def test_which_services_log_to_the_journal():

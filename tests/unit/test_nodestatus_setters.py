@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from edgelet.nodestatus.facts import goarch
 from edgelet.api.kubetime import format_micro_time, format_time
+from edgelet.nodestatus.facts import goarch
 from edgelet.nodestatus.lease import next_renewal, renewed_lease
 from edgelet.nodestatus.setters import (
     KUBELET_VERSION,
@@ -76,7 +76,8 @@ def test_labels_are_the_well_known_ones_plus_configured_ones() -> None:
 def test_capacity_and_allocatable() -> None:
     node: dict[str, Any] = {}
     set_capacity(node, inputs(max_pods=50))
-    assert node["status"]["capacity"] == {"cpu": "4", "memory": "4194304Ki", "ephemeral-storage": "104857600Ki", "pods": "50"}
+    assert node["status"]["capacity"] == {"cpu": "4", "memory": "4194304Ki", "ephemeral-storage": "104857600Ki",
+                                          "pods": "50"}
     assert node["status"]["allocatable"] == {
         "cpu": "4",
         "memory": f"{(4 * GiB - 100 * MiB) // 1024}Ki",  # minus memory.available<100Mi
@@ -88,9 +89,11 @@ def test_capacity_and_allocatable() -> None:
 @pytest.mark.parametrize(
     "addresses, expected",
     [
-        ((("InternalIP", "192.168.1.20"),), [{"type": "InternalIP", "address": "192.168.1.20"}, {"type": "Hostname", "address": "edge-1"}]),
+        ((("InternalIP", "192.168.1.20"),),
+         [{"type": "InternalIP", "address": "192.168.1.20"}, {"type": "Hostname", "address": "edge-1"}]),
         ((), [{"type": "Hostname", "address": "edge-1"}]),
-        ((("InternalIP", "10.0.0.1"), ("Hostname", "edge-1.lan")), [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "edge-1.lan"}]),
+        ((("InternalIP", "10.0.0.1"), ("Hostname", "edge-1.lan")),
+         [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "edge-1.lan"}]),
     ],
 )
 def test_addresses(addresses: tuple, expected: list) -> None:
@@ -117,6 +120,10 @@ def test_node_info() -> None:
     assert re.fullmatch(r"v1\.\d+\.\d+-edgelet\.\d+\.\d+\.\d+.*", KUBELET_VERSION)
 
 
+NETWORK_DOWN = ("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+                "message:Network plugin returns error: cni plugin not initialized")
+
+
 @pytest.mark.parametrize(
     "health, problems",
     [
@@ -125,11 +132,14 @@ def test_node_info() -> None:
         (HEALTHY, []),
         ({"runtime": (False, "")}, ["container runtime is down"]),
         ({"runtime": (False, "connection refused")}, ["container runtime is down: connection refused"]),
-        ({"runtime": (True, ""), "pleg": (False, "pleg was last seen active 3m0s ago")}, ["PLEG is not healthy: pleg was last seen active 3m0s ago"]),
+        ({"runtime": (True, ""), "pleg": (False, "pleg was last seen active 3m0s ago")},
+         ["PLEG is not healthy: pleg was last seen active 3m0s ago"]),
         (
-            {"runtime": (False, "socket missing"), "pleg": (False, "no relist"), "network": (False, "cni config uninitialized")},
-            ["container runtime is down: socket missing", "PLEG is not healthy: no relist", "network is not ready: cni config uninitialized"],
+            {"runtime": (False, "socket missing"), "pleg": (False, "no relist"), "network": (False, NETWORK_DOWN)},
+            ["container runtime is down: socket missing", "PLEG is not healthy: no relist", NETWORK_DOWN],
         ),
+        ({"runtime": (True, ""), "network": (False, NETWORK_DOWN), "shutdown": (False, "shutting down")},
+         [NETWORK_DOWN, "shutdown is not ready: shutting down"]),
     ],
 )
 def test_ready_problems(health: dict, problems: list[str]) -> None:
@@ -140,7 +150,8 @@ def test_ready_problems(health: dict, problems: list[str]) -> None:
     "health, status, reason, message",
     [
         (HEALTHY, "True", "KubeletReady", "edgelet is posting ready status"),
-        ({"runtime": (False, "dial unix /run/containerd/containerd.sock: connect: no such file")}, "False", "KubeletNotReady",
+        ({"runtime": (False, "dial unix /run/containerd/containerd.sock: connect: no such file")}, "False",
+         "KubeletNotReady",
          "container runtime is down: dial unix /run/containerd/containerd.sock: connect: no such file"),
         ({}, "False", "KubeletNotReady", "node is starting"),
     ],
@@ -168,13 +179,16 @@ def test_material_view_ignores_heartbeats_only() -> None:
     assert material_view(first) == material_view(later)
     unhealthy = compute_status(later, inputs(now=T0 + 20, health={"runtime": (True, ""), "pleg": (False, "stuck")}))
     assert material_view(unhealthy) != material_view(later)
-    assert material_view(compute_status(later, inputs(now=T0 + 20, facts=replace(FACTS, boot_id="boot-2")))) != material_view(later)
+    assert material_view(compute_status(later,
+                                        inputs(now=T0 + 20,
+                                               facts=replace(FACTS, boot_id="boot-2")))) != material_view(later)
 
 
 def test_conditions_of_others_are_carried_over() -> None:
     previous = {"conditions": [{"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"}]}
     status = compute_status(previous, inputs())
-    assert [c["type"] for c in status["conditions"]] == ["NetworkUnavailable", "MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+    assert [c["type"] for c in status["conditions"]] == ["NetworkUnavailable", "MemoryPressure", "DiskPressure",
+                                                         "PIDPressure", "Ready"]
 
 
 @pytest.mark.parametrize(
@@ -199,7 +213,8 @@ def test_pressure(facts_change: dict, pressure: dict | None, expected: dict) -> 
 def test_initial_node_and_missing_labels() -> None:
     node = initial_node("edge-1", inputs(node_labels={"site": "a"}))
     assert node["metadata"] == {"name": "edge-1", "labels": {"site": "a", "kubernetes.io/hostname": "edge-1",
-                                                              "kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64"}}
+                                                              "kubernetes.io/os": "linux",
+                                                             "kubernetes.io/arch": "arm64"}}
     assert condition(node["status"], "Ready")["status"] == "True"
     registered = {"metadata": {"labels": {"kubernetes.io/hostname": "edge-1", "kubernetes.io/os": "linux",
                                           "kubernetes.io/arch": "amd64", "other": "x"}}}
@@ -207,7 +222,8 @@ def test_initial_node_and_missing_labels() -> None:
     assert missing_labels(node, inputs(node_labels={"site": "a"})) == {}
 
 
-@pytest.mark.parametrize("machine, arch", [("x86_64", "amd64"), ("aarch64", "arm64"), ("armv7l", "arm"), ("riscv64", "riscv64")])
+@pytest.mark.parametrize("machine, arch",
+                         [("x86_64", "amd64"), ("aarch64", "arm64"), ("armv7l", "arm"), ("riscv64", "riscv64")])
 def test_goarch(machine: str, arch: str) -> None:
     assert goarch(machine) == arch
 
@@ -227,16 +243,20 @@ def test_lease_body() -> None:
     assert format_micro_time(T0 + 0.25) == "2026-01-01T00:00:00.250000Z"
     fresh = renewed_lease(None, "edge-1", 40, T0, "")
     assert fresh["metadata"] == {"name": "edge-1", "namespace": "kube-node-lease"}
-    assert fresh["spec"] == {"holderIdentity": "edge-1", "leaseDurationSeconds": 40, "renewTime": "2026-01-01T00:00:00.000000Z"}
+    assert fresh["spec"] == {"holderIdentity": "edge-1", "leaseDurationSeconds": 40,
+                             "renewTime": "2026-01-01T00:00:00.000000Z"}
     owned = renewed_lease(fresh, "edge-1", 40, T0 + 10, "node-uid")
-    assert owned["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "edge-1", "uid": "node-uid"}]
+    assert owned["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "edge-1",
+                                                     "uid": "node-uid"}]
     assert owned["spec"]["renewTime"] == "2026-01-01T00:00:10.000000Z"
     assert "ownerReferences" not in fresh["metadata"]  # the base is not modified
     # The Node deleted and registered again: the owner follows its new uid, other owners stay.
     other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "cm"}
     owned["metadata"]["ownerReferences"].insert(0, other)
     moved = renewed_lease(owned, "edge-1", 40, T0 + 20, "node-uid-2")
-    assert moved["metadata"]["ownerReferences"] == [other, {"apiVersion": "v1", "kind": "Node", "name": "edge-1", "uid": "node-uid-2"}]
+    assert moved["metadata"]["ownerReferences"] == [other,
+                                                    {"apiVersion": "v1", "kind": "Node", "name": "edge-1",
+                                                     "uid": "node-uid-2"}]
 
 
 def test_runtime_handlers_and_features_come_from_the_runtime_as_edgelet_passes_them_on() -> None:

@@ -9,10 +9,10 @@ import time
 import orjson
 import pytest
 
-from edgelet.util import checkpoint
 from edgelet.api import podutil
 from edgelet.podconfig import file as file_source
 from edgelet.podconfig.file import PARSED_KIND, ManifestScanner, ParsedManifests
+from edgelet.util import checkpoint
 
 NODE = "n1"
 POD = "kind: Pod\nmetadata: {name: %s}\nspec: {containers: [{name: c, image: 'busybox:1'}]}\n"
@@ -69,7 +69,8 @@ def test_a_restart_parses_only_the_files_it_could_not_reuse(manifests, tmp_path,
     assert parses == ["broken.yaml"]  # not recorded: its error is reported at every start
     assert without_seen(again.objects) == without_seen(first.objects)
     assert [os.path.basename(error.path) for error in again.new_errors] == ["broken.yaml"]
-    seen = [podutil.annotations(pod)[podutil.CONFIG_SEEN_ANNOTATION] for pod in (*first.objects.pods, *again.objects.pods)]
+    seen = [podutil.annotations(pod)[podutil.CONFIG_SEEN_ANNOTATION] for pod in (*first.objects.pods,
+                                                                                 *again.objects.pods)]
     assert seen[0] < seen[2] and seen[1] < seen[3]  # stamped by the read that found them, as a parse stamps them
 
 
@@ -212,7 +213,8 @@ def test_a_record_of_another_parser_is_parsed_anew(manifests, tmp_path, parses, 
     lambda data: data[:-3],  # torn write
     lambda data: checkpoint.encode(PARSED_KIND, b'[]'),  # intact bytes, no usable record
     lambda data: checkpoint.encode(PARSED_KIND, data.split(b"\n", 1)[1].replace(b'"pods":[{', b'"pods":[[{', 1)),
-    lambda data: checkpoint.encode(PARSED_KIND, data.split(b"\n", 1)[1].replace(b'"signature":null', b'"signature":[1]', 1)),
+    lambda data: checkpoint.encode(PARSED_KIND,
+                                   data.split(b"\n", 1)[1].replace(b'"signature":null', b'"signature":[1]', 1)),
 ])
 def test_a_bad_record_is_set_aside_and_the_manifests_parsed(manifests, tmp_path, parses, damage, caplog):
     state = tmp_path / "state"

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pathlib
 
 from edgelet.podconfig.parserversion import PARSER_DIGEST, PARSER_MODULES, source_digest
-
-from tests.unit.test_import_graph import import_graph, reachable
+from tests.unit.import_graph import import_graph, reachable
 
 PACKAGE_PARENT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -12,12 +12,14 @@ import asyncio
 import pytest
 
 from edgelet import core
-from edgelet.pleg import generic as pleg_module
 from edgelet.cri import CRIError, RuntimeUnavailable
 from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.pleg import generic as pleg_module
 from edgelet.pleg.generic import GenericPLEG, PodEventQueue, PodLifecycleEvent
+from tests.helpers import eventually
 
 PERIOD = 0.01
+TIMEOUT = 10.0  # for what the loop should see within a few periods; generous on a busy machine
 
 
 class EventRuntime:
@@ -66,14 +68,6 @@ class EventRuntime:
                                                    "socket closed"))
 
 
-async def eventually(condition, what: str, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not within {timeout:.0f}s: {what}")
-        await asyncio.sleep(PERIOD)
-
-
 async def quiet_lists(runtime: EventRuntime, periods: int = 20) -> int:
     """The lists made while `periods` relist periods pass."""
     before = runtime.lists
@@ -104,12 +98,12 @@ async def running():
 async def test_with_live_events_the_pleg_relists_only_when_they_come(short_grace, running):
     runtime = EventRuntime()
     pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented_relist_period=3600))
-    await eventually(lambda: pleg.mode == "evented", "the stream counts as live")
+    await eventually(lambda: pleg.mode == "evented", TIMEOUT, PERIOD, "the stream counts as live")
     assert await quiet_lists(runtime) == 0
 
     runtime.add_pod("u1")
     runtime.send()
-    await eventually(lambda: not pleg.events.empty(), "the event's relist saw the new pod")
+    await eventually(lambda: not pleg.events.empty(), TIMEOUT, PERIOD, "the event's relist saw the new pod")
     assert pleg.events.get_nowait().pod_uid == "u1"
     assert pleg.runtime_pod_uids() == {"u1"}
     assert pleg.get_status("u1").sandboxes[0].id == "sandbox-u1"
@@ -118,7 +112,7 @@ async def test_with_live_events_the_pleg_relists_only_when_they_come(short_grace
 async def test_quiet_periods_vouch_for_the_cache_without_a_relist(short_grace, running):
     runtime = EventRuntime()
     pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented_relist_period=3600))
-    await eventually(lambda: pleg.mode == "evented", "the stream counts as live")
+    await eventually(lambda: pleg.mode == "evented", TIMEOUT, PERIOD, "the stream counts as live")
     lists = runtime.lists
     asked_at = asyncio.get_running_loop().time()
     # A worker waiting for a status newer than now gets one although nothing relists.
@@ -133,7 +127,7 @@ async def test_a_waiting_worker_is_answered_at_once_while_the_stream_is_quiet(sh
     runtime = EventRuntime()
     runtime.add_pod("u1")
     pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented_relist_period=3600))
-    await eventually(lambda: pleg.mode == "evented", "the stream counts as live")
+    await eventually(lambda: pleg.mode == "evented", TIMEOUT, PERIOD, "the stream counts as live")
     lists = runtime.lists
     clock = asyncio.get_running_loop().time
     status = await asyncio.wait_for(pleg.cache.get_newer_than("u1", clock()), timeout=1)
@@ -143,25 +137,27 @@ async def test_a_waiting_worker_is_answered_at_once_while_the_stream_is_quiet(sh
     assert pleg._vouch_now() is None
     pleg._wake.clear()
     assert pleg._vouch_now() is not None
-    await eventually(lambda: runtime.lists > lists, "the woken loop relisted")  # before the fixture cancels it
+    await eventually(lambda: runtime.lists > lists, TIMEOUT, PERIOD,
+                     "the woken loop relisted")  # before the fixture cancels it
 
 
 async def test_a_lost_stream_brings_back_the_periodic_relist_until_it_is_live_again(short_grace, running):
     runtime = EventRuntime()
     pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented_relist_period=3600))
-    await eventually(lambda: pleg.mode == "evented", "the stream counts as live")
+    await eventually(lambda: pleg.mode == "evented", TIMEOUT, PERIOD, "the stream counts as live")
     runtime.break_stream()
-    await eventually(lambda: pleg.mode == "generic", "the lost stream is noticed")
+    await eventually(lambda: pleg.mode == "generic", TIMEOUT, PERIOD, "the lost stream is noticed")
     runtime.add_pod("u2")  # changed while no stream could say so: the periodic relist finds it
-    await eventually(lambda: pleg.runtime_pod_uids() == {"u2"}, "the periodic relist saw the pod")
-    await eventually(lambda: runtime.streams_opened >= 2 and pleg.mode == "evented", "the stream is live again")
+    await eventually(lambda: pleg.runtime_pod_uids() == {"u2"}, TIMEOUT, PERIOD, "the periodic relist saw the pod")
+    await eventually(lambda: runtime.streams_opened >= 2 and pleg.mode == "evented", TIMEOUT, PERIOD,
+                     "the stream is live again")
     assert await quiet_lists(runtime) == 0
 
 
 async def test_a_runtime_without_events_is_relisted_every_period(short_grace, running):
     runtime = EventRuntime(serves_events=False)
     pleg = running(GenericPLEG(runtime, relist_period=PERIOD))
-    await eventually(lambda: runtime.lists >= 5, "periodic relists")
+    await eventually(lambda: runtime.lists >= 5, TIMEOUT, PERIOD, "periodic relists")
     assert pleg.mode == "generic"
     assert runtime.streams_opened == 1  # UNIMPLEMENTED is final: the stream is not asked for again
     assert await quiet_lists(runtime) > 0
@@ -170,16 +166,16 @@ async def test_a_runtime_without_events_is_relisted_every_period(short_grace, ru
 async def test_evented_off_never_opens_the_stream(short_grace, running):
     runtime = EventRuntime()
     pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented=False))
-    await eventually(lambda: runtime.lists >= 5, "periodic relists")
+    await eventually(lambda: runtime.lists >= 5, TIMEOUT, PERIOD, "periodic relists")
     assert runtime.streams_opened == 0 and pleg.mode == "generic"
 
 
 async def test_the_evented_relist_period_still_relists(short_grace, running):
     runtime = EventRuntime()
     pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented_relist_period=5 * PERIOD))
-    await eventually(lambda: pleg.mode == "evented", "the stream counts as live")
+    await eventually(lambda: pleg.mode == "evented", TIMEOUT, PERIOD, "the stream counts as live")
     lists = runtime.lists
-    await eventually(lambda: runtime.lists >= lists + 3, "relists every evented_relist_period")
+    await eventually(lambda: runtime.lists >= lists + 3, TIMEOUT, PERIOD, "relists every evented_relist_period")
 
 
 # -- the queue -----------------------------------------------------------------------------------------------
@@ -227,7 +223,7 @@ async def test_a_stream_of_events_is_relisted_at_most_every_event_relist_interva
     """A burst of pod starts sends events without pause: the relists they cause are spaced."""
     runtime = EventRuntime()
     pleg = running(GenericPLEG(runtime, relist_period=PERIOD, evented_relist_period=3600))
-    await eventually(lambda: pleg.mode == "evented", "the stream counts as live")
+    await eventually(lambda: pleg.mode == "evented", TIMEOUT, PERIOD, "the stream counts as live")
     loop = asyncio.get_running_loop()
     lists, started = runtime.lists, loop.time()
     while loop.time() - started < 1.0:

@@ -12,11 +12,11 @@ import stat
 import orjson
 import pytest
 
-from edgelet.util import checkpoint
 from edgelet.api import podutil
-from edgelet.util.checkpoint import CheckpointStore, key_to_filename
 from edgelet.podconfig.cache import POD_KIND, CachingHandle, PodCheckpoints, content_version
 from edgelet.podconfig.config import Op, PodConfig
+from edgelet.util import checkpoint
+from edgelet.util.checkpoint import CheckpointStore, key_to_filename
 
 NODE = "edge-1"
 

@@ -13,18 +13,18 @@ import time
 import pytest
 
 from edgelet import core
-from edgelet.config import SyncConfig
-from edgelet.util.errors import EdgeletError
 from edgelet.api.kubetime import format_time
+from edgelet.config import SyncConfig
 from edgelet.container.cache import PodCache
-from edgelet.kuberuntime.manager import SyncResult
 from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus
-from edgelet.pleg.generic import PodLifecycleEvent
-from edgelet.podconfig.config import Op, PodConfig, PodUpdate
-from edgelet.pod.manager import PodManager
 from edgelet.kubelet.podsync import DEADLINE_REASON, PodSyncer
-from edgelet.pod.workers import RESYNC_JITTER, PodRecords, PodState, PodWorkers
 from edgelet.kubelet.syncloop import Collaborators, SyncLoop
+from edgelet.kuberuntime.manager import SyncResult
+from edgelet.pleg.generic import PodLifecycleEvent
+from edgelet.pod.manager import PodManager
+from edgelet.pod.workers import RESYNC_JITTER, PodRecords, PodState, PodWorkers
+from edgelet.podconfig.config import Op, PodConfig, PodUpdate
+from edgelet.util.errors import EdgeletError
 
 RESYNC = 60.0
 LONG_GRACE = 60  # a kill given this much grace or more does not end by itself in these tests
@@ -231,7 +231,7 @@ class Node:
             try:
                 await asyncio.wait_for(self.workers.wait_idle(), 0.02)
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 continue
 
 

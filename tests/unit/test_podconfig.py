@@ -10,17 +10,18 @@ import struct
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from edgelet.api import podutil
-from edgelet.events.model import pod_ref
 from edgelet.container.runtime import PodRuntimeStatus
-from edgelet.podconfig.config import Op, PodConfig, PodUpdate, merge_source
+from edgelet.events.model import pod_ref
 from edgelet.podconfig import file as file_source
+from edgelet.podconfig.config import Op, PodConfig, PodUpdate, merge_source
 from edgelet.podconfig.file import RACY_NS, ManifestScanner, is_manifest_name
 from edgelet.podconfig.inotify import IN_CREATE, IN_ISDIR, IN_Q_OVERFLOW, InotifyEvent, parse_events
-from edgelet.status.mirror import mirror_pod
 from edgelet.status.generate import generate_pod_status
+from edgelet.status.mirror import mirror_pod
 from edgelet.status.view import present_pods
 
 NOW = "2024-01-01T00:00:00.000000Z"

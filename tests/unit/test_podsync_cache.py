@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from edgelet.util.errors import EdgeletError
 from edgelet.container.cache import PodCache
-from edgelet.kuberuntime.manager import SyncResult
 from edgelet.container.runtime import PodRuntimeStatus, SandboxState, SandboxStatus
-from edgelet.pod.manager import PodManager
 from edgelet.kubelet.podsync import PodSyncer
+from edgelet.kuberuntime.manager import SyncResult
+from edgelet.pod.manager import PodManager
 from edgelet.pod.workers import PodSyncStatus
+from edgelet.util.errors import EdgeletError
 
 POD = {"metadata": {"uid": "u", "name": "web", "namespace": "default", "deletionTimestamp": "2024-01-01T00:00:00Z"},
        "spec": {"containers": [{"name": "main", "image": "busybox"}]}}

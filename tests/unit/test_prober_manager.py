@@ -13,19 +13,19 @@ from edgelet.container.runtime import ContainerState, ContainerStatus
 from edgelet.prober.manager import ProbeManager
 from edgelet.prober.results import Outcome, ProbeError, ProbeType, Result
 from edgelet.prober.worker import ProbeWorker
+from tests.helpers import make_pod
 
 UID = "uid-1"
+
+
+def probed_pod(**probes_by_container):
+    """probed_pod(app={"livenessProbe": ...}, side={}) -> a pod with those containers and their probes."""
+    return make_pod(tuple(probes_by_container), namespace="ns", uid=UID, image="img", fields=probes_by_container)
 LIVE, READY, START = ProbeType.LIVENESS, ProbeType.READINESS, ProbeType.STARTUP
 
 
 def exec_probe(word, **timing):
     return {"exec": {"command": [word]}, **timing}
-
-
-def make_pod(**probes_by_container):
-    """make_pod(app={"livenessProbe": ...}, side={}) -> a pod with those containers."""
-    containers = [{"name": name, "image": "img", **probes} for name, probes in probes_by_container.items()]
-    return {"metadata": {"name": "web", "namespace": "ns", "uid": UID}, "spec": {"containers": containers}}
 
 
 class ScriptedProber:
@@ -90,14 +90,14 @@ def workers(manager):
 
 
 async def test_one_worker_per_probe(env):
-    env.manager.add_pod(pod := make_pod(app={"livenessProbe": exec_probe("l"), "readinessProbe": exec_probe("r")},
+    env.manager.add_pod(probed_pod(app={"livenessProbe": exec_probe("l"), "readinessProbe": exec_probe("r")},
                                  side={"startupProbe": exec_probe("s")}))
     assert workers(env.manager) == {("app", LIVE), ("app", READY), ("side", START)}
     assert env.manager.worker_count() == 3
 
 
 async def test_update_restarts_only_changed_probes(env):
-    pod = make_pod(app={"livenessProbe": exec_probe("l"), "readinessProbe": exec_probe("r")})
+    pod = probed_pod(app={"livenessProbe": exec_probe("l"), "readinessProbe": exec_probe("r")})
     env.manager.add_pod(pod)
     liveness, readiness = env.manager.worker(UID, "app", LIVE), env.manager.worker(UID, "app", READY)
 
@@ -119,7 +119,7 @@ async def test_update_restarts_only_changed_probes(env):
 
 
 async def test_readiness_follows_the_current_container(env):
-    env.manager.add_pod(pod := make_pod(app={"readinessProbe": exec_probe("r")}, side={}))
+    env.manager.add_pod(pod := probed_pod(app={"readinessProbe": exec_probe("r")}, side={}))
     assert env.manager.readiness(pod) == {"app": False}  # not running yet; "side" has no probe
 
     env.run("app", "c1")
@@ -138,7 +138,7 @@ async def test_readiness_follows_the_current_container(env):
 
 
 async def test_startup_gates_readiness_and_liveness(env):
-    env.manager.add_pod(pod := make_pod(app={"startupProbe": exec_probe("s", failureThreshold=2),
+    env.manager.add_pod(pod := probed_pod(app={"startupProbe": exec_probe("s", failureThreshold=2),
                                       "readinessProbe": exec_probe("r"), "livenessProbe": exec_probe("l")}))
     env.run("app", "c1")
     env.prober.verdicts.update(s=Result.FAILURE, r=Result.SUCCESS, l=Result.SUCCESS)
@@ -158,7 +158,7 @@ async def test_startup_gates_readiness_and_liveness(env):
 
 
 async def test_startup_failure_is_reported_by_container_id(env):
-    env.manager.add_pod(pod := make_pod(app={"startupProbe": exec_probe("s", failureThreshold=1)}))
+    env.manager.add_pod(probed_pod(app={"startupProbe": exec_probe("s", failureThreshold=1)}))
     env.run("app", "c1")
     env.prober.verdicts["s"] = Result.FAILURE
     await env.tick("app", START)
@@ -171,7 +171,7 @@ async def test_startup_failure_is_reported_by_container_id(env):
 
 
 async def test_liveness_failure_and_resyncs(env):
-    env.manager.add_pod(pod := make_pod(app={"livenessProbe": exec_probe("l", failureThreshold=2),
+    env.manager.add_pod(probed_pod(app={"livenessProbe": exec_probe("l", failureThreshold=2),
                                       "readinessProbe": exec_probe("r", failureThreshold=1)}))
     env.run("app", "c1")
     env.prober.verdicts.update(l=Result.FAILURE, r=Result.SUCCESS)
@@ -191,7 +191,7 @@ async def test_liveness_failure_and_resyncs(env):
 
 
 async def test_errors_leave_results_alone(env):
-    env.manager.add_pod(pod := make_pod(app={"readinessProbe": exec_probe("r", failureThreshold=1)}))
+    env.manager.add_pod(pod := probed_pod(app={"readinessProbe": exec_probe("r", failureThreshold=1)}))
     env.run("app", "c1")
     env.prober.verdicts["r"] = ProbeError("no address")
     await env.tick("app", READY)
@@ -199,7 +199,7 @@ async def test_errors_leave_results_alone(env):
 
 
 async def test_invalid_probe_never_passes_and_is_logged_once(env, caplog):
-    pod = make_pod(app={"readinessProbe": {"exec": {"command": []}}, "startupProbe": {"tcpSocket": {}}})
+    pod = probed_pod(app={"readinessProbe": {"exec": {"command": []}}, "startupProbe": {"tcpSocket": {}}})
     with caplog.at_level(logging.ERROR, logger="edgelet.prober.manager"):
         env.manager.add_pod(pod)
         env.manager.update_pod(copy.deepcopy(pod))
@@ -213,7 +213,7 @@ async def test_invalid_probe_never_passes_and_is_logged_once(env, caplog):
 
 
 async def test_remove_pod_and_stop_liveness_and_startup(env):
-    env.manager.add_pod(pod := make_pod(app={"livenessProbe": exec_probe("l", failureThreshold=1),
+    env.manager.add_pod(pod := probed_pod(app={"livenessProbe": exec_probe("l", failureThreshold=1),
                                       "startupProbe": exec_probe("s"), "readinessProbe": exec_probe("r")}))
     env.run("app", "c1")
     env.prober.verdicts.update(s=Result.SUCCESS, l=Result.FAILURE)
@@ -233,7 +233,7 @@ async def test_remove_pod_and_stop_liveness_and_startup(env):
 
 
 async def test_sidecars_are_probed_and_plain_init_containers_are_not(env):
-    pod = make_pod(app={})
+    pod = probed_pod(app={})
     pod["spec"]["initContainers"] = [
         {"name": "side", "image": "img", "restartPolicy": "Always", "startupProbe": exec_probe("s"),
          "readinessProbe": exec_probe("r")},

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.util.errors import ConfigError
 from edgelet.prober.hooks import remaining_grace
 from edgelet.prober.probes import (
     HOOK_HANDLERS,
     ProbeSpec,
     decode_health_response,
-    serving_status_name,
     encode_health_request,
     expand_static,
     http_headers,
@@ -20,11 +18,14 @@ from edgelet.prober.probes import (
     parse_handler,
     parse_probe,
     resolve_port,
+    serving_status_name,
     user_agent,
 )
 from edgelet.prober.results import ProbeError, ProbeType, Result
+from edgelet.util.errors import ConfigError
 
-CONTAINER = {"name": "app", "ports": [{"name": "http", "containerPort": 8080}, {"name": "admin", "containerPort": 9000}]}
+CONTAINER = {"name": "app",
+             "ports": [{"name": "http", "containerPort": 8080}, {"name": "admin", "containerPort": 9000}]}
 
 
 def parse(probe, probe_type=ProbeType.READINESS):

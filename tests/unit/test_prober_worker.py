@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.metrics import registry as metrics
 from edgelet.container.runtime import ContainerState, ContainerStatus
+from edgelet.metrics import registry as metrics
 from edgelet.prober.probes import ProbeSpec
 from edgelet.prober.results import INITIAL_RESULT, Outcome, ProbeError, ProbeType, Result, ResultsCache
 from edgelet.prober.worker import ProbeWorker
+from tests.helpers import make_pod
 from tests.scrape import sample_value
 
 S, F, U = Result.SUCCESS, Result.FAILURE, Result.UNKNOWN
@@ -17,12 +18,8 @@ NOW = 1_700_000_000.0
 UID = "uid-1"
 
 
-def make_pod(policy="Always", deleted=False, name="web"):
-    pod = {"metadata": {"name": name, "namespace": "ns", "uid": UID},
-           "spec": {"restartPolicy": policy, "containers": [{"name": "app", "image": "img"}]}}
-    if deleted:
-        pod["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
-    return pod
+def prober_pod(*, policy="Always", deleted=False, name="web"):
+    return make_pod(policy=policy, deleted=deleted, name=name, namespace="ns", uid=UID, image="img")
 
 
 def running(cid="c1", started_ago=100.0, state=ContainerState.RUNNING):
@@ -44,7 +41,7 @@ class Harness:
         self.results = ResultsCache(probe_type, lambda uid, cid, result: self.changes.append((cid, result)))
         spec = ProbeSpec(handler="exec", action={"command": ["true"]}, **timing)
         self.worker = ProbeWorker(
-            probe_type, pod or make_pod(), container or {"name": "app"}, spec,
+            probe_type, pod or prober_pod(), container or {"name": "app"}, spec,
             results=self.results, check=self._check,
             container_lookup=lambda uid, name: self.container if (uid, name) == (UID, "app") else None,
             is_started=lambda cid: self.started, wall_clock=lambda: self.now, recorder=self,
@@ -156,7 +153,7 @@ async def test_startup_success_is_stored():
     (ContainerState.UNKNOWN, "Never", True),
 ])
 async def test_non_running_container_fails_and_stops_only_for_good(state, policy, keeps_going):
-    harness = Harness(ProbeType.READINESS, pod=make_pod(policy=policy))
+    harness = Harness(ProbeType.READINESS, pod=prober_pod(policy=policy))
     harness.container = running(state=state)
     assert await harness.worker.do_probe() is keeps_going
     assert harness.result() is F and not harness.checked
@@ -180,7 +177,7 @@ async def test_a_container_created_but_not_started_keeps_its_initial_result(prob
 async def test_an_exited_sidecar_is_probed_again_under_never(probe_type):
     # A sidecar restarts whatever the pod's policy: its worker waits for the next instance (a worker that
     # stopped would no longer hold the pod's readiness back).
-    harness = Harness(probe_type, pod=make_pod(policy="Never"), container={"name": "app", "restartPolicy": "Always"},
+    harness = Harness(probe_type, pod=prober_pod(policy="Never"), container={"name": "app", "restartPolicy": "Always"},
                       initial_delay=10)
     harness.container = running(state=ContainerState.EXITED)
     assert await harness.worker.do_probe() is True
@@ -211,7 +208,7 @@ async def test_initial_delay_counts_from_the_container_start():
 @pytest.mark.parametrize("probe_type, keeps_going", [
     (ProbeType.LIVENESS, False), (ProbeType.STARTUP, False), (ProbeType.READINESS, True)])
 async def test_pod_deletion_quiets_liveness_and_startup(probe_type, keeps_going):
-    harness = Harness(probe_type, pod=make_pod(deleted=True), started=probe_type is not ProbeType.STARTUP)
+    harness = Harness(probe_type, pod=prober_pod(deleted=True), started=probe_type is not ProbeType.STARTUP)
     harness.outcomes.append(F)
     assert await harness.worker.do_probe() is keeps_going
     assert harness.result() is (S if not keeps_going else F)
@@ -229,7 +226,7 @@ async def test_changes_are_reported_once():
 
 
 async def test_metrics_count_each_result():
-    pod = make_pod(name="metered")
+    pod = prober_pod(name="metered")
     harness = Harness(ProbeType.READINESS, pod=pod)
     labels = {"probe_type": "Readiness", "container": "app", "pod": "metered", "namespace": "ns",
               "pod_uid": UID}
@@ -250,6 +247,7 @@ async def test_every_failed_probe_is_an_unhealthy_event_and_warnings_a_probe_war
     await harness.ticks(F, ProbeError("no pod IP"), S, redirect, F)
     assert harness.events == [
         ("spec.containers{app}", "Warning", "Unhealthy", "Liveness probe failed: scripted"),
-        ("spec.containers{app}", "Warning", "ProbeWarning", "Liveness probe warning: Probe terminated redirects (status 302)"),
+        ("spec.containers{app}", "Warning", "ProbeWarning",
+         "Liveness probe warning: Probe terminated redirects (status 302)"),
         ("spec.containers{app}", "Warning", "Unhealthy", "Liveness probe failed: scripted"),
     ]

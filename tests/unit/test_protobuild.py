@@ -18,7 +18,8 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-MODULES = ["edgelet.cri.runtime_v1_pb2", "edgelet.prober.health_v1_pb2", "edgelet.tunnel.konnectivity_pb2"]
+MODULES = ["edgelet.cri.runtime_v1_pb2", "edgelet.prober.health_v1_pb2", "edgelet.tunnel.konnectivity_pb2",
+           "edgelet.cm.devicemanager.deviceplugin_v1beta1_pb2", "edgelet.podresources.podresources_v1_pb2"]
 
 _SIDE = r'''
 import ast, importlib, json, pathlib, sys

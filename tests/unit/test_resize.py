@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from edgelet.kuberuntime.resize import (Applied, applied_resources, desired_applied, feasibility, format_memory,
-                                        plan_resize, pod_requests)
 from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
-from edgelet.status.extras import add_newer_fields
+from edgelet.kuberuntime.resize import (
+    Applied,
+    applied_resources,
+    desired_applied,
+    feasibility,
+    format_memory,
+    plan_resize,
+    pod_requests,
+)
 from edgelet.kuberuntime.resizer import ResizeView
+from edgelet.status.extras import add_newer_fields
 
 MiB = 1 << 20
 NODE = (2000, 4096 * MiB)  # 2 CPUs, 4 GiB allocatable
@@ -70,10 +77,12 @@ def test_only_the_cpu_changes_so_a_memory_restart_policy_does_not_restart():
     ("requested", "others", "verdict"),
     [
         ((500, 64 * MiB), (1000, 0), None),
-        ((3000, 64 * MiB), (0, 0), ("Infeasible", "Node didn't have enough capacity: cpu, requested: 3000, capacity: 2000")),
+        ((3000, 64 * MiB), (0, 0),
+         ("Infeasible", "Node didn't have enough capacity: cpu, requested: 3000, capacity: 2000")),
         ((500, 8192 * MiB), (0, 0), ("Infeasible", f"Node didn't have enough capacity: memory, requested: "
                                                   f"{8192 * MiB}, capacity: {4096 * MiB}")),
-        ((1500, 64 * MiB), (1000, 0), ("Deferred", "Node didn't have enough resource: cpu, requested: 1500, used: 1000, "
+        ((1500, 64 * MiB), (1000, 0),
+         ("Deferred", "Node didn't have enough resource: cpu, requested: 1500, used: 1000, "
                                                   "capacity: 2000")),
     ],
 )
@@ -123,9 +132,11 @@ def test_pod_requests_take_the_larger_of_regular_sum_and_init_containers():
 @pytest.mark.parametrize(
     ("allocated", "applied", "shown"),
     [
-        (SMALL, SMALL_APPLIED, {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}),
+        (SMALL, SMALL_APPLIED,
+         {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}),
         # Mid-resize: the cgroup still holds the old values, and that is what the status says.
-        (BIG, SMALL_APPLIED, {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}),
+        (BIG, SMALL_APPLIED,
+         {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}),
         (BIG, None, BIG),  # nothing reported: the allocation
         # A memory-only request: the kernel's minimum CPU shares do not turn into a CPU request.
         ({"requests": {"memory": "32Mi"}}, Applied(2, 0, 0), {"requests": {"memory": "32Mi"}}),
@@ -170,7 +181,8 @@ def test_a_guaranteed_pod_under_the_static_cpu_policy_is_not_resized():
     applied = {"c1": desired_applied(pod(guaranteed), pod(guaranteed)["spec"]["containers"][0])}
     plan = plan_resize(pod(bigger), running(), applied, others=(0, 0), allocatable=(4000, 4096 * MiB),
                        static_cpu_policy=True)
-    assert plan.pending == ("Infeasible", "Resize is infeasible for Guaranteed Pods alongside CPU Manager static policy")
+    assert plan.pending == ("Infeasible",
+                            "Resize is infeasible for Guaranteed Pods alongside CPU Manager static policy")
     # Burstable pods, and any pod under the none policy, are resized.
     assert plan_resize(pod(bigger), running(), applied, others=(0, 0), allocatable=(4000, 4096 * MiB)).accepted
     assert plan_resize(pod(BIG), running(), {"c1": SMALL_APPLIED}, others=(0, 0), allocatable=NODE,

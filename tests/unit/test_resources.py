@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from edgelet.api.podutil import CONFIG_SOURCE_ANNOTATION
 from edgelet.api.resources import (
     ResourceError,
     linux_resources,
@@ -12,7 +13,6 @@ from edgelet.api.resources import (
     oom_score_adj,
     pod_memory_limit,
 )
-from edgelet.api.podutil import CONFIG_SOURCE_ANNOTATION
 
 GI = 1 << 30
 CAPACITY = 4 * GI

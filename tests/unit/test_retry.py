@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from edgelet.util.backoff import JitteredBackoff
 from edgelet.kubeapi.errors import Forbidden, ServerError, Unauthorized
+from edgelet.util.backoff import JitteredBackoff
 from edgelet.util.retry import Retrier
 
 UNAVAILABLE = ServerError(503, "ServiceUnavailable", "etcd is down", method="GET", path="/api/v1/pods")

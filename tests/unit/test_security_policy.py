@@ -3,12 +3,12 @@ profiles, the privileged sandbox, masked /proc paths, runAsNonRoot, sysctl and A
 
 import pytest
 
-from edgelet.lifecycle.admission import apparmor_check, sysctl_check
 from edgelet.cri import runtime_v1_pb2 as pb
 from edgelet.kuberuntime import security
 from edgelet.kuberuntime.container import security_context
 from edgelet.kuberuntime.sandbox import make_sandbox_config
 from edgelet.kuberuntime.security import SecurityContextError, SecuritySettings
+from edgelet.lifecycle.admission import apparmor_check, sysctl_check
 
 RUNTIME_DEFAULT, UNCONFINED, LOCALHOST = (pb.SecurityProfile.RuntimeDefault, pb.SecurityProfile.Unconfined,
                                           pb.SecurityProfile.Localhost)
@@ -110,7 +110,8 @@ NO_APPARMOR = "Cannot enforce AppArmor: AppArmor is not enabled on the host"
         (pod(annotations={"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}), False, ""),
         (pod({"appArmorProfile": {"type": "RuntimeDefault"}}), True, ""),
         (pod(container_sc={"appArmorProfile": {"type": "Localhost", "localhostProfile": " "}}), True,
-         "Cannot enforce AppArmor: invalid empty AppArmor profile name: {'type': 'Localhost', 'localhostProfile': ' '}"),
+         "Cannot enforce AppArmor: invalid empty AppArmor profile name: "
+         "{'type': 'Localhost', 'localhostProfile': ' '}"),
     ],
 )
 def test_apparmor_admission(p, host_enabled, expected):

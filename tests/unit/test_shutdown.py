@@ -10,9 +10,9 @@ import logging
 import pytest
 
 from edgelet.config import ShutdownConfig, parse_config
-from edgelet.util.errors import ConfigError
 from edgelet.eviction.policy import is_critical
 from edgelet.lifecycle.shutdown import ADMIT_REASON, MESSAGE, NOT_READY_MESSAGE, REASON, ShutdownManager, plan_shutdown
+from edgelet.util.errors import ConfigError
 
 
 def pod(name: str, *, critical: bool = False, grace: int | None = None) -> dict:

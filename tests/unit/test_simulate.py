@@ -102,7 +102,8 @@ def test_the_runtime_publishes_running_then_forgets_a_deleted_pod(tmp_path):
 
     published, op, after, terminated, pods = asyncio.run(scenario())
     assert published["phase"] == "Running"
-    assert [s["name"] for s in published["containerStatuses"] if s["ready"] and "running" in s["state"]] == ["main", "side"]
+    assert [s["name"] for s in published["containerStatuses"] if s["ready"] and "running" in s["state"]] == ["main",
+                                                                                                             "side"]
     assert op is Op.DELETE
     assert after is None and [p["metadata"]["uid"] for p in terminated] == ["u1"] and pods == {}
     assert [reason for _, reason in recorder.events] == ["Pulled", "Created", "Started"] * 2

@@ -2,8 +2,8 @@
 
 import random
 
-from edgelet.kuberuntime.startlog import CREATE_RETRY_SECONDS, IN_FLIGHT_PATIENCE_SECONDS, StartLog
 from edgelet.container.runtime import ContainerState, ContainerStatus, PodRuntimeStatus
+from edgelet.kuberuntime.startlog import CREATE_RETRY_SECONDS, IN_FLIGHT_PATIENCE_SECONDS, StartLog
 
 
 class Clock:

@@ -6,6 +6,7 @@ import itertools
 import orjson
 import pytest
 
+from edgelet.api.kubetime import format_time
 from edgelet.container.runtime import (
     ContainerState,
     ContainerStatus,
@@ -13,8 +14,8 @@ from edgelet.container.runtime import (
     SandboxState,
     SandboxStatus,
 )
-from edgelet.api.kubetime import format_time
 from edgelet.status.generate import generate_pod_status, get_phase, readiness_needs_reconcile
+from tests.helpers import make_pod
 
 RUNNING, EXITED, CREATED, UNKNOWN = (
     ContainerState.RUNNING, ContainerState.EXITED, ContainerState.CREATED, ContainerState.UNKNOWN)
@@ -24,43 +25,6 @@ T0_TEXT = "2026-01-01T00:00:00Z"
 T1 = T0 + 90
 T1_TEXT = "2026-01-01T00:01:30Z"
 SECOND = 1_000_000_000
-
-
-def make_pod(containers=("app",), init=(), policy=None, host_network=False, deleted=False, static=False,
-             probes=None, status=None, gates=(), sidecars=(), ephemeral=()):
-    """`probes` maps a container name to the probe kinds it declares ("readiness", "startup"); init containers
-    named in `sidecars` have restartPolicy Always."""
-    probes = probes or {}
-
-    def container(name):
-        spec = {"name": name, "image": f"img-{name}"}
-        for kind in probes.get(name, ()):
-            spec[f"{kind}Probe"] = {"exec": {"command": ["true"]}}
-        return spec
-
-    spec = {"containers": [container(n) for n in containers]}
-    if init:
-        spec["initContainers"] = [container(n) for n in init]
-        for init_spec in spec["initContainers"]:
-            if init_spec["name"] in sidecars:
-                init_spec["restartPolicy"] = "Always"
-    if ephemeral:
-        spec["ephemeralContainers"] = [{"name": n, "image": f"img-{n}"} for n in ephemeral]
-    if policy:
-        spec["restartPolicy"] = policy
-    if host_network:
-        spec["hostNetwork"] = True
-    if gates:
-        spec["readinessGates"] = [{"conditionType": g} for g in gates]
-    meta = {"name": "web", "namespace": "default", "uid": "uid-1"}
-    if deleted:
-        meta["deletionTimestamp"] = T0_TEXT
-    if static:
-        meta["annotations"] = {"kubernetes.io/config.source": "file"}
-    pod = {"metadata": meta, "spec": spec}
-    if status is not None:
-        pod["status"] = status
-    return pod
 
 
 def sandbox(state=SandboxState.READY, ip="10.1.0.7", id="sb1"):

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edgelet.api.quantity import NANO, format_bytes, parse_quantity, to_int_ceil, to_millis_ceil
 from edgelet.podconfig.defaults import apply_defaults
 from edgelet.podconfig.validation import (
     env_name_error,
@@ -18,7 +19,6 @@ from edgelet.podconfig.validation import (
     qualified_name_error,
     validate_pod,
 )
-from edgelet.api.quantity import NANO, format_bytes, parse_quantity, to_int_ceil, to_millis_ceil
 
 
 def valid_pod() -> dict[str, Any]:

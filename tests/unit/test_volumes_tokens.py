@@ -12,8 +12,15 @@ import pytest
 from edgelet.events.recorder import Recorder
 from edgelet.kubeapi.errors import Forbidden, ServerError
 from edgelet.volumes.errors import VolumeError
-from edgelet.volumes.tokens import (MAX_TOKEN_AGE, NoTokens, TokenManager, TokenTimes, refresh_due, token_request,
-                                    token_times)
+from edgelet.volumes.tokens import (
+    MAX_TOKEN_AGE,
+    NoTokens,
+    TokenManager,
+    TokenTimes,
+    refresh_due,
+    token_request,
+    token_times,
+)
 
 POD = {"metadata": {"name": "web", "namespace": "prod", "uid": "u-1"},
        "spec": {"serviceAccountName": "runner", "containers": [{"name": "app"}]}}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-from edgelet.kubeletapi.stats import volume_stats
-from edgelet.kubeletapi.stats import UsageCache
+from edgelet.kubeletapi.stats import UsageCache, volume_stats
 
 
 def test_usage_is_measured_again_only_after_the_period():

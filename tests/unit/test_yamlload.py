@@ -188,9 +188,9 @@ def _shared():
 @pytest.mark.parametrize(("left", "right"), [
     (True, 1), (1, 1.0), (0, False), (None, ""), ("1", 1), (b"a", "a"), (1.0, -1.0), (0.0, -0.0),
     (datetime.date(2001, 12, 14), datetime.datetime(2001, 12, 14)),
-    (datetime.datetime(2001, 12, 14, tzinfo=datetime.timezone.utc),
+    (datetime.datetime(2001, 12, 14, tzinfo=datetime.UTC),
      datetime.datetime(2001, 12, 14, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))),
-    (datetime.datetime(2001, 12, 14), datetime.datetime(2001, 12, 14, tzinfo=datetime.timezone.utc)),
+    (datetime.datetime(2001, 12, 14), datetime.datetime(2001, 12, 14, tzinfo=datetime.UTC)),
     ({"a": 1, "b": 2}, {"b": 2, "a": 1}), ({1: "a"}, {True: "a"}), ([("a", 1)], [["a", 1]]), ({1}, {True}),
     ({1, 2}, [1, 2]), (_shared(), [[1], [1]]), ([[1], [1]], _shared()), (_recursive_list(), [[]]),
     (_recursive_list(), [_recursive_list()]), (float("nan"), 0.0),
@@ -215,7 +215,7 @@ def test_the_strict_comparison_accepts_these(left, right):
 # Plain scalars: YAML 1.1 implicit types, each with its value written out
 # ---------------------------------------------------------------------------------------------
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 MINUS_5 = datetime.timezone(datetime.timedelta(hours=-5))
 NAN = float("nan")
 INF = float("inf")

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from edgelet.api import podutil
+from edgelet.api.podutil import Pod
 from edgelet.cm.cpumanager.policy import (
-    POLICY_STATIC,
     POLICIES,
+    POLICY_STATIC,
     CPUAllocationError,
     CPUState,
     CPUStateError,
@@ -27,11 +28,10 @@ from edgelet.cm.cpumanager.policy import (
     validate_state,
 )
 from edgelet.cm.cpumanager.state import CPUStateStore
-from edgelet.util.cpuset import format_cpuset
-from edgelet.cri import runtime_v1_pb2 as pb
-from edgelet.util.errors import EdgeletError
 from edgelet.container.runtime import PodRuntimeStatus
-from edgelet.api.podutil import Pod
+from edgelet.cri import runtime_v1_pb2 as pb
+from edgelet.util.cpuset import format_cpuset
+from edgelet.util.errors import EdgeletError
 from edgelet.util.tasks import wait_set
 
 if TYPE_CHECKING:
@@ -138,6 +138,8 @@ class CPUManager:
         if not self.static:
             return
         state = self._require_state()
+        if self._policy is None:
+            raise CPUAllocationError("the CPU manager has not started")
         new_state = self._policy.allocate(state, pod)
         if new_state == state:
             return
@@ -161,9 +163,24 @@ class CPUManager:
 
     def cpuset_for(self, pod: Pod, container: dict) -> str:
         """The cpuset_cpus for the container's LinuxContainerResources; "" leaves the runtime's default."""
-        if not self.static or self._state is None:
+        if not self.static or self._state is None or self._policy is None:
             return ""
         return format_cpuset(self._policy.cpuset(self._state, podutil.uid(pod), container.get("name", "")))
+
+    def exclusive_cpus(self, uid: str, container: str) -> frozenset[int]:
+        """The container's exclusive CPUs (none under the "none" policy): the pod resources API's cpu_ids."""
+        if self._state is None:
+            return frozenset()
+        return (self._state.assignments.get(uid) or {}).get(container, frozenset())
+
+    def allocatable_cpus(self) -> frozenset[int]:
+        """The CPUs the static policy may give pods, the reserved ones left out (none under the "none" policy, as
+        the kubelet answers GetAllocatableResources)."""
+        if self._state is None:
+            return frozenset()
+        assigned = frozenset().union(*(cpus for containers in self._state.assignments.values()
+                                       for cpus in containers.values()))
+        return (self._state.default | assigned) - self._reserved
 
     def remove(self, uid: str) -> None:
         """Returns the pod's exclusive CPUs to the shared pool (call it once the pod is terminated)."""
@@ -181,6 +198,8 @@ class CPUManager:
         return self._state
 
     def _save_or_remember(self) -> None:
+        if self._state is None:
+            return
         try:
             self._store.save(self._state)
             self._unsaved = False
@@ -195,7 +214,7 @@ class CPUManager:
         """Frees CPUs of pods no longer active (once sources are ready) and sets, over CRI, the cpuset of
         each running container of an active pod that differs from what this manager last set."""
         result = ReconcileResult([], [], [])
-        if not self.static or self._state is None:
+        if not self.static or self._state is None or self._policy is None:
             return result
         active = {podutil.uid(pod): pod for pod in self._active_pods()}
         if self._sources_ready():

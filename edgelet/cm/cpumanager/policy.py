@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from edgelet.api import podutil
-from edgelet.util.cpuset import format_cpuset
-from edgelet.util.errors import PermanentError
-from edgelet.api import qos
-from edgelet.api.resources import ResourceError, container_quantity
+from edgelet.api import podutil, qos
 from edgelet.api.podutil import Pod
 from edgelet.api.quantity import to_millis_ceil
+from edgelet.api.resources import ResourceError, container_quantity
+from edgelet.util.cpuset import format_cpuset
+from edgelet.util.errors import PermanentError
 
 if TYPE_CHECKING:  # the topology is read only under the static policy (see CPUManager.start)
     from edgelet.cm.topology import CPUTopology

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from edgelet.util.checkpoint import CheckpointStore
 from edgelet.cm.cpumanager.policy import CPUState
+from edgelet.util.checkpoint import CheckpointStore
 from edgelet.util.cpuset import format_cpuset, parse_cpuset
 
 CHECKPOINT_KIND = "cpu-manager"

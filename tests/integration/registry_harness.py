@@ -1,9 +1,9 @@
-"""Registry fixtures for image tests: private docker-registry instances on 127.0.0.1 (one open, one behind
-htpasswd) and images that no other test shares.
+"""Registries and images for the image tests: private docker-registry instances on 127.0.0.1 (one open, one
+behind htpasswd) and images that no other test shares.
 
-Import the fixtures into a test module (`from conftest_registry import registry, ...`). `make_image`
-derives a new image from the session's busybox archive by adding a unique label to its config, so
-each test owns its image ids and pulls or removals elsewhere cannot disturb it.
+The session's fixtures (`registry`, `auth_registry`, `base_images`) are in tests/integration/conftest.py. `make_image`
+derives a new image from the session's busybox archive by adding a unique label to its config, so each test owns its
+image ids and pulls or removals elsewhere cannot disturb it.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class LocalRegistry:
         return sum(1 for line in (self.directory / "registry.log").read_text().splitlines() if pattern.search(line))
 
 
-def _start_registry(directory: Path, *, auth: bool) -> LocalRegistry:
+def start_registry(directory: Path, *, auth: bool) -> LocalRegistry:
     for tool in ("docker-registry", "skopeo", "python3"):
         if shutil.which(tool) is None:
             _cannot_run(f"{tool} not found")
@@ -77,52 +77,19 @@ def _start_registry(directory: Path, *, auth: bool) -> LocalRegistry:
     return LocalRegistry(address, directory, (AUTH_USER, AUTH_PASSWORD) if auth else None)
 
 
-def _stop_registry(directory: Path) -> None:
+def stop_registry(directory: Path) -> None:
     stopped = subprocess.run(["bash", str(LOCAL_REGISTRY), "stop", str(directory)], capture_output=True, text=True,
                              timeout=60)
     if stopped.returncode != 0:
         pytest.fail(f"hack/local-registry.sh stop failed:\n{stopped.stderr}", pytrace=False)
 
 
-# Each module that imports a fixture gets its own definition of it; this cache makes them share one
-# instance per session (a stop at session end is repeated harmlessly).
-_SESSION: dict[str, object] = {}
-
-
-def _shared(key: str, make):
-    if key not in _SESSION:
-        _SESSION[key] = make()
-    return _SESSION[key]
-
-
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory):
-    """An open registry (no authentication) for the session."""
-    instance = _shared("registry", lambda: _start_registry(tmp_path_factory.mktemp("registry"), auth=False))
-    yield instance
-    _stop_registry(instance.directory)
-
-
-@pytest.fixture(scope="session")
-def auth_registry(tmp_path_factory):
-    """A registry that wants HTTP basic authentication (user AUTH_USER, password AUTH_PASSWORD)."""
-    instance = _shared("auth_registry", lambda: _start_registry(tmp_path_factory.mktemp("registry-auth"), auth=True))
-    yield instance
-    _stop_registry(instance.directory)
-
-
-def _build_base_images(directory: Path) -> Path:
+def build_base_images(directory: Path) -> Path:
     if shutil.which("umoci") is None or shutil.which("busybox") is None:
         _cannot_run("umoci or busybox not found")
     archive = directory / "images.tar"
     subprocess.run(["bash", str(BUSYBOX_IMAGE_SH), str(archive)], check=True, capture_output=True, timeout=120)
     return archive
-
-
-@pytest.fixture(scope="session")
-def base_images(tmp_path_factory) -> Path:
-    """The busybox and pause images of hack/busybox-image.sh as an OCI archive (ref names "busybox", "pause")."""
-    return _shared("base_images", lambda: _build_base_images(tmp_path_factory.mktemp("base-images")))
 
 
 def _write_blob(layout: Path, content: bytes) -> dict:

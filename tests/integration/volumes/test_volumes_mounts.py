@@ -5,7 +5,6 @@ hostPath type checks on real files, sockets and devices, secret file modes, and 
 from __future__ import annotations
 
 import asyncio
-import base64
 import errno
 import os
 import socket
@@ -13,51 +12,13 @@ import stat
 
 import pytest
 
-from edgelet.api.objectstore import ObjectStore
 from edgelet.volumes import VolumeError, VolumeManager, subpath
 from edgelet.volumes.hosts import pod_hosts_file
-from edgelet.volumes.mountutil import MNT_DETACH, mounts_under, read_mounts, remove_tree, unmount
+from edgelet.volumes.mountutil import mounts_under, read_mounts, remove_tree
 from edgelet.volumes.plugins import mount_tmpfs
+from tests.integration.volumes.harness import UID, mount_at, remove_pod, sandbox_config_for, secret_object, volume_pod
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
-
-UID = "0a1b2c3d-0000-4000-8000-000000000001"
-
-
-@pytest.fixture
-def root(tmp_path):
-    """A scratch directory whose mounts are all gone after the test, whatever happened in it."""
-    base = os.path.realpath(tmp_path)
-    yield base
-    for entry in mounts_under(base):
-        unmount(entry.mount_point, MNT_DETACH)
-    assert not mounts_under(base)
-
-
-@pytest.fixture
-def store():
-    return ObjectStore()
-
-
-@pytest.fixture
-def manager(root, store):
-    return VolumeManager(os.path.join(root, "pods"), store=store, node_name="edge-1",
-                         node_allocatable={"memory": "512Mi"})
-
-
-def _pod(volumes, containers=(), **spec):
-    return {"metadata": {"name": "web", "namespace": "default", "uid": UID},
-            "spec": {"volumes": volumes, "containers": list(containers) or [{"name": "app"}], **spec}}
-
-
-def _mount_at(path):
-    matches = [m for m in read_mounts() if m.mount_point == path]
-    return matches[-1] if matches else None
-
-
-def _secret(name, **data):
-    return {"kind": "Secret", "metadata": {"name": name, "namespace": "default"},
-            "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
 
 
 # -- the pod directory -----------------------------------------------------------------------------
@@ -69,12 +30,12 @@ async def test_a_pod_without_volumes_is_set_up_without_a_thread_hop(manager, mon
         raise AssertionError("a pod without volumes must cost its sync no thread hop")
 
     monkeypatch.setattr(asyncio, "to_thread", no_thread)
-    assert await manager.setup_pod(_pod([])) == {}
+    assert await manager.setup_pod(volume_pod([])) == {}
     assert not os.path.exists(manager.pod_dir(UID))
 
 
 async def test_a_pod_gets_its_directories_again_after_a_teardown(manager):
-    pod = _pod([{"name": "scratch", "emptyDir": {}}])
+    pod = volume_pod([{"name": "scratch", "emptyDir": {}}])
     scratch = manager.volume_dir(UID, "emptyDir", "scratch")
     for _ in range(2):
         assert await manager.setup_pod(pod) == {"scratch": scratch}
@@ -88,7 +49,7 @@ async def test_a_pod_gets_its_directories_again_after_a_teardown(manager):
 async def test_a_teardown_that_waited_for_a_set_up_is_not_forgotten(manager):
     """A teardown asked for while the pod's set-up runs goes after it; the next set-up then lays the pod out
     again rather than taking it for done."""
-    pod = _pod([{"name": "scratch", "emptyDir": {}}])
+    pod = volume_pod([{"name": "scratch", "emptyDir": {}}])
     await asyncio.gather(manager.setup_pod(pod), manager.teardown_pod(UID))
     assert not os.path.exists(manager.pod_dir(UID))
     await manager.setup_pod(pod)
@@ -98,41 +59,41 @@ async def test_a_teardown_that_waited_for_a_set_up_is_not_forgotten(manager):
 # -- emptyDir --------------------------------------------------------------------------------------
 
 async def test_memory_empty_dir_is_a_sized_tmpfs_until_teardown(manager):
-    pod = _pod([{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
-                {"name": "scratch", "emptyDir": {}}])
+    pod = volume_pod([{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                     {"name": "scratch", "emptyDir": {}}])
     paths = await manager.setup_pod(pod)
     cache = paths["cache"]
     assert cache.endswith(f"/pods/{UID}/volumes/kubernetes.io~empty-dir/cache")
-    entry = _mount_at(cache)
+    entry = mount_at(cache)
     assert entry is not None and entry.fstype == "tmpfs" and "size=1024k" in entry.super_options
     with pytest.raises(OSError) as caught:
         with open(os.path.join(cache, "big"), "wb") as stream:
             stream.write(b"x" * (2 << 20))
     assert caught.value.errno == errno.ENOSPC
-    assert stat.S_IMODE(os.stat(paths["scratch"]).st_mode) == 0o777 and _mount_at(paths["scratch"]) is None
+    assert stat.S_IMODE(os.stat(paths["scratch"]).st_mode) == 0o777 and mount_at(paths["scratch"]) is None
 
     await manager.setup_pod(pod)  # a second sync must not stack another tmpfs
     assert sum(m.mount_point == cache for m in read_mounts()) == 1
 
     await manager.teardown_pod(UID)
-    assert _mount_at(cache) is None
+    assert mount_at(cache) is None
     assert not os.path.exists(manager.pod_dir(UID))
 
 
 async def test_memory_size_defaults_to_the_pod_limit_then_node_allocatable(manager):
-    pod = _pod([{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
-               containers=[{"name": "app", "resources": {"limits": {"memory": "2Mi"}}}])
+    pod = volume_pod([{"name": "cache", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
+                    containers=[{"name": "app", "resources": {"limits": {"memory": "2Mi"}}}])
     paths = await manager.setup_pod(pod)
-    assert "size=2048k" in _mount_at(paths["cache"]).super_options
+    assert "size=2048k" in mount_at(paths["cache"]).super_options
     await manager.teardown_pod(UID)
-    paths = await manager.setup_pod(_pod([{"name": "cache", "emptyDir": {"medium": "Memory"}}]))
-    assert "size=524288k" in _mount_at(paths["cache"]).super_options
+    paths = await manager.setup_pod(volume_pod([{"name": "cache", "emptyDir": {"medium": "Memory"}}]))
+    assert "size=524288k" in mount_at(paths["cache"]).super_options
     await manager.teardown_pod(UID)
 
 
 async def test_unsized_tmpfs_is_mounted_once_across_syncs(root):
     manager = VolumeManager(os.path.join(root, "pods"))  # no allocatable, no limits: kernel default size
-    pod = _pod([{"name": "cache", "emptyDir": {"medium": "Memory"}}])
+    pod = volume_pod([{"name": "cache", "emptyDir": {"medium": "Memory"}}])
     for _ in range(3):
         paths = await manager.setup_pod(pod)
     assert sum(m.mount_point == paths["cache"] for m in read_mounts()) == 1
@@ -179,7 +140,7 @@ async def test_host_path_types(manager, host_files, kind, path_type, problem):
     path = host_files[kind]
     if path is None:
         pytest.skip("no block device on this machine")
-    pod = _pod([{"name": "host", "hostPath": {"path": path, "type": path_type}}])
+    pod = volume_pod([{"name": "host", "hostPath": {"path": path, "type": path_type}}])
     if problem is None:
         assert await manager.setup_pod(pod) == {"host": path}
     else:
@@ -194,10 +155,11 @@ async def test_host_path_types(manager, host_files, kind, path_type, problem):
 async def test_host_path_or_create_types_create_what_is_missing(manager, root):
     directory = os.path.join(root, "new", "deep")
     file = os.path.join(root, "made.txt")
-    pod = _pod([{"name": "d", "hostPath": {"path": directory, "type": "DirectoryOrCreate"}},
-                {"name": "f", "hostPath": {"path": file, "type": "FileOrCreate"}},
-                {"name": "missing", "hostPath": {"path": os.path.join(root, "nope"), "type": "Directory"}},
-                {"name": "orphan", "hostPath": {"path": os.path.join(root, "no", "parent"), "type": "FileOrCreate"}}])
+    pod = volume_pod([{"name": "d", "hostPath": {"path": directory, "type": "DirectoryOrCreate"}},
+                     {"name": "f", "hostPath": {"path": file, "type": "FileOrCreate"}},
+                     {"name": "missing", "hostPath": {"path": os.path.join(root, "nope"), "type": "Directory"}},
+                     {"name": "orphan",
+                      "hostPath": {"path": os.path.join(root, "no", "parent"), "type": "FileOrCreate"}}])
     with pytest.raises(VolumeError) as caught:
         await manager.setup_pod(pod)
     assert os.path.isdir(directory) and os.path.isfile(file)
@@ -208,27 +170,27 @@ async def test_host_path_or_create_types_create_what_is_missing(manager, root):
 # -- file-backed volumes ---------------------------------------------------------------------------
 
 async def test_secret_files_modes_and_memory_backing(manager, store):
-    store.put(_secret("tls", **{"tls.key": b"KEY", "tls.crt": b"CRT"}))
-    pod = _pod([{"name": "tls", "secret": {"secretName": "tls", "defaultMode": 0o400,
+    store.put(secret_object("tls", **{"tls.key": b"KEY", "tls.crt": b"CRT"}))
+    pod = volume_pod([{"name": "tls", "secret": {"secretName": "tls", "defaultMode": 0o400,
                                             "items": [{"key": "tls.key", "path": "private/key"},
                                                       {"key": "tls.crt", "path": "cert", "mode": 0o644}]}}])
     path = (await manager.setup_pod(pod))["tls"]
     assert path.endswith("/volumes/kubernetes.io~secret/tls")
-    entry = _mount_at(path)
+    entry = mount_at(path)
     assert entry is not None and entry.fstype == "tmpfs"
     assert open(os.path.join(path, "private", "key"), "rb").read() == b"KEY"
     assert stat.S_IMODE(os.stat(os.path.join(path, "private", "key")).st_mode) == 0o400
     assert stat.S_IMODE(os.stat(os.path.join(path, "cert")).st_mode) == 0o644
     assert os.readlink(os.path.join(path, "cert")) == "..data/cert"
     await manager.teardown_pod(UID)
-    assert _mount_at(path) is None
+    assert mount_at(path) is None
 
 
 async def test_secret_updates_are_published_on_the_next_sync(manager, store):
-    store.put(_secret("app", user=b"admin", password=b"one"))
-    pod = _pod([{"name": "creds", "secret": {"secretName": "app"}}])
+    store.put(secret_object("app", user=b"admin", password=b"one"))
+    pod = volume_pod([{"name": "creds", "secret": {"secretName": "app"}}])
     path = (await manager.setup_pod(pod))["creds"]
-    store.put(_secret("app", password=b"two", token=b"t"))
+    store.put(secret_object("app", password=b"two", token=b"t"))
     await manager.setup_pod(pod)
     assert sorted(n for n in os.listdir(path) if not n.startswith("..")) == ["password", "token"]
     assert open(os.path.join(path, "password"), "rb").read() == b"two"
@@ -238,9 +200,9 @@ async def test_secret_updates_are_published_on_the_next_sync(manager, store):
 
 
 async def test_fs_group_owns_the_files(manager, store):
-    store.put(_secret("app", key=b"k"))
-    pod = _pod([{"name": "creds", "secret": {"secretName": "app", "defaultMode": 0o400}},
-                {"name": "work", "emptyDir": {}}], securityContext={"fsGroup": 2000})
+    store.put(secret_object("app", key=b"k"))
+    pod = volume_pod([{"name": "creds", "secret": {"secretName": "app", "defaultMode": 0o400}},
+                     {"name": "work", "emptyDir": {}}], securityContext={"fsGroup": 2000})
     paths = await manager.setup_pod(pod)
     info = os.stat(os.path.join(paths["creds"], "key"))
     assert info.st_gid == 2000 and stat.S_IMODE(info.st_mode) == 0o440
@@ -251,21 +213,21 @@ async def test_fs_group_owns_the_files(manager, store):
 
 async def test_config_map_lives_on_disk_and_missing_sources_are_reported_per_volume(manager, store):
     store.put({"kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"app.conf": "x=1"}})
-    pod = _pod([{"name": "cfg", "configMap": {"name": "cfg"}},
-                {"name": "gone", "configMap": {"name": "app-config"}},
-                {"name": "maybe", "secret": {"secretName": "nope", "optional": True}},
-                {"name": "labels", "downwardAPI": {"items": [{"path": "name",
+    pod = volume_pod([{"name": "cfg", "configMap": {"name": "cfg"}},
+                     {"name": "gone", "configMap": {"name": "app-config"}},
+                     {"name": "maybe", "secret": {"secretName": "nope", "optional": True}},
+                     {"name": "labels", "downwardAPI": {"items": [{"path": "name",
                                                               "fieldRef": {"fieldPath": "metadata.name"}}]}},
-                {"name": "nfs", "nfs": {"server": "nas", "path": "/export"}}])
+                     {"name": "nfs", "nfs": {"server": "nas", "path": "/export"}}])
     with pytest.raises(VolumeError) as caught:
         await manager.setup_pod(pod)
     assert caught.value.message == (
         'MountVolume.SetUp failed for volume "gone" : configmap "app-config" not found; '
         'MountVolume.SetUp failed for volume "nfs" : volume type nfs is not supported on this node')
     cfg = manager.volume_dir(UID, "configMap", "cfg")
-    assert open(os.path.join(cfg, "app.conf")).read() == "x=1" and _mount_at(cfg) is None
+    assert open(os.path.join(cfg, "app.conf")).read() == "x=1" and mount_at(cfg) is None
     labels = manager.volume_dir(UID, "downwardAPI", "labels")
-    assert open(os.path.join(labels, "name")).read() == "web" and _mount_at(labels).fstype == "tmpfs"
+    assert open(os.path.join(labels, "name")).read() == "web" and mount_at(labels).fstype == "tmpfs"
     optional = os.listdir(manager.volume_dir(UID, "secret", "maybe"))
     assert "..data" in optional and all(name.startswith("..") for name in optional)  # present, empty
     await manager.teardown_pod(UID)
@@ -275,12 +237,13 @@ async def test_config_map_lives_on_disk_and_missing_sources_are_reported_per_vol
 # -- container mounts ------------------------------------------------------------------------------
 
 async def test_mounts_for_a_container(manager, store):
-    store.put(_secret("app", key=b"k"))
+    store.put(secret_object("app", key=b"k"))
     container = {"name": "app", "terminationMessagePath": "/tmp/msg", "volumeMounts": [
         {"name": "work", "mountPath": "/work"},
         {"name": "creds", "mountPath": "/creds"},
         {"name": "work", "mountPath": "/logs", "readOnly": True, "mountPropagation": "HostToContainer"}]}
-    pod = _pod([{"name": "work", "emptyDir": {}}, {"name": "creds", "secret": {"secretName": "app"}}], [container])
+    pod = volume_pod([{"name": "work", "emptyDir": {}}, {"name": "creds", "secret": {"secretName": "app"}}],
+                     [container])
     paths = await manager.setup_pod(pod)
     mounts = manager.mounts_for(pod, container, paths, pod_ips=["10.88.0.9"])
     pod_dir = manager.pod_dir(UID)
@@ -310,7 +273,7 @@ async def test_containers_of_one_pod_prepared_at_once_each_get_the_whole_hosts_f
     """The runtime manager prepares each container's mounts in a thread, a pod's containers in parallel: their
     writes of the pod's one hosts file take turns, so none fails and none mounts half a file."""
     containers = [{"name": f"app{i}"} for i in range(6)]
-    pod = _pod([], containers)
+    pod = volume_pod([], containers)
     paths = await manager.setup_pod(pod)
     hosts = os.path.join(manager.pod_dir(UID), "etc-hosts")
     for round_ in range(20):
@@ -324,7 +287,7 @@ async def test_containers_of_one_pod_prepared_at_once_each_get_the_whole_hosts_f
 
 async def test_no_hosts_mount_before_the_pod_has_an_ip_or_when_the_container_brings_its_own(manager):
     container = {"name": "app", "volumeMounts": [{"name": "work", "mountPath": "/etc/hosts", "subPath": "hosts"}]}
-    pod = _pod([{"name": "work", "emptyDir": {}}], [container])
+    pod = volume_pod([{"name": "work", "emptyDir": {}}], [container])
     paths = await manager.setup_pod(pod)
     assert [m["container_path"] for m in manager.mounts_for(pod, {"name": "app"}, paths)] == ["/dev/termination-log"]
     mounts = manager.mounts_for(pod, container, paths, pod_ips=["10.88.0.9"])
@@ -338,12 +301,12 @@ async def test_sub_paths_are_bind_mounted_and_cannot_escape(manager, root):
     container = {"name": "app", "volumeMounts": [
         {"name": "work", "mountPath": "/data", "subPath": "pods/$(ignored)"},
         {"name": "work", "mountPath": "/mine", "subPathExpr": "pods/$(POD_NAME)"}]}
-    pod = _pod([{"name": "work", "emptyDir": {}}], [container])
+    pod = volume_pod([{"name": "work", "emptyDir": {}}], [container])
     paths = await manager.setup_pod(pod)
     mounts = manager.mounts_for(pod, container, paths, env=[("POD_NAME", "web")])
     first, second = mounts[0]["host_path"], mounts[1]["host_path"]
     assert first == f"{manager.pod_dir(UID)}/volume-subpaths/work/app/0"
-    assert _mount_at(first) is not None and _mount_at(second) is not None
+    assert mount_at(first) is not None and mount_at(second) is not None
     assert os.path.isdir(os.path.join(paths["work"], "pods", "web"))  # created with the volume's mode
     assert stat.S_IMODE(os.stat(os.path.join(paths["work"], "pods", "web")).st_mode) == 0o777
     with open(os.path.join(second, "seen"), "w") as stream:
@@ -378,7 +341,7 @@ async def test_a_symlink_swapped_in_after_the_check_is_still_refused(manager, ro
     """The race the bind mount closes: path checks pass, then a component becomes a symlink."""
     container = {"name": "app", "volumeMounts": [{"name": "work", "mountPath": "/x", "subPath": "escape"},
                                                  {"name": "work", "mountPath": "/y", "subPath": "escape/sub"}]}
-    pod = _pod([{"name": "work", "emptyDir": {}}], [container])
+    pod = volume_pod([{"name": "work", "emptyDir": {}}], [container])
     paths = await manager.setup_pod(pod)
     outside = os.path.join(root, "outside")
     os.makedirs(os.path.join(outside, "sub"))
@@ -396,7 +359,7 @@ async def test_a_symlink_swapped_in_after_the_check_is_still_refused(manager, ro
 async def test_teardown_never_deletes_host_path_data(manager, host_files):
     container = {"name": "app", "volumeMounts": [{"name": "host", "mountPath": "/f", "subPath": "file.txt"},
                                                  {"name": "host", "mountPath": "/d", "subPath": "."}]}
-    pod = _pod([{"name": "host", "hostPath": {"path": host_files["dir"], "type": "Directory"}}], [container])
+    pod = volume_pod([{"name": "host", "hostPath": {"path": host_files["dir"], "type": "Directory"}}], [container])
     paths = await manager.setup_pod(pod)
     mounts = manager.mounts_for(pod, container, paths)
     assert open(mounts[0]["host_path"]).read() == "host data"
@@ -409,7 +372,8 @@ def _bound_claim(store, name, pv_source, **pv_spec):
     store.put({"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default", "uid": f"u-{name}"},
                "spec": {"volumeName": f"pv-{name}"}, "status": {"phase": "Bound"}})
     store.put({"kind": "PersistentVolume", "metadata": {"name": f"pv-{name}"},
-               "spec": {**pv_source, **pv_spec, "claimRef": {"namespace": "default", "name": name, "uid": f"u-{name}"}}})
+               "spec": {**pv_source, **pv_spec,
+                        "claimRef": {"namespace": "default", "name": name, "uid": f"u-{name}"}}})
 
 
 async def test_a_local_claim_is_bind_mounted_with_its_fs_group_and_torn_down_without_its_data(manager, store, root):
@@ -419,14 +383,14 @@ async def test_a_local_claim_is_bind_mounted_with_its_fs_group_and_torn_down_wit
         stream.write("kept")
     _bound_claim(store, "data", {"local": {"path": data}})
     _bound_claim(store, "view", {"local": {"path": data}})
-    pod = _pod([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+    pod = volume_pod([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
                 {"name": "view", "persistentVolumeClaim": {"claimName": "view", "readOnly": True}}],
                [{"name": "app", "volumeMounts": [{"name": "data", "mountPath": "/data"},
                                                  {"name": "view", "mountPath": "/view", "subPath": "sub"}]}],
                securityContext={"fsGroup": 3456, "fsGroupChangePolicy": "OnRootMismatch"})
     paths = await manager.setup_pod(pod)
     target = manager.volume_dir(UID, "local", "pv-data")
-    assert paths["data"] == target and _mount_at(target) is not None
+    assert paths["data"] == target and mount_at(target) is not None
     assert os.stat(os.path.join(data, "sub", "kept")).st_gid == 3456  # the first mount gave the group
     assert "ro" in _mount_options(manager.volume_dir(UID, "local", "pv-view"))
     mounts = manager.mounts_for(pod, pod["spec"]["containers"][0], paths)
@@ -472,35 +436,15 @@ async def test_teardown_of_an_unknown_pod_is_a_no_op(manager):
 
 # -- what a container sees -------------------------------------------------------------------------
 
-def sandbox_config_for(manager):
-    """The test pod's sandbox on the pod network, logging under its pod directory."""
-    from edgelet.cri import runtime_v1_pb2 as pb
-
-    return pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name="web", uid=UID, namespace="default"), hostname="web",
-        log_directory=os.path.join(manager.pod_dir(UID), "logs"),
-        linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
-            namespace_options=pb.NamespaceOption(network=pb.POD))))
-
-
-async def remove_pod(cri, manager, sandbox_id, container_id):
-    """The container and sandbox gone from the runtime, the pod's volumes torn down with nothing left mounted."""
-    await cri.remove_container(container_id)
-    await cri.stop_pod_sandbox(sandbox_id)
-    await cri.remove_pod_sandbox(sandbox_id)
-    await manager.teardown_pod(UID)
-    assert not mounts_under(manager.pods_dir)
-
-
 @pytest.mark.containerd
 @pytest.mark.usefixtures("clean_runtime")
 async def test_a_container_sees_env_mounts_and_resources_as_built(manager, store, cri, containerd):
     """The CRI fields built here, handed to the real containerd: what runs inside must match."""
-    from edgelet.cri import runtime_v1_pb2 as pb
     from edgelet.api.env import expand_command, resolve_env
     from edgelet.api.resources import linux_resources
+    from edgelet.cri import runtime_v1_pb2 as pb
 
-    store.put(_secret("app", password=b"hunter2"))
+    store.put(secret_object("app", password=b"hunter2"))
     store.put({"kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "hello", "motd": "welcome"}})
     container = {
         "name": "main", "image": containerd.image,
@@ -512,9 +456,9 @@ async def test_a_container_sees_env_mounts_and_resources_as_built(manager, store
                          {"name": "creds", "mountPath": "/creds"},
                          {"name": "cfg", "mountPath": "/etc/motd", "subPath": "motd"}],
     }
-    pod = _pod([{"name": "work", "emptyDir": {"medium": "Memory", "sizeLimit": "4Mi"}},
-                {"name": "creds", "secret": {"secretName": "app", "defaultMode": 0o440}},
-                {"name": "cfg", "configMap": {"name": "cfg"}}], [container])
+    pod = volume_pod([{"name": "work", "emptyDir": {"medium": "Memory", "sizeLimit": "4Mi"}},
+                     {"name": "creds", "secret": {"secretName": "app", "defaultMode": 0o440}},
+                     {"name": "cfg", "configMap": {"name": "cfg"}}], [container])
     paths = await manager.setup_pod(pod)
 
     sandbox_config = sandbox_config_for(manager)

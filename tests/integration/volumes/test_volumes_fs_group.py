@@ -10,8 +10,7 @@ import stat
 
 import pytest
 
-from tests.integration.test_volumes_mounts import (  # noqa: F401 (fixtures)
-    UID, _pod, _secret, manager, remove_pod, root, sandbox_config_for, store)
+from tests.integration.volumes.harness import UID, remove_pod, sandbox_config_for, secret_object, volume_pod
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
 
@@ -40,7 +39,7 @@ def _volumes():
 @pytest.fixture
 def objects(store):
     store.put(_config_map("cfg", **{"data-1": "value-1", "data-2": "value-2"}))
-    store.put(_secret("creds", **{"secret-data": b"secret-value-1"}))
+    store.put(secret_object("creds", **{"secret-data": b"secret-value-1"}))
     return store
 
 
@@ -52,7 +51,7 @@ def _mode_and_group(path):
 async def test_fs_group_owns_the_whole_volume_with_read_only_masks(manager, objects):
     """Files: their mode with the group's read bits added; the volume directory itself: the group, setgid and
     group traversal, as SetVolumeOwnership walks it."""
-    pod = _pod(_volumes(), securityContext={"fsGroup": FS_GROUP, "runAsUser": USER})
+    pod = volume_pod(_volumes(), securityContext={"fsGroup": FS_GROUP, "runAsUser": USER})
     paths = await manager.setup_pod(pod)
     assert _mode_and_group(os.path.join(paths["cm"], "data-1")) == (0o440, FS_GROUP)
     assert _mode_and_group(os.path.join(paths["cm-items"], "path", "to", "data-2")) == (0o640, FS_GROUP)
@@ -70,7 +69,7 @@ async def test_fs_group_owns_the_whole_volume_with_read_only_masks(manager, obje
 
 
 async def test_without_fs_group_modes_are_exactly_as_asked(manager, objects):
-    paths = await manager.setup_pod(_pod(_volumes()))
+    paths = await manager.setup_pod(volume_pod(_volumes()))
     assert _mode_and_group(os.path.join(paths["cm"], "data-1")) == (0o440, 0)
     assert _mode_and_group(os.path.join(paths["cm-items"], "path", "to", "data-2")) == (0o600, 0)
     assert _mode_and_group(os.path.join(paths["sec"], "secret-data")) == (0o400, 0)
@@ -88,7 +87,7 @@ async def test_a_non_root_container_in_the_fs_group_reads_every_volume(manager, 
     mount_paths = {"cm": "/etc/cm", "cm-items": "/etc/cm-items", "sec": "/etc/sec", "all": "/all"}
     container = {"name": "main", "image": containerd.image,
                  "volumeMounts": [{"name": n, "mountPath": p} for n, p in mount_paths.items()]}
-    pod = _pod(_volumes(), [container], securityContext={"fsGroup": FS_GROUP, "runAsUser": USER})
+    pod = volume_pod(_volumes(), [container], securityContext={"fsGroup": FS_GROUP, "runAsUser": USER})
     paths = await manager.setup_pod(pod)
     sandbox_config = sandbox_config_for(manager)
     sandbox_id = await cri.run_pod_sandbox(sandbox_config)
