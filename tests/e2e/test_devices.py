@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import condition, pod_phase, wait_pod
-from tests.integration.agent_harness import wait_for
+from tests.helpers import wait_for
 from tests.integration.device_plugin import UNHEALTHY, TestDevicePlugin
 
 pytestmark = pytest.mark.containerd

@@ -13,7 +13,8 @@ import pytest
 
 from edgelet.podresources import podresources_v1_pb2 as pr
 from edgelet.podresources import podresources_v1_pb2_grpc as pr_grpc
-from tests.integration.agent_harness import AgentProcess, container_state, is_running, wait_for
+from tests.helpers import wait_for
+from tests.integration.agent_harness import AgentProcess, container_state, is_running
 from tests.integration.device_plugin import HEALTHY, UNHEALTHY, TestDevicePlugin
 from tests.runtime_cleanup import empty_runtime_at
 
