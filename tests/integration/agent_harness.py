@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -57,9 +60,12 @@ class AgentProcess:
         self.manifest_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "edgelet.toml"
         self.log_path = workdir / "agent.log"
-        # The kubelet's device plugin and pod resources sockets, in the test's own directory.
-        self.plugin_dir = workdir / "device-plugins"
-        self.pod_resources_socket = workdir / "pod-resources" / "kubelet.sock"
+        # The kubelet's device plugin and pod resources sockets, in a directory of the agent's own: not under
+        # workdir, whose path under pytest's base directory can pass the 107 bytes a unix socket's path may hold.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="edgelet-sockets-"))
+        atexit.register(shutil.rmtree, self.socket_dir, True)
+        self.plugin_dir = self.socket_dir / "device-plugins"
+        self.pod_resources_socket = self.socket_dir / "pod-resources" / "kubelet.sock"
         self.node_name = node_name
         self.config_path.write_text(textwrap.dedent(f"""\
             node_name = "{node_name}"
